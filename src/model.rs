@@ -1,0 +1,256 @@
+//! The routing model: what every Envoy of the fleet should serve.
+//!
+//! This is the translator's input. It knows nothing of Kubernetes (the operator resolves
+//! ProxyConfigs, Services and EndpointSlices into it) and nothing of Envoy's protobufs
+//! (the translator turns it into xDS resources).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A full routing configuration. Every list is kept in a stable order by the translator,
+/// so the order in which callers fill it does not matter (I6).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    pub listeners: ListenerSettings,
+    pub virtual_hosts: Vec<VirtualHost>,
+    /// Every cluster that routes or probes may reference, with its endpoints.
+    pub clusters: Vec<Cluster>,
+    pub secrets: Vec<TlsSecret>,
+    /// Readiness checks served on the probe listener (see DESIGN.md, "Cluster readiness").
+    pub endpoint_probes: Vec<EndpointProbe>,
+    /// Live-version checks answered by the route configuration itself.
+    pub version_probes: Vec<VersionProbe>,
+}
+
+/// Where the listeners bind. The probe listener is internal: the public Service never
+/// exposes its port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListenerSettings {
+    pub address: String,
+    pub http_port: u16,
+    pub https_port: u16,
+    pub probe_port: u16,
+    /// Shared secret that every probe request must carry; without it the probe
+    /// listener answers nothing but 404.
+    pub probe_token: String,
+}
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        Self {
+            address: "0.0.0.0".into(),
+            http_port: 8080,
+            https_port: 8443,
+            probe_port: 8090,
+            probe_token: String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VirtualHost {
+    /// Unique, stable name (e.g. "namespace/route").
+    pub name: String,
+    pub hosts: Vec<String>,
+    pub tls: Option<VirtualHostTls>,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VirtualHostTls {
+    /// Name of a [`TlsSecret`] in the same config.
+    pub secret: String,
+    /// Plain-HTTP requests for these hosts are redirected to HTTPS.
+    pub redirect_http: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    pub name: String,
+    pub path: PathMatch,
+    pub headers: Vec<HeaderMatch>,
+    pub action: RouteAction,
+    pub request_headers: HeaderEdits,
+    pub response_headers: HeaderEdits,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PathMatch {
+    Prefix(String),
+    Exact(String),
+    Regex(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeaderMatch {
+    pub name: String,
+    pub value: HeaderValueMatch,
+    pub invert: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum HeaderValueMatch {
+    Exact(String),
+    Prefix(String),
+    Regex(String),
+    Present,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RouteAction {
+    Forward(Forward),
+    /// Answer with a redirect to the same path over HTTPS.
+    RedirectHttps,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Forward {
+    pub backends: Vec<WeightedCluster>,
+    pub timeout: Option<Duration>,
+    pub idle_timeout: Option<Duration>,
+    pub retry: Option<RetryPolicy>,
+    pub prefix_rewrite: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WeightedCluster {
+    /// Name of a [`Cluster`] in the same config.
+    pub cluster: String,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Envoy retry conditions, e.g. "5xx", "connect-failure".
+    pub retry_on: Vec<String>,
+    pub num_retries: u32,
+    pub per_try_timeout: Option<Duration>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeaderEdits {
+    /// Replace (or add) these headers.
+    pub set: Vec<(String, String)>,
+    /// Append these headers, keeping existing values.
+    pub add: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+/// One upstream: a port of a Service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// Readable and stable, see [`cluster_name`].
+    pub name: String,
+    pub service: ServiceRef,
+    pub settings: ClusterSettings,
+    pub endpoints: Vec<Endpoint>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ServiceRef {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    pub connect_timeout: Duration,
+    pub http2: bool,
+    pub circuit_breakers: Option<CircuitBreakers>,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            http2: false,
+            circuit_breakers: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CircuitBreakers {
+    pub max_connections: Option<u32>,
+    pub max_pending_requests: Option<u32>,
+    pub max_requests: Option<u32>,
+    pub max_retries: Option<u32>,
+}
+
+/// The readable, stable cluster name for a Service port: `namespace/name/port`, with a
+/// short hash of the settings appended when they are not the defaults, so two routes that
+/// ask for different settings get two clusters instead of fighting over one.
+pub fn cluster_name(service: &ServiceRef, settings: &ClusterSettings) -> String {
+    let base = format!("{}/{}/{}", service.namespace, service.name, service.port);
+    if *settings == ClusterSettings::default() {
+        base
+    } else {
+        let digest = crate::hash::digest_of(settings);
+        format!("{base}/{}", &digest[..8])
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub address: String,
+    pub port: u16,
+    pub condition: EndpointCondition,
+    pub zone: Option<String>,
+}
+
+/// The three EndpointSlice conditions, kept as Kubernetes states them; the translator
+/// maps them to Envoy health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EndpointCondition {
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+impl EndpointCondition {
+    pub const READY: Self = Self {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TlsSecret {
+    pub name: String,
+    /// PEM.
+    pub certificate_chain: String,
+    /// PEM. Kept out of Debug output and logs.
+    #[serde(skip_serializing)]
+    pub private_key: String,
+}
+
+/// "Does this Envoy have these clusters, each with ready endpoints?" Answered by Envoy's
+/// health_check filter on the probe listener without touching any backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointProbe {
+    /// Unique id, sent by the prober in the `x-switchyard-probe` header.
+    pub id: String,
+    /// Cluster names with the minimum percentage of available hosts (0 = only present).
+    pub clusters: BTreeMap<String, u32>,
+}
+
+/// The secret Host name under which a [`VersionProbe`] answers.
+pub fn version_probe_host(probe_id: &str, token: &str) -> String {
+    format!(
+        "{}.{token}.probe.switchyard.invalid",
+        crate::hash::digest(probe_id.as_bytes())
+    )
+}
+
+/// "Does this Envoy serve live version V of this route?" Answered by a virtual host in the
+/// live route configuration that only the probe listener reaches (a secret Host name).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VersionProbe {
+    /// Unique id (e.g. "namespace/route").
+    pub id: String,
+    pub version: String,
+}

@@ -1,0 +1,1 @@
+//! Pure, deterministic translation of the routing model into Envoy xDS resources.

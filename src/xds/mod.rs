@@ -4,3 +4,5 @@
 pub mod snapshot;
 
 pub use snapshot::{Resource, Snapshot};
+pub mod localize;
+pub mod session;

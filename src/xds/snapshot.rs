@@ -80,10 +80,7 @@ impl Snapshot {
                 .values()
                 .map(move |r| (format!("{type_url} {}", r.name), r.version.as_str()))
         }));
-        Self {
-            types,
-            version,
-        }
+        Self { types, version }
     }
 
     pub fn version(&self) -> &str {

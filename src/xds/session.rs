@@ -1,0 +1,985 @@
+//! The logic of one ADS stream, as a state machine without I/O.
+//!
+//! The server loop feeds it requests from Envoy and new desired snapshots; it answers with
+//! the responses to send. It moves its Envoy from what that Envoy has acknowledged towards
+//! the desired snapshot in make-before-break steps (I1, I2):
+//!
+//! 1. **make**: clusters, endpoints and secrets of the desired snapshot are added or
+//!    updated, nothing is removed; wait until Envoy has ACKed every one of them (Envoy holds
+//!    the CDS ACK until new clusters are warm, and the EDS ACK names the new clusters);
+//! 2. **route**: listeners and route configurations become the desired ones; wait for ACKs;
+//! 3. **break**: whatever the desired snapshot no longer has is removed.
+//!
+//! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
+//! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
+//! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as DeltaResource,
+};
+use serde::Serialize;
+
+use super::localize;
+use super::snapshot::{self, ALL_TYPES, Resource, Snapshot, is_referenced_type, short_type};
+use crate::hash;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    /// State of the world: every response carries the full set of a type.
+    Sotw,
+    /// Incremental: responses carry changed resources and removed names.
+    Delta,
+}
+
+/// How a node moves between snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Ordering {
+    /// Make before break, waiting for Envoy's ACK between steps. The only sane choice.
+    MakeBeforeBreak,
+    /// Everything pushed at once, like a naive control plane. For tests that prove the
+    /// ordering matters; never a user-facing setting.
+    AllAtOnce,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Response {
+    Sotw(DiscoveryResponse),
+    Delta(DeltaDiscoveryResponse),
+}
+
+/// What happened, for logs and metrics. The server loop owns the clock for latencies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Sent {
+        type_url: String,
+        nonce: String,
+        version: String,
+        resources: usize,
+        removed: usize,
+    },
+    Acked {
+        type_url: String,
+        nonce: String,
+        version: String,
+    },
+    Nacked {
+        type_url: String,
+        nonce: String,
+        version: String,
+        error: String,
+    },
+    StaleNonce {
+        type_url: String,
+        nonce: String,
+    },
+}
+
+/// One resource as a node holds it. `resource` is None only for resources a reconnecting
+/// delta client says it has and that we have no content for: we keep them (never remove
+/// what routes may still use) but cannot send them.
+#[derive(Clone, Debug)]
+struct Entry {
+    version: String,
+    resource: Option<Arc<Resource>>,
+}
+
+/// Versions are content hashes: comparing them is comparing content, and cheap.
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version && self.resource.is_some() == other.resource.is_some()
+    }
+}
+
+impl Entry {
+    fn of(resource: &Arc<Resource>) -> Self {
+        Self {
+            version: resource.version.clone(),
+            resource: Some(resource.clone()),
+        }
+    }
+}
+
+type Entries = BTreeMap<String, Entry>;
+/// What a node should hold at the current step, per type.
+type View = BTreeMap<String, Entries>;
+
+#[derive(Clone, Debug)]
+struct Pending {
+    nonce: String,
+    version: String,
+    /// What the node holds of this type once it ACKs.
+    wanted: Entries,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TypeState {
+    requested: bool,
+    wildcard: bool,
+    names: BTreeSet<String>,
+    /// What the node has accepted; None until it has been answered once.
+    acked: Option<Entries>,
+    acked_version: Option<String>,
+    acked_at: Option<Instant>,
+    pending: Option<Pending>,
+    /// Last nonce sent on this type (SotW requests must echo it to be current).
+    last_nonce: Option<String>,
+    /// The node asked again without ACKing anything new: answer even if nothing changed.
+    force_send: bool,
+    last_nack: Option<NackInfo>,
+}
+
+impl TypeState {
+    fn subscribes(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NackInfo {
+    pub nonce: String,
+    pub version: String,
+    pub error: String,
+}
+
+pub struct Session {
+    protocol: Protocol,
+    ordering: Ordering,
+    node: Option<Node>,
+    /// None until the startup gate opens: requests are recorded but not answered (I5).
+    desired: Option<Arc<Snapshot>>,
+    /// The desired snapshot as received, before per-node adjustments.
+    desired_source: Option<Arc<Snapshot>>,
+    view: View,
+    types: BTreeMap<String, TypeState>,
+    /// Planning is suspended after a NACK until the desired version changes.
+    blocked_on: Option<String>,
+    next_nonce: u64,
+    events: Vec<Event>,
+}
+
+impl Session {
+    pub fn new(protocol: Protocol, ordering: Ordering) -> Self {
+        Self {
+            protocol,
+            ordering,
+            node: None,
+            desired: None,
+            desired_source: None,
+            view: View::new(),
+            types: BTreeMap::new(),
+            blocked_on: None,
+            next_nonce: 0,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A new desired snapshot (the first one opens the gate for this stream).
+    pub fn set_desired(&mut self, snapshot: Arc<Snapshot>, now: Instant) -> Vec<Response> {
+        self.desired_source = Some(snapshot);
+        self.localize_desired();
+        self.pump(now)
+    }
+
+    pub fn on_sotw_request(&mut self, request: DiscoveryRequest, now: Instant) -> Vec<Response> {
+        self.remember_node(request.node);
+        let type_url = request.type_url;
+        let ts = self.types.entry(type_url.clone()).or_default();
+        let nonce = request.response_nonce;
+        if !nonce.is_empty() && ts.last_nonce.as_deref() != Some(nonce.as_str()) {
+            self.events.push(Event::StaleNonce { type_url, nonce });
+            return Vec::new();
+        }
+        let answers_pending = ts.pending.as_ref().is_some_and(|p| p.nonce == nonce);
+        let names: BTreeSet<String> = request.resource_names.into_iter().collect();
+        ts.requested = true;
+        ts.wildcard =
+            names.contains("*") || (names.is_empty() && snapshot::is_wildcard_type(&type_url));
+        ts.names = names;
+        if answers_pending {
+            match request.error_detail {
+                Some(status) => self.nack(&type_url, status.message),
+                None => self.ack(&type_url, now),
+            }
+        } else {
+            // A first request, or a new request on the last nonce (the node changed its
+            // subscription): always answer, or a cluster can stay warming forever.
+            ts.force_send = true;
+        }
+        self.pump(now)
+    }
+
+    pub fn on_delta_request(
+        &mut self,
+        request: DeltaDiscoveryRequest,
+        now: Instant,
+    ) -> Vec<Response> {
+        self.remember_node(request.node);
+        let type_url = request.type_url;
+        let first = !self.types.get(&type_url).is_some_and(|t| t.requested);
+        let ts = self.types.entry(type_url.clone()).or_default();
+        if first {
+            ts.requested = true;
+            // Legacy wildcard: a first request that names nothing.
+            ts.wildcard = request.resource_names_subscribe.is_empty();
+            ts.force_send = true;
+            if !request.initial_resource_versions.is_empty() {
+                let held: Entries = request
+                    .initial_resource_versions
+                    .into_iter()
+                    .map(|(name, version)| {
+                        (
+                            name,
+                            Entry {
+                                version,
+                                resource: None,
+                            },
+                        )
+                    })
+                    .collect();
+                // Keep what the node already has in the view, so nothing it may still route
+                // to is removed before the route step.
+                let view = self.view.entry(type_url.clone()).or_default();
+                for (name, entry) in &held {
+                    view.entry(name.clone()).or_insert_with(|| entry.clone());
+                }
+                ts.acked = Some(held);
+            }
+        }
+        for name in request.resource_names_subscribe {
+            if name == "*" {
+                ts.wildcard = true;
+            } else {
+                ts.names.insert(name);
+            }
+        }
+        for name in request.resource_names_unsubscribe {
+            if name == "*" {
+                ts.wildcard = false;
+            } else {
+                ts.names.remove(&name);
+                // The node forgets what it unsubscribes from.
+                if let Some(acked) = ts.acked.as_mut()
+                    && !ts.wildcard
+                {
+                    acked.remove(&name);
+                }
+            }
+        }
+        let nonce = request.response_nonce;
+        if !nonce.is_empty() {
+            if ts.pending.as_ref().is_some_and(|p| p.nonce == nonce) {
+                match request.error_detail {
+                    Some(status) => self.nack(&type_url, status.message),
+                    None => self.ack(&type_url, now),
+                }
+            } else {
+                self.events.push(Event::StaleNonce { type_url, nonce });
+            }
+        }
+        self.pump(now)
+    }
+
+    fn remember_node(&mut self, node: Option<Node>) {
+        if self.node.is_none()
+            && let Some(node) = node
+        {
+            self.node = Some(node);
+            self.localize_desired();
+        }
+    }
+
+    /// Applies per-node adjustments (see [`localize`]) to the desired snapshot.
+    fn localize_desired(&mut self) {
+        let Some(source) = self.desired_source.clone() else {
+            return;
+        };
+        self.desired = Some(
+            match self.node.as_ref().and_then(localize::listen_address) {
+                Some(address) => Arc::new(localize::bind_listeners(&source, &address)),
+                None => source,
+            },
+        );
+    }
+
+    fn ack(&mut self, type_url: &str, now: Instant) {
+        let Some(ts) = self.types.get_mut(type_url) else {
+            return;
+        };
+        let Some(pending) = ts.pending.take() else {
+            return;
+        };
+        ts.acked = Some(pending.wanted);
+        ts.acked_version = Some(pending.version.clone());
+        ts.acked_at = Some(now);
+        self.events.push(Event::Acked {
+            type_url: type_url.to_string(),
+            nonce: pending.nonce,
+            version: pending.version,
+        });
+    }
+
+    /// Envoy rejected the last response of this type and keeps what it had. Put the view
+    /// back to that, and plan nothing more until the desired snapshot changes.
+    fn nack(&mut self, type_url: &str, error: String) {
+        let Some(ts) = self.types.get_mut(type_url) else {
+            return;
+        };
+        let Some(pending) = ts.pending.take() else {
+            return;
+        };
+        let held = ts.acked.clone().unwrap_or_default();
+        let view = self.view.entry(type_url.to_string()).or_default();
+        for name in pending.wanted.keys().chain(held.keys()) {
+            match held.get(name) {
+                Some(entry) => view.insert(name.clone(), entry.clone()),
+                None => view.remove(name),
+            };
+        }
+        let info = NackInfo {
+            nonce: pending.nonce.clone(),
+            version: pending.version.clone(),
+            error: error.clone(),
+        };
+        ts.last_nack = Some(info);
+        self.blocked_on = self.desired.as_ref().map(|d| d.version().to_string());
+        self.events.push(Event::Nacked {
+            type_url: type_url.to_string(),
+            nonce: pending.nonce,
+            version: pending.version,
+            error,
+        });
+    }
+
+    /// Plans the next step when the current one is complete, and sends what differs.
+    fn pump(&mut self, _now: Instant) -> Vec<Response> {
+        let mut out = Vec::new();
+        let Some(desired) = self.desired.clone() else {
+            return out;
+        };
+        // Each pass either sends something (and waits for ACKs) or completes a step whose
+        // changes this node does not subscribe to; three steps at most.
+        for _ in 0..4 {
+            let idle = self.types.values().all(|t| t.pending.is_none());
+            let may_plan = self.blocked_on.as_deref() != Some(desired.version())
+                && (idle || self.ordering == Ordering::AllAtOnce);
+            let mut changed = false;
+            if may_plan {
+                self.blocked_on = None;
+                let next = plan(&self.view, &desired, self.ordering);
+                changed = next != self.view;
+                self.view = next;
+            }
+            let sent = self.send_ready(&desired, &mut out);
+            if sent > 0 || !changed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Sends every requested type whose wanted content differs from what the node holds,
+    /// in make-before-break type order. At most one response per type is in flight.
+    fn send_ready(&mut self, desired: &Snapshot, out: &mut Vec<Response>) -> usize {
+        let order: Vec<String> = ALL_TYPES
+            .iter()
+            .map(|t| t.to_string())
+            .chain(
+                self.types
+                    .keys()
+                    .filter(|t| !ALL_TYPES.contains(&t.as_str()))
+                    .cloned(),
+            )
+            .collect();
+        let mut sent = 0;
+        for type_url in order {
+            let Some(ts) = self.types.get(&type_url) else {
+                continue;
+            };
+            if !ts.requested || ts.pending.is_some() {
+                continue;
+            }
+            let wanted = self.wanted(&type_url, ts);
+            if !ts.force_send && ts.acked.as_ref().is_some_and(|a| same_versions(a, &wanted)) {
+                continue;
+            }
+            let response = self.respond(&type_url, wanted, desired);
+            out.push(response);
+            sent += 1;
+        }
+        sent
+    }
+
+    /// The part of the current view this node subscribes to.
+    fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
+        let Some(entries) = self.view.get(type_url) else {
+            return Entries::new();
+        };
+        entries
+            .iter()
+            .filter(|(name, entry)| {
+                ts.subscribes(name)
+                    && (self.protocol == Protocol::Delta || entry.resource.is_some())
+            })
+            .map(|(name, entry)| (name.clone(), entry.clone()))
+            .collect()
+    }
+
+    fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
+        self.next_nonce += 1;
+        let nonce = self.next_nonce.to_string();
+        let version = hash::digest_of_versions(wanted.iter().map(|(n, e)| (n, &e.version)));
+        let Some(ts) = self.types.get_mut(type_url) else {
+            unreachable!("respond is only called for tracked types");
+        };
+        let (response, resources, removed) = match self.protocol {
+            Protocol::Sotw => {
+                let resources: Vec<_> = wanted
+                    .values()
+                    .filter_map(|e| e.resource.as_ref().map(|r| r.body.clone()))
+                    .collect();
+                let count = resources.len();
+                let response = Response::Sotw(DiscoveryResponse {
+                    version_info: version.clone(),
+                    resources,
+                    type_url: type_url.to_string(),
+                    nonce: nonce.clone(),
+                    ..Default::default()
+                });
+                (response, count, 0)
+            }
+            Protocol::Delta => {
+                let held = ts.acked.clone().unwrap_or_default();
+                let resources: Vec<DeltaResource> = wanted
+                    .iter()
+                    .filter(|(name, entry)| {
+                        held.get(*name).map(|h| &h.version) != Some(&entry.version)
+                    })
+                    .filter_map(|(name, entry)| {
+                        entry.resource.as_ref().map(|r| DeltaResource {
+                            name: name.clone(),
+                            version: r.version.clone(),
+                            resource: Some(r.body.clone()),
+                            ..Default::default()
+                        })
+                    })
+                    .collect();
+                let removed: Vec<String> = held
+                    .keys()
+                    .filter(|name| !wanted.contains_key(*name))
+                    .cloned()
+                    .collect();
+                let counts = (resources.len(), removed.len());
+                let response = Response::Delta(DeltaDiscoveryResponse {
+                    system_version_info: desired.version().to_string(),
+                    resources,
+                    type_url: type_url.to_string(),
+                    removed_resources: removed,
+                    nonce: nonce.clone(),
+                    ..Default::default()
+                });
+                (response, counts.0, counts.1)
+            }
+        };
+        ts.force_send = false;
+        ts.last_nonce = Some(nonce.clone());
+        ts.pending = Some(Pending {
+            nonce: nonce.clone(),
+            version: version.clone(),
+            wanted,
+        });
+        self.events.push(Event::Sent {
+            type_url: type_url.to_string(),
+            nonce,
+            version,
+            resources,
+            removed,
+        });
+        response
+    }
+
+    /// True when the node holds exactly the desired snapshot (as far as it subscribes).
+    pub fn is_synced(&self) -> bool {
+        let Some(desired) = self.desired.as_ref() else {
+            return false;
+        };
+        self.view == target_view(desired)
+            && self.types.values().all(|ts| ts.pending.is_none())
+            && self.types.iter().all(|(type_url, ts)| {
+                !ts.requested
+                    || ts
+                        .acked
+                        .as_ref()
+                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
+            })
+    }
+
+    pub fn status(&self) -> SessionStatus {
+        let types = self
+            .types
+            .iter()
+            .filter(|(_, ts)| ts.requested)
+            .map(|(type_url, ts)| {
+                let status = TypeStatus {
+                    subscribed: if ts.wildcard {
+                        "*".to_string()
+                    } else {
+                        ts.names.len().to_string()
+                    },
+                    acked_version: ts.acked_version.clone(),
+                    acked_resources: ts.acked.as_ref().map_or(0, BTreeMap::len),
+                    pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
+                    last_nack: ts.last_nack.clone(),
+                    acked_names: ts
+                        .acked
+                        .as_ref()
+                        .map(|a| {
+                            a.iter()
+                                .map(|(n, e)| (n.clone(), e.version.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                };
+                (short_type(type_url).to_string(), status)
+            })
+            .collect();
+        SessionStatus {
+            protocol: self.protocol,
+            desired_version: self.desired.as_ref().map(|d| d.version().to_string()),
+            synced: self.is_synced(),
+            blocked_by_nack: self.blocked_on.is_some(),
+            types,
+        }
+    }
+}
+
+/// A node's state as the rest of the program sees it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionStatus {
+    pub protocol: Protocol,
+    pub desired_version: Option<String>,
+    pub synced: bool,
+    pub blocked_by_nack: bool,
+    pub types: BTreeMap<String, TypeStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TypeStatus {
+    /// "*" for wildcard, else the number of names subscribed.
+    pub subscribed: String,
+    pub acked_version: Option<String>,
+    pub acked_resources: usize,
+    pub pending_nonce: Option<String>,
+    pub last_nack: Option<NackInfo>,
+    /// Name → version of every resource the node has ACKed.
+    #[serde(skip)]
+    pub acked_names: BTreeMap<String, String>,
+}
+
+fn same_versions(a: &Entries, b: &Entries) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((na, ea), (nb, eb))| na == nb && ea.version == eb.version)
+}
+
+fn target_view(desired: &Snapshot) -> View {
+    desired
+        .types()
+        .map(|(type_url, resources)| {
+            let entries = resources
+                .iter()
+                .map(|(name, r)| (name.clone(), Entry::of(r)))
+                .collect();
+            (type_url.to_string(), entries)
+        })
+        .collect()
+}
+
+/// The next step from `view` towards `desired` (see the module docs).
+fn plan(view: &View, desired: &Snapshot, ordering: Ordering) -> View {
+    let target = target_view(desired);
+    if ordering == Ordering::AllAtOnce {
+        return target;
+    }
+    let empty = Entries::new();
+    let current = |type_url: &str| view.get(type_url).unwrap_or(&empty);
+    let wanted = |type_url: &str| target.get(type_url).unwrap_or(&empty);
+
+    let lacks_referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t)).any(|t| {
+        wanted(t)
+            .iter()
+            .any(|(name, entry)| current(t).get(name).map(|e| &e.version) != Some(&entry.version))
+    });
+    if lacks_referenced {
+        let mut next = view.clone();
+        for t in ALL_TYPES.iter().filter(|t| is_referenced_type(t)) {
+            let entries = next.entry(t.to_string()).or_default();
+            for (name, entry) in wanted(t) {
+                entries.insert(name.clone(), entry.clone());
+            }
+        }
+        return next;
+    }
+    let referrers_differ = ALL_TYPES
+        .iter()
+        .filter(|t| !is_referenced_type(t))
+        .any(|t| !same_versions(current(t), wanted(t)));
+    if referrers_differ {
+        let mut next = view.clone();
+        for t in ALL_TYPES.iter().filter(|t| !is_referenced_type(t)) {
+            next.insert(t.to_string(), wanted(t).clone());
+        }
+        return next;
+    }
+    let all_same = ALL_TYPES
+        .iter()
+        .all(|t| same_versions(current(t), wanted(t)));
+    if all_same { view.clone() } else { target }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE};
+    use envoy_types::pb::google::protobuf::Any;
+    use envoy_types::pb::google::rpc::Status;
+
+    fn res(type_url: &str, name: &str, content: &str) -> Resource {
+        Resource::new(
+            name,
+            Any {
+                type_url: type_url.to_string(),
+                value: format!("{name}:{content}").into_bytes(),
+            },
+        )
+    }
+
+    /// A route to `cluster`, with the cluster and its endpoints.
+    fn switch_to(cluster: &str) -> Arc<Snapshot> {
+        Arc::new(Snapshot::new([
+            res(CLUSTER, cluster, "c"),
+            res(ENDPOINT, cluster, "e"),
+            res(LISTENER, "http", "l"),
+            res(ROUTE, "switchyard", &format!("to {cluster}")),
+        ]))
+    }
+
+    fn names(response: &Response) -> (String, Vec<String>, Vec<String>) {
+        match response {
+            Response::Sotw(r) => (
+                short_type(&r.type_url).to_string(),
+                r.resources
+                    .iter()
+                    .map(|a| String::from_utf8_lossy(&a.value).to_string())
+                    .collect(),
+                vec![],
+            ),
+            Response::Delta(r) => (
+                short_type(&r.type_url).to_string(),
+                r.resources.iter().map(|a| a.name.clone()).collect(),
+                r.removed_resources.clone(),
+            ),
+        }
+    }
+
+    fn nonce(response: &Response) -> String {
+        match response {
+            Response::Sotw(r) => r.nonce.clone(),
+            Response::Delta(r) => r.nonce.clone(),
+        }
+    }
+
+    fn type_of(response: &Response) -> String {
+        match response {
+            Response::Sotw(r) => r.type_url.clone(),
+            Response::Delta(r) => r.type_url.clone(),
+        }
+    }
+
+    fn sotw(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            type_url: type_url.to_string(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            response_nonce: nonce.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn delta(type_url: &str, subscribe: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: type_url.to_string(),
+            resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+            response_nonce: nonce.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// A SotW node that has subscribed to everything and holds `cluster`'s snapshot.
+    fn synced_sotw(cluster: &str, ordering: Ordering) -> (Session, BTreeMap<String, String>) {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Sotw, ordering);
+        let mut nonces = BTreeMap::new();
+        assert!(s.on_sotw_request(sotw(CLUSTER, &[], ""), now).is_empty());
+        assert!(s.on_sotw_request(sotw(LISTENER, &[], ""), now).is_empty());
+        let mut pending = s.set_desired(switch_to(cluster), now);
+        // Act like Envoy: subscribe to what arrives, ACK everything.
+        while let Some(r) = pending.pop() {
+            let t = type_of(&r);
+            let n = nonce(&r);
+            nonces.insert(t.clone(), n.clone());
+            let names: Vec<&str> = match t.as_str() {
+                CLUSTER | LISTENER => vec![],
+                _ => vec![cluster],
+            };
+            let names = if t == ROUTE {
+                vec!["switchyard"]
+            } else {
+                names
+            };
+            pending.extend(s.on_sotw_request(sotw(&t, &names, &n), now));
+            if t == CLUSTER {
+                pending.extend(s.on_sotw_request(sotw(ENDPOINT, &[cluster], ""), now));
+            }
+            if t == LISTENER && !nonces.contains_key(ROUTE) {
+                pending.extend(s.on_sotw_request(sotw(ROUTE, &["switchyard"], ""), now));
+            }
+        }
+        assert!(s.is_synced(), "{:#?}", s.status());
+        (s, nonces)
+    }
+
+    #[test]
+    fn nothing_is_answered_before_the_gate_opens() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        assert!(s.on_sotw_request(sotw(CLUSTER, &[], ""), now).is_empty());
+        assert!(s.on_sotw_request(sotw(LISTENER, &[], ""), now).is_empty());
+        let out = s.set_desired(switch_to("a"), now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        // Clusters first; the (empty) listener answer only ends Envoy's initial fetch.
+        assert_eq!(kinds, ["Cluster", "Listener"]);
+        assert!(names(&out[1]).1.is_empty());
+    }
+
+    #[test]
+    fn sotw_switch_is_make_before_break() {
+        let now = Instant::now();
+        let (mut s, nonces) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(out.len(), 1, "only CDS first: {out:?}");
+        assert_eq!(
+            names(&out[0]).1,
+            ["a:c", "b:c"],
+            "make: old and new clusters"
+        );
+        let cds = nonce(&out[0]);
+        // Envoy subscribes to b's endpoints (previous EDS nonce) before ACKing CDS.
+        let out = s.on_sotw_request(sotw(ENDPOINT, &["a", "b"], &nonces[ENDPOINT]), now);
+        assert_eq!(names(&out[0]).1, ["a:e", "b:e"]);
+        let eds = nonce(&out[0]);
+        assert!(
+            s.on_sotw_request(sotw(CLUSTER, &[], &cds), now).is_empty(),
+            "EDS not ACKed yet"
+        );
+        let out = s.on_sotw_request(sotw(ENDPOINT, &["a", "b"], &eds), now);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            names(&out[0]),
+            (
+                "RouteConfiguration".into(),
+                vec!["switchyard:to b".into()],
+                vec![]
+            )
+        );
+        let rds = nonce(&out[0]);
+        let out = s.on_sotw_request(sotw(ROUTE, &["switchyard"], &rds), now);
+        assert_eq!(
+            names(&out[0]).1,
+            ["b:c"],
+            "break: old cluster leaves after the route ACK"
+        );
+        assert_eq!(names(&out[1]).1, ["b:e"]);
+        let (cds, eds) = (nonce(&out[0]), nonce(&out[1]));
+        assert!(s.on_sotw_request(sotw(CLUSTER, &[], &cds), now).is_empty());
+        assert!(
+            s.on_sotw_request(sotw(ENDPOINT, &["b"], &eds), now)
+                .is_empty()
+        );
+        assert!(s.is_synced());
+    }
+
+    #[test]
+    fn a_newer_snapshot_mid_step_waits_for_acks_and_keeps_every_cluster() {
+        let now = Instant::now();
+        let (mut s, nonces) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(switch_to("b"), now);
+        let cds = nonce(&out[0]);
+        // c arrives before b's step completed: nothing is sent until the ACK.
+        assert!(s.set_desired(switch_to("c"), now).is_empty());
+        let out = s.on_sotw_request(sotw(ENDPOINT, &["a", "b"], &nonces[ENDPOINT]), now);
+        let eds = nonce(&out[0]);
+        let out = s.on_sotw_request(sotw(ENDPOINT, &["a", "b"], &eds), now);
+        assert!(out.is_empty(), "CDS still pending");
+        let out = s.on_sotw_request(sotw(CLUSTER, &[], &cds), now);
+        assert_eq!(
+            names(&out[0]).1,
+            ["a:c", "b:c", "c:c"],
+            "a stays: live routes use it"
+        );
+    }
+
+    #[test]
+    fn nack_keeps_last_good_config_and_stops_the_sequence() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(switch_to("b"), now);
+        let cds = nonce(&out[0]);
+        let mut nack = sotw(CLUSTER, &[], &cds);
+        nack.error_detail = Some(Status {
+            code: 3,
+            message: "bad cluster b".into(),
+            details: vec![],
+        });
+        let out = s.on_sotw_request(nack, now);
+        assert!(
+            out.is_empty(),
+            "no route step, no retry of the same content: {out:?}"
+        );
+        let status = s.status();
+        assert!(status.blocked_by_nack);
+        assert_eq!(
+            status.types["Cluster"]
+                .last_nack
+                .as_ref()
+                .map(|n| n.error.as_str()),
+            Some("bad cluster b")
+        );
+        assert_eq!(status.types["RouteConfiguration"].acked_names.len(), 1);
+        // A fixed snapshot moves on.
+        let out = s.set_desired(switch_to("c"), now);
+        assert_eq!(names(&out[0]).1, ["a:c", "c:c"]);
+    }
+
+    #[test]
+    fn stale_nonces_are_ignored() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(out.len(), 1);
+        let out = s.on_sotw_request(sotw(CLUSTER, &[], "999"), now);
+        assert!(out.is_empty());
+        assert!(matches!(
+            s.take_events().last(),
+            Some(Event::StaleNonce { .. })
+        ));
+    }
+
+    #[test]
+    fn sotw_rerequest_on_last_nonce_is_answered_even_if_unchanged() {
+        let now = Instant::now();
+        let (mut s, nonces) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.on_sotw_request(sotw(ENDPOINT, &["a"], &nonces[ENDPOINT]), now);
+        assert_eq!(names(&out[0]).1, ["a:e"]);
+    }
+
+    #[test]
+    fn all_at_once_pushes_routes_before_clusters_are_acked() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::AllAtOnce);
+        let out = s.set_desired(switch_to("b"), now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(
+            kinds,
+            ["Cluster", "ClusterLoadAssignment", "RouteConfiguration"]
+        );
+        assert_eq!(names(&out[0]).1, ["b:c"], "old cluster removed at once");
+    }
+
+    #[test]
+    fn delta_sends_changes_and_removals_in_order() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(LISTENER, &[], ""), now);
+        let out = s.set_desired(switch_to("a"), now);
+        let cds = nonce(&out[0]);
+        let lds = nonce(&out[1]);
+        let out = s.on_delta_request(delta(ENDPOINT, &["a"], ""), now);
+        let eds = nonce(&out[0]);
+        s.on_delta_request(delta(CLUSTER, &[], &cds), now);
+        s.on_delta_request(delta(LISTENER, &[], &lds), now);
+        let out = s.on_delta_request(delta(ENDPOINT, &[], &eds), now);
+        assert_eq!(names(&out[0]).0, "Listener");
+        let lds = nonce(&out[0]);
+        let out = s.on_delta_request(delta(ROUTE, &["switchyard"], ""), now);
+        let rds = nonce(&out[0]);
+        s.on_delta_request(delta(LISTENER, &[], &lds), now);
+        assert!(s.on_delta_request(delta(ROUTE, &[], &rds), now).is_empty());
+        assert!(s.is_synced(), "{:#?}", s.status());
+
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(
+            names(&out[0]),
+            ("Cluster".into(), vec!["b".into()], vec![]),
+            "only the new one"
+        );
+        let cds = nonce(&out[0]);
+        let mut sub = delta(ENDPOINT, &["b"], "");
+        sub.resource_names_subscribe = vec!["b".into()];
+        let out = s.on_delta_request(sub, now);
+        let eds = nonce(&out[0]);
+        s.on_delta_request(delta(CLUSTER, &[], &cds), now);
+        let out = s.on_delta_request(delta(ENDPOINT, &[], &eds), now);
+        assert_eq!(names(&out[0]).0, "RouteConfiguration");
+        let rds = nonce(&out[0]);
+        let out = s.on_delta_request(delta(ROUTE, &[], &rds), now);
+        assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec!["a".into()]));
+    }
+
+    #[test]
+    fn delta_reconnect_keeps_what_the_node_has_until_routes_move() {
+        let now = Instant::now();
+        let a = switch_to("a");
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut req = delta(CLUSTER, &[], "");
+        req.initial_resource_versions = [(
+            "a".to_string(),
+            a.resources(CLUSTER).unwrap()["a"].version.clone(),
+        )]
+        .into();
+        s.on_delta_request(req, now);
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(
+            names(&out[0]),
+            ("Cluster".into(), vec!["b".into()], vec![]),
+            "a is not removed yet"
+        );
+
+        // Unchanged resources are not sent again.
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut req = delta(CLUSTER, &[], "");
+        req.initial_resource_versions = [(
+            "a".to_string(),
+            a.resources(CLUSTER).unwrap()["a"].version.clone(),
+        )]
+        .into();
+        s.on_delta_request(req, now);
+        let out = s.set_desired(a, now);
+        assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec![]));
+    }
+}

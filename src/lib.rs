@@ -2,6 +2,7 @@
 //! without dropping a request. See DESIGN.md for the data flow this crate follows.
 
 pub mod hash;
+pub mod metrics;
 pub mod model;
 pub mod translate;
 pub mod xds;

@@ -1,8 +1,16 @@
 //! The ADS server: serves snapshots to Envoy over state-of-the-world and delta xDS,
 //! moving each Envoy from one snapshot to the next in make-before-break order.
+//! It knows nothing of Kubernetes or of the CRDs.
 
+pub mod desired;
+pub mod localize;
+pub mod nodes;
+pub mod server;
+pub mod session;
 pub mod snapshot;
 
+pub use desired::Desired;
+pub use nodes::{NodeReport, Nodes};
+pub use server::AdsServer;
+pub use session::{Ordering, Protocol};
 pub use snapshot::{Resource, Snapshot};
-pub mod localize;
-pub mod session;

@@ -1,0 +1,88 @@
+//! Prometheus metrics. One registry, handed to the parts that record into it.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabel {
+    pub r#type: String,
+}
+
+impl TypeLabel {
+    pub fn of(type_url: &str) -> Self {
+        Self {
+            r#type: crate::xds::snapshot::short_type(type_url).to_string(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub connected_nodes: Gauge,
+    pub pushes: Family<TypeLabel, Counter>,
+    pub acks: Family<TypeLabel, Counter>,
+    pub nacks: Family<TypeLabel, Counter>,
+    pub push_ack_seconds: Family<TypeLabel, Histogram>,
+    pub snapshot_build_seconds: Histogram,
+    pub snapshot_resources: Family<TypeLabel, Gauge>,
+    pub config_errors: Counter,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            connected_nodes: Gauge::default(),
+            pushes: Family::default(),
+            acks: Family::default(),
+            nacks: Family::default(),
+            push_ack_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            snapshot_build_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
+            snapshot_resources: Family::default(),
+            config_errors: Counter::default(),
+        };
+        let r = registry.sub_registry_with_prefix("switchyard");
+        r.register(
+            "xds_connected_nodes",
+            "Envoy streams connected",
+            metrics.connected_nodes.clone(),
+        );
+        r.register(
+            "xds_pushes",
+            "Responses sent to Envoy",
+            metrics.pushes.clone(),
+        );
+        r.register("xds_acks", "Responses Envoy accepted", metrics.acks.clone());
+        r.register(
+            "xds_nacks",
+            "Responses Envoy rejected",
+            metrics.nacks.clone(),
+        );
+        r.register(
+            "xds_push_ack_seconds",
+            "Time from sending a response to Envoy's ACK or NACK",
+            metrics.push_ack_seconds.clone(),
+        );
+        r.register(
+            "snapshot_build_seconds",
+            "Time to translate the model into a snapshot",
+            metrics.snapshot_build_seconds.clone(),
+        );
+        r.register(
+            "snapshot_resources",
+            "Resources in the desired snapshot",
+            metrics.snapshot_resources.clone(),
+        );
+        r.register(
+            "config_errors",
+            "Configuration loads or translations that reported a problem",
+            metrics.config_errors.clone(),
+        );
+        metrics
+    }
+}

@@ -1,0 +1,69 @@
+//! Every connected Envoy and what it has acknowledged, for the rest of the program
+//! (status, prober, `/debug/nodes`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::session::SessionStatus;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeReport {
+    pub stream: u64,
+    pub node_id: String,
+    pub cluster: String,
+    pub peer: String,
+    #[serde(with = "unix_seconds")]
+    pub connected_at: SystemTime,
+    pub status: SessionStatus,
+}
+
+#[derive(Clone, Default)]
+pub struct Nodes {
+    inner: Arc<RwLock<BTreeMap<u64, NodeReport>>>,
+    /// Bumped on every change, so callers can wait for progress instead of polling.
+    changes: Arc<watch::Sender<u64>>,
+}
+
+impl Nodes {
+    pub fn update(&self, report: NodeReport) {
+        self.write().insert(report.stream, report);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    pub fn remove(&self, stream: u64) {
+        self.write().remove(&stream);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    pub fn list(&self) -> Vec<NodeReport> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, NodeReport>> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+mod unix_seconds {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        let secs = t
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        s.serialize_f64(secs)
+    }
+}

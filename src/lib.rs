@@ -1,8 +1,11 @@
 //! Switchyard: shifts HTTP traffic between backends through a fleet of Envoy proxies
 //! without dropping a request. See DESIGN.md for the data flow this crate follows.
 
+pub mod admin;
+pub mod bootstrap;
 pub mod hash;
 pub mod metrics;
 pub mod model;
+pub mod standalone;
 pub mod translate;
 pub mod xds;

@@ -1,1 +1,167 @@
-fn main() {}
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use prometheus_client::registry::Registry;
+use tracing::info;
+use tracing_subscriber::EnvFilter;
+
+use switchyard::admin::Admin;
+use switchyard::metrics::Metrics;
+use switchyard::standalone;
+use switchyard::xds::{AdsServer, Desired, Nodes, Ordering};
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Shifts HTTP traffic between backends through Envoy without dropping a request"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve routes and endpoints from YAML files in a directory, without Kubernetes.
+    Standalone(StandaloneArgs),
+}
+
+#[derive(clap::Args)]
+struct StandaloneArgs {
+    /// Directory of *.yaml files (see README, "Standalone mode").
+    #[arg(long, env = "SWITCHYARD_CONFIG")]
+    config: PathBuf,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// How often the directory is checked for changes.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    poll_interval: Duration,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Where Envoys connect for ADS (gRPC, SotW and delta).
+    #[arg(
+        long,
+        env = "SWITCHYARD_XDS_ADDRESS",
+        default_value = "127.0.0.1:18000"
+    )]
+    xds_address: SocketAddr,
+    /// /healthz, /readyz, /metrics, /debug/nodes.
+    #[arg(
+        long,
+        env = "SWITCHYARD_ADMIN_ADDRESS",
+        default_value = "127.0.0.1:9000"
+    )]
+    admin_address: SocketAddr,
+    /// Secret that probe requests must carry. Every replica must use the same one.
+    #[arg(long, env = "SWITCHYARD_PROBE_TOKEN", default_value = "")]
+    probe_token: String,
+    /// DIAGNOSTIC ONLY: push every change to Envoy at once, without make-before-break
+    /// ordering. Drops requests during switches; exists to show that the ordering matters.
+    #[arg(long, hide = true)]
+    unordered_xds: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    standalone::file::duration_text::parse(text)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Standalone(args) => run_standalone(args).await,
+    }
+}
+
+async fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let desired = Arc::new(Desired::new());
+    let nodes = Nodes::default();
+    let probe_token = if args.serve.probe_token.is_empty() {
+        // Standalone runs one replica: a token of its own is enough.
+        switchyard::hash::digest(
+            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+        )
+    } else {
+        args.serve.probe_token.clone()
+    };
+    let watcher = standalone::Watcher {
+        dir: args.config.clone(),
+        probe_token,
+        poll_interval: args.poll_interval,
+        desired: desired.clone(),
+        metrics: metrics.clone(),
+    };
+    tokio::spawn(watcher.run());
+    serve(args.serve, desired, nodes, metrics, registry).await
+}
+
+/// Runs the ADS server and the admin port until one fails or a signal arrives.
+async fn serve(
+    args: ServeArgs,
+    desired: Arc<Desired>,
+    nodes: Nodes,
+    metrics: Metrics,
+    registry: Registry,
+) -> anyhow::Result<()> {
+    let ordering = if args.unordered_xds {
+        Ordering::AllAtOnce
+    } else {
+        Ordering::MakeBeforeBreak
+    };
+    let ads = AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
+    let admin = Admin {
+        desired,
+        nodes,
+        registry: Arc::new(registry),
+    };
+    info!(xds = %args.xds_address, admin = %args.admin_address, "starting");
+    let xds = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_service(ads.into_service())
+        .serve(args.xds_address);
+    tokio::select! {
+        result = xds => result.with_context(|| format!("xDS server on {}", args.xds_address)),
+        result = admin.serve(args.admin_address) => result,
+        _ = shutdown_signal() => {
+            info!("shutting down");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

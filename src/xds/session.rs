@@ -559,7 +559,10 @@ impl Session {
             .collect();
         SessionStatus {
             protocol: self.protocol,
-            desired_version: self.desired.as_ref().map(|d| d.version().to_string()),
+            desired_version: self
+                .desired_source
+                .as_ref()
+                .map(|d| d.version().to_string()),
             synced: self.is_synced(),
             blocked_by_nack: self.blocked_on.is_some(),
             types,
@@ -571,6 +574,8 @@ impl Session {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SessionStatus {
     pub protocol: Protocol,
+    /// Version of the desired snapshot this node is moving to, as published (before the
+    /// per-node adjustments of [`localize`]).
     pub desired_version: Option<String>,
     pub synced: bool,
     pub blocked_by_nack: bool,

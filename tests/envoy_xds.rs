@@ -1,13 +1,11 @@
 //! The xDS server against real Envoy (SotW and delta), all on 127.0.0.x.
 
-mod support;
-
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use support::{Backend, Envoy, InProcessServer, Switchyard, free_port, write_route};
 use switchyard::xds::Protocol;
+use switchyard_e2e::{Backend, Envoy, InProcessServer, Switchyard, free_port, write_route};
 
 struct Rig {
     _dir: tempfile::TempDir,

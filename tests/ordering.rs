@@ -5,17 +5,19 @@
 //! once, like a naive control plane) the same test must see failures: proof that it
 //! can see what it guards against.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Backend, Envoy, Load, Switchyard, free_port, write_route};
 use switchyard::xds::Protocol;
+use switchyard_e2e::{Backend, Envoy, Load, Switchyard, free_port, write_route};
 
 const SWITCHES: usize = 12;
 const RATE: u32 = 300;
 
-async fn repoint_under_load(protocol: Protocol, ordered: bool, ip: &str) -> support::LoadReport {
+async fn repoint_under_load(
+    protocol: Protocol,
+    ordered: bool,
+    ip: &str,
+) -> switchyard_e2e::LoadReport {
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().to_path_buf();
     let config = work.join("config");

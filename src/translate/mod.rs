@@ -1,1 +1,361 @@
 //! Pure, deterministic translation of the routing model into Envoy xDS resources.
+//!
+//! [`translate`] turns a [`model::Config`] into a [`xds::Snapshot`]: three listeners that share
+//! one route configuration ("switchyard"), an EDS cluster and a ClusterLoadAssignment for
+//! every cluster that a surviving route or probe references, and the TLS secrets that
+//! surviving virtual hosts use. The route configuration also holds one virtual host per
+//! version probe and a catch-all that answers 404 for every other probe host.
+//!
+//! Bad input is contained (I8): a virtual host that Envoy would reject, or that refers to
+//! something missing, is left out and reported as a [`Problem`]; every other virtual host is
+//! unaffected. The output depends only on the content of the configuration, never on the
+//! order of its lists (I6); only the order of routes inside a virtual host (match order) is
+//! kept as given.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use envoy_types::pb::google::protobuf::Any;
+
+use crate::model;
+use crate::xds;
+
+mod check;
+mod cluster;
+mod endpoint;
+mod listener;
+mod probe;
+mod proto;
+pub mod render;
+mod route;
+mod secret;
+mod validate;
+
+pub use check::check_consistency;
+
+/// The name of the one route configuration that every listener uses.
+pub const ROUTE_CONFIG_NAME: &str = "switchyard";
+/// Listener names.
+pub const HTTP_LISTENER: &str = "http";
+pub const HTTPS_LISTENER: &str = "https";
+pub const PROBE_LISTENER: &str = "probe";
+/// Headers of an endpoint probe request (see DESIGN.md, "Cluster readiness").
+pub const PROBE_ID_HEADER: &str = "x-switchyard-probe";
+pub const PROBE_TOKEN_HEADER: &str = "x-switchyard-probe-token";
+/// Response header of a version probe.
+pub const VERSION_HEADER: &str = "x-switchyard-version";
+/// Prefix of the names of the virtual hosts that answer version probes.
+pub const VERSION_PROBE_VHOST_PREFIX: &str = "switchyard-probe/";
+/// The virtual host that answers 404 for every probe host not (yet) installed.
+pub const PROBE_CATCH_ALL_VHOST: &str = "switchyard-probe";
+/// Every probe host name ends with this (see [`model::version_probe_host`]). User hosts in
+/// `switchyard.invalid` are refused, and [`PROBE_CATCH_ALL_VHOST`] answers 404 for the
+/// whole `*.probe.switchyard.invalid` wildcard, so a probe request never reaches a user's
+/// backend (not even a user's `*` virtual host): "404" always means "not installed here".
+pub const PROBE_DOMAIN_SUFFIX: &str = ".probe.switchyard.invalid";
+/// The Host that endpoint-probe requests should carry: a probe that is not installed on an
+/// Envoy then falls through the health-check filters to the catch-all 404.
+pub const ENDPOINT_PROBE_HOST: &str = "endpoints.probe.switchyard.invalid";
+
+/// The result of a translation: what to serve, and what was left out and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Translation {
+    pub snapshot: xds::Snapshot,
+    /// Sorted; empty when the whole configuration was served.
+    pub problems: Vec<Problem>,
+}
+
+/// Something in the input that was left out of the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// The virtual host left out (its name), or for other inputs `kind/name`:
+    /// `probe/<id>`, `version-probe/<id>`, `cluster/<name>`, `secret/<name>`, `listeners`.
+    pub virtual_host: String,
+    pub message: String,
+}
+
+impl Problem {
+    fn new(virtual_host: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            virtual_host: virtual_host.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.virtual_host, self.message)
+    }
+}
+
+/// The inputs that routes and probes may refer to, indexed by name, with the reasons why
+/// some of them cannot be used.
+struct Inputs<'a> {
+    clusters: BTreeMap<&'a str, &'a model::Cluster>,
+    /// Clusters that exist but that Envoy would reject, with the reason.
+    invalid_clusters: BTreeMap<&'a str, String>,
+    secrets: BTreeMap<&'a str, &'a model::TlsSecret>,
+}
+
+impl Inputs<'_> {
+    /// Why a reference to this cluster cannot be served, if it cannot.
+    fn cluster_error(&self, name: &str) -> Option<String> {
+        if let Some(reason) = self.invalid_clusters.get(name) {
+            Some(format!("cluster {name:?} is invalid: {reason}"))
+        } else if !self.clusters.contains_key(name) {
+            Some(format!("cluster {name:?} is not defined"))
+        } else {
+            None
+        }
+    }
+}
+
+/// Translates the routing model into the xDS resources every Envoy should serve.
+pub fn translate(config: &model::Config) -> Translation {
+    let mut problems = Vec::new();
+
+    let clusters = unique_by_name(
+        &config.clusters,
+        |c| c.name.as_str(),
+        "cluster",
+        cluster_content,
+        &mut problems,
+    );
+    let invalid_clusters = clusters
+        .iter()
+        .filter_map(|(name, c)| cluster::validate(c).err().map(|e| (*name, e)))
+        .collect();
+    let secrets = unique_by_name(
+        &config.secrets,
+        |s| s.name.as_str(),
+        "secret",
+        secret_content,
+        &mut problems,
+    );
+    let inputs = Inputs {
+        clusters,
+        invalid_clusters,
+        secrets,
+    };
+
+    let token = config.listeners.probe_token.as_str();
+    let token_ok = match validate::header_value(token) {
+        Ok(()) => true,
+        Err(e) => {
+            problems.push(Problem::new(
+                "listeners",
+                format!("probe token is not a valid header value ({e}); no probe is served"),
+            ));
+            false
+        }
+    };
+
+    // Version probes first: their names and domains are reserved before any user's.
+    let version_probes = if token_ok {
+        probe::select_version_probes(&config.version_probes, &mut problems)
+    } else {
+        Vec::new()
+    };
+    let mut claimed = Claims::default();
+    let catch_all = probe::catch_all_virtual_host();
+    claimed.claim(&catch_all.name, &catch_all.domains);
+    let mut virtual_hosts = vec![catch_all];
+    for vp in &version_probes {
+        let vhost = probe::version_probe_virtual_host(vp, token);
+        claimed.claim(&vhost.name, &vhost.domains);
+        virtual_hosts.push(vhost);
+    }
+
+    // User virtual hosts, in name order: the first one to claim a host keeps it.
+    let user_vhosts = unique_by_name(
+        &config.virtual_hosts,
+        |v| v.name.as_str(),
+        "virtual host",
+        serde_content,
+        &mut problems,
+    );
+    let mut served = Vec::new();
+    for vh in user_vhosts.values() {
+        let mut errors = route::validate_virtual_host(vh, &inputs);
+        let hosts = route::normalized_hosts(vh);
+        if errors.is_empty() {
+            errors = claimed.conflicts(&vh.name, &hosts);
+        }
+        if errors.is_empty() {
+            claimed.claim(&vh.name, &hosts);
+            virtual_hosts.push(route::virtual_host(vh, &hosts));
+            served.push((*vh, hosts));
+        } else {
+            problems.extend(errors.into_iter().map(|e| Problem::new(&vh.name, e)));
+        }
+    }
+    virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let endpoint_probes = if token_ok {
+        probe::select_endpoint_probes(&config.endpoint_probes, &inputs, &mut problems)
+    } else {
+        Vec::new()
+    };
+
+    // Only clusters that a served route or probe references reach CDS.
+    let mut referenced: BTreeSet<&str> = BTreeSet::new();
+    for (vh, _) in &served {
+        referenced.extend(route::referenced_clusters(vh));
+    }
+    for p in &endpoint_probes {
+        referenced.extend(p.clusters.keys().map(String::as_str));
+    }
+
+    let mut resources = Vec::new();
+    for name in &referenced {
+        let Some(c) = inputs.clusters.get(name) else {
+            continue; // unreachable: references were validated
+        };
+        resources.push(resource(*name, cluster::pack(cluster::cluster(c))));
+        let (cla, endpoint_problems) = endpoint::load_assignment(c);
+        problems.extend(
+            endpoint_problems
+                .into_iter()
+                .map(|e| Problem::new(format!("cluster/{name}"), e)),
+        );
+        resources.push(resource(*name, proto::pack(&cla)));
+    }
+
+    let mut tls_hosts = Vec::new();
+    let mut used_secrets = BTreeSet::new();
+    for (vh, hosts) in &served {
+        if let Some(tls) = &vh.tls {
+            tls_hosts.push(listener::TlsHost {
+                virtual_host: &vh.name,
+                hosts,
+                secret: &tls.secret,
+            });
+            used_secrets.insert(tls.secret.as_str());
+        }
+    }
+    for name in used_secrets {
+        if let Some(s) = inputs.secrets.get(name) {
+            resources.push(resource(name, proto::pack(&secret::secret(s))));
+        }
+    }
+
+    for l in listener::listeners(&config.listeners, &tls_hosts, &endpoint_probes) {
+        resources.push(resource(l.name.clone(), proto::pack(&l)));
+    }
+    resources.push(resource(
+        ROUTE_CONFIG_NAME,
+        proto::pack(&route::route_configuration(
+            ROUTE_CONFIG_NAME,
+            virtual_hosts,
+        )),
+    ));
+
+    problems.sort();
+    problems.dedup();
+    Translation {
+        snapshot: xds::Snapshot::new(resources),
+        problems,
+    }
+}
+
+fn resource(name: impl Into<String>, body: Any) -> xds::Resource {
+    xds::Resource::new(name, body)
+}
+
+/// The hosts already served, by lower-case domain, and the virtual host names in use.
+#[derive(Default)]
+struct Claims {
+    domains: BTreeMap<String, String>,
+    names: BTreeSet<String>,
+}
+
+impl Claims {
+    fn conflicts(&self, name: &str, hosts: &[String]) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.names.contains(name) {
+            errors.push(format!(
+                "virtual host name {name:?} is reserved for a probe"
+            ));
+        }
+        for host in hosts {
+            if let Some(owner) = self.domains.get(host) {
+                errors.push(format!(
+                    "host {host:?} is already served by virtual host {owner:?}"
+                ));
+            }
+        }
+        errors
+    }
+
+    fn claim(&mut self, name: &str, hosts: &[String]) {
+        self.names.insert(name.to_owned());
+        for host in hosts {
+            self.domains.insert(host.clone(), name.to_owned());
+        }
+    }
+}
+
+/// Indexes items by name. A name defined more than once with different content is
+/// ambiguous: every definition of it is left out and reported, whatever the input order.
+/// `content` gives the canonical content of an item (two items are the same definition
+/// when their contents are equal).
+fn unique_by_name<'a, T>(
+    items: &'a [T],
+    name: impl Fn(&T) -> &str,
+    kind: &str,
+    content: impl Fn(&T) -> String,
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<&'a str, &'a T> {
+    let mut by_name: BTreeMap<&'a str, BTreeMap<String, &'a T>> = BTreeMap::new();
+    for item in items {
+        by_name
+            .entry(name(item))
+            .or_default()
+            .entry(content(item))
+            .or_insert(item);
+    }
+    let count = |key: &str| items.iter().filter(|i| name(i) == key).count();
+    let mut unique = BTreeMap::new();
+    for (key, defs) in by_name {
+        if defs.len() == 1 {
+            unique.extend(defs.into_values().map(|d| (key, d)));
+        } else {
+            let prefix = match kind {
+                "virtual host" => String::new(),
+                "endpoint probe" => "probe/".to_owned(),
+                "version probe" => "version-probe/".to_owned(),
+                other => format!("{other}/"),
+            };
+            problems.push(Problem::new(
+                format!("{prefix}{key}"),
+                format!(
+                    "{kind} {key:?} is defined {} times with {} different contents; all are left out",
+                    count(key),
+                    defs.len()
+                ),
+            ));
+        }
+    }
+    unique
+}
+
+/// Canonical content: the JSON form (the model's Serialize impls are canonical).
+fn serde_content<T: serde::Serialize>(item: &T) -> String {
+    serde_json::to_string(item).unwrap_or_default()
+}
+
+/// A cluster's endpoints are a set: their order does not make a different definition.
+fn cluster_content(c: &model::Cluster) -> String {
+    let mut c = c.clone();
+    c.endpoints.sort();
+    serde_content(&c)
+}
+
+fn secret_content(s: &model::TlsSecret) -> String {
+    // The key is not serialized; add it so that two different keys count as different.
+    format!("{}{}", serde_content(s), s.private_key)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Clusters: one EDS cluster per Service port, endpoints delivered over ADS.
+
+use envoy_types::pb::envoy::config::cluster::v3::{
+    CircuitBreakers, Cluster, circuit_breakers::Thresholds, cluster::ClusterDiscoveryType,
+    cluster::DiscoveryType, cluster::EdsClusterConfig,
+};
+use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, RoutingPriority};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+    HttpProtocolOptions, http_protocol_options::ExplicitHttpConfig,
+    http_protocol_options::UpstreamProtocolOptions,
+    http_protocol_options::explicit_http_config::ProtocolConfig,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::proto;
+use crate::model;
+
+/// The key of `typed_extension_protocol_options` for upstream HTTP settings.
+pub const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+/// Why Envoy would reject this cluster, if it would.
+pub fn validate(c: &model::Cluster) -> Result<(), String> {
+    if c.name.is_empty() {
+        return Err("cluster name is empty".to_owned());
+    }
+    let timeout = c.settings.connect_timeout;
+    if timeout.is_zero() {
+        return Err("connect timeout must be positive".to_owned());
+    }
+    proto::check_duration("connect timeout", timeout)
+}
+
+pub fn cluster(c: &model::Cluster) -> Cluster {
+    let settings = &c.settings;
+    let mut cluster = Cluster {
+        name: c.name.clone(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(proto::ads()),
+            // Empty: the ClusterLoadAssignment has the cluster's name.
+            service_name: String::new(),
+        }),
+        connect_timeout: Some(proto::duration(settings.connect_timeout)),
+        circuit_breakers: settings
+            .circuit_breakers
+            .as_ref()
+            .map(|cb| CircuitBreakers {
+                thresholds: vec![Thresholds {
+                    priority: RoutingPriority::Default as i32,
+                    max_connections: cb.max_connections.and_then(proto::u32_value),
+                    max_pending_requests: cb.max_pending_requests.and_then(proto::u32_value),
+                    max_requests: cb.max_requests.and_then(proto::u32_value),
+                    max_retries: cb.max_retries.and_then(proto::u32_value),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        ..Default::default()
+    };
+    if settings.http2 {
+        let options = HttpProtocolOptions {
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
+                        Http2ProtocolOptions::default(),
+                    )),
+                },
+            )),
+            ..Default::default()
+        };
+        cluster
+            .typed_extension_protocol_options
+            .insert(HTTP_PROTOCOL_OPTIONS.to_owned(), proto::pack(&options));
+    }
+    cluster
+}
+
+/// Packs a cluster deterministically (it has a map field).
+pub fn pack(cluster: Cluster) -> Any {
+    proto::pack_bytes::<Cluster>(proto::encode_with_sorted_map(cluster, |c| {
+        &mut c.typed_extension_protocol_options
+    }))
+}
+
+/// The name of the ClusterLoadAssignment an EDS cluster asks for.
+pub fn eds_name(cluster: &Cluster) -> &str {
+    match &cluster.eds_cluster_config {
+        Some(eds) if !eds.service_name.is_empty() => &eds.service_name,
+        _ => &cluster.name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+    use prost::{Message, Name};
+
+    use super::*;
+
+    fn model_cluster(settings: model::ClusterSettings) -> model::Cluster {
+        let service = model::ServiceRef {
+            namespace: "ns".into(),
+            name: "web".into(),
+            port: 8080,
+        };
+        model::Cluster {
+            name: model::cluster_name(&service, &settings),
+            service,
+            settings,
+            endpoints: vec![],
+        }
+    }
+
+    #[test]
+    fn eds_over_ads() {
+        let c = cluster(&model_cluster(Default::default()));
+        assert_eq!(c.name, "ns/web/8080");
+        assert_eq!(
+            c.cluster_discovery_type,
+            Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+        );
+        let eds = c.eds_cluster_config.as_ref().unwrap();
+        assert!(matches!(
+            eds.eds_config.as_ref().unwrap().config_source_specifier,
+            Some(ConfigSourceSpecifier::Ads(_))
+        ));
+        assert_eq!(eds_name(&c), "ns/web/8080");
+        assert_eq!(c.connect_timeout.unwrap().seconds, 2);
+        assert!(c.typed_extension_protocol_options.is_empty());
+        assert!(c.circuit_breakers.is_none());
+    }
+
+    #[test]
+    fn http2_and_circuit_breakers() {
+        let c = cluster(&model_cluster(model::ClusterSettings {
+            connect_timeout: Duration::from_millis(250),
+            http2: true,
+            circuit_breakers: Some(model::CircuitBreakers {
+                max_connections: Some(10),
+                max_pending_requests: None,
+                max_requests: Some(100),
+                max_retries: Some(0),
+            }),
+        }));
+        assert_eq!(c.connect_timeout.unwrap().nanos, 250_000_000);
+        let any = &c.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS];
+        assert_eq!(any.type_url, HttpProtocolOptions::type_url());
+        let options = HttpProtocolOptions::decode(any.value.as_slice()).unwrap();
+        assert!(matches!(
+            options.upstream_protocol_options,
+            Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_))
+                }
+            ))
+        ));
+        let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
+        assert_eq!(t.priority, RoutingPriority::Default as i32);
+        assert_eq!(t.max_connections.unwrap().value, 10);
+        assert!(t.max_pending_requests.is_none());
+        assert_eq!(t.max_retries.unwrap().value, 0);
+
+        let packed = pack(c.clone());
+        assert_eq!(Cluster::decode(packed.value.as_slice()).unwrap(), c);
+    }
+
+    #[test]
+    fn invalid_connect_timeouts() {
+        let mut c = model_cluster(Default::default());
+        assert!(validate(&c).is_ok());
+        c.settings.connect_timeout = Duration::ZERO;
+        assert_eq!(
+            validate(&c).unwrap_err(),
+            "connect timeout must be positive"
+        );
+        c.settings.connect_timeout = Duration::from_secs(u64::MAX);
+        assert!(validate(&c).is_err());
+    }
+}

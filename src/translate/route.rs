@@ -1,0 +1,538 @@
+//! The one RouteConfiguration, "switchyard": every served virtual host, user and probe.
+
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
+use envoy_types::pb::envoy::config::route::v3::{
+    self as envoy_route, HeaderMatcher, RedirectAction, RetryPolicy, RouteAction,
+    RouteConfiguration, RouteMatch, WeightedCluster, header_matcher::HeaderMatchSpecifier,
+    redirect_action, route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
+    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    RegexMatcher, StringMatcher, string_matcher::MatchPattern,
+};
+
+use super::{Inputs, proto, validate};
+use crate::model;
+
+/// The domains of a virtual host as served: lower-cased (Envoy matches hosts
+/// case-insensitively and rejects duplicates after lower-casing), sorted, deduplicated.
+pub fn normalized_hosts(vh: &model::VirtualHost) -> Vec<String> {
+    let mut hosts: Vec<String> = vh.hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// Every reason why this virtual host cannot be served (empty when it can), apart from
+/// conflicts with other virtual hosts.
+pub fn validate_virtual_host(vh: &model::VirtualHost, inputs: &Inputs<'_>) -> Vec<String> {
+    let mut errors = Vec::new();
+    if vh.name.is_empty() {
+        errors.push("virtual host name is empty".to_owned());
+    }
+    if vh.hosts.is_empty() {
+        errors.push("virtual host has no hosts".to_owned());
+    }
+    for host in normalized_hosts(vh) {
+        if let Err(e) = validate::host(&host, vh.tls.is_some()) {
+            errors.push(e);
+        }
+    }
+    if let Some(tls) = &vh.tls {
+        match inputs.secrets.get(tls.secret.as_str()) {
+            None => errors.push(format!("TLS secret {:?} is not defined", tls.secret)),
+            Some(secret) => {
+                if let Err(e) = super::secret::validate(secret) {
+                    errors.push(format!("TLS secret {:?} is invalid: {e}", tls.secret));
+                }
+            }
+        }
+    }
+    for (i, route) in vh.routes.iter().enumerate() {
+        let label = if route.name.is_empty() {
+            format!("route #{}", i + 1)
+        } else {
+            format!("route {:?}", route.name)
+        };
+        errors.extend(
+            validate_route(route, inputs)
+                .into_iter()
+                .map(|e| format!("{label}: {e}")),
+        );
+    }
+    errors
+}
+
+fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let model::PathMatch::Regex(pattern) = &route.path
+        && let Err(e) = validate::regex(pattern)
+    {
+        errors.push(format!("path {e}"));
+    }
+    for h in &route.headers {
+        if let Err(e) = validate::header_name(&h.name) {
+            errors.push(format!("header match: {e}"));
+        }
+        let value = match &h.value {
+            model::HeaderValueMatch::Exact(v) => validate::header_value(v),
+            model::HeaderValueMatch::Prefix(v) if v.is_empty() => {
+                Err("prefix is empty (match on presence instead)".to_owned())
+            }
+            model::HeaderValueMatch::Prefix(v) => validate::header_value(v),
+            model::HeaderValueMatch::Regex(pattern) => validate::regex(pattern),
+            model::HeaderValueMatch::Present => Ok(()),
+        };
+        if let Err(e) = value {
+            errors.push(format!("header match on {:?}: {e}", h.name));
+        }
+    }
+    for (edits, direction) in [
+        (&route.request_headers, "request"),
+        (&route.response_headers, "response"),
+    ] {
+        let names = edits
+            .set
+            .iter()
+            .chain(&edits.add)
+            .map(|(n, _)| n)
+            .chain(&edits.remove);
+        for name in names {
+            if let Err(e) = validate::modifiable_header(name) {
+                errors.push(format!("{direction} header edit: {e}"));
+            }
+        }
+        for (name, value) in edits.set.iter().chain(&edits.add) {
+            if let Err(e) = validate::header_value(value) {
+                errors.push(format!("{direction} header edit of {name:?}: value {e}"));
+            }
+        }
+    }
+    if let model::RouteAction::Forward(forward) = &route.action {
+        if forward.backends.is_empty() {
+            errors.push("forward action has no backends".to_owned());
+        } else {
+            let total: u64 = forward.backends.iter().map(|b| u64::from(b.weight)).sum();
+            if total == 0 {
+                errors.push("backend weights sum to 0".to_owned());
+            } else if total > u64::from(u32::MAX) {
+                errors.push(format!(
+                    "backend weights sum to {total}, more than {}",
+                    u32::MAX
+                ));
+            }
+        }
+        for backend in &forward.backends {
+            if let Some(e) = inputs.cluster_error(&backend.cluster) {
+                errors.push(e);
+            }
+        }
+        let mut durations = vec![
+            ("timeout", forward.timeout),
+            ("idle timeout", forward.idle_timeout),
+        ];
+        if let Some(retry) = &forward.retry {
+            durations.push(("per-try timeout", retry.per_try_timeout));
+            for condition in &retry.retry_on {
+                if condition.is_empty() || condition.contains(',') {
+                    errors.push(format!("retry condition {condition:?} is invalid"));
+                }
+            }
+        }
+        for (what, d) in durations {
+            if let Some(Err(e)) = d.map(|d| proto::check_duration(what, d)) {
+                errors.push(e);
+            }
+        }
+        if let Some(rewrite) = &forward.prefix_rewrite
+            && let Err(e) = validate::header_value(rewrite)
+        {
+            errors.push(format!("prefix rewrite {e}"));
+        }
+    }
+    errors
+}
+
+/// The clusters a (valid) virtual host routes to.
+pub fn referenced_clusters(vh: &model::VirtualHost) -> impl Iterator<Item = &str> {
+    vh.routes.iter().flat_map(|r| match &r.action {
+        model::RouteAction::Forward(f) => f.backends.iter().map(|b| b.cluster.as_str()).collect(),
+        model::RouteAction::RedirectHttps => Vec::new(),
+    })
+}
+
+/// A validated virtual host, with its normalized hosts.
+pub fn virtual_host(vh: &model::VirtualHost, hosts: &[String]) -> envoy_route::VirtualHost {
+    let redirect = vh.tls.as_ref().is_some_and(|t| t.redirect_http);
+    envoy_route::VirtualHost {
+        name: vh.name.clone(),
+        domains: hosts.to_vec(),
+        routes: vh.routes.iter().map(route).collect(),
+        require_tls: if redirect {
+            TlsRequirementType::All
+        } else {
+            TlsRequirementType::None
+        } as i32,
+        ..Default::default()
+    }
+}
+
+fn route(r: &model::Route) -> envoy_route::Route {
+    let path_specifier = match &r.path {
+        model::PathMatch::Prefix(p) => PathSpecifier::Prefix(p.clone()),
+        model::PathMatch::Exact(p) => PathSpecifier::Path(p.clone()),
+        model::PathMatch::Regex(p) => PathSpecifier::SafeRegex(regex_matcher(p)),
+    };
+    let action = match &r.action {
+        model::RouteAction::Forward(f) => Action::Route(route_action(f)),
+        model::RouteAction::RedirectHttps => Action::Redirect(RedirectAction {
+            scheme_rewrite_specifier: Some(redirect_action::SchemeRewriteSpecifier::HttpsRedirect(
+                true,
+            )),
+            ..Default::default()
+        }),
+    };
+    envoy_route::Route {
+        name: r.name.clone(),
+        r#match: Some(RouteMatch {
+            headers: r.headers.iter().map(header_matcher).collect(),
+            path_specifier: Some(path_specifier),
+            ..Default::default()
+        }),
+        request_headers_to_add: headers_to_add(&r.request_headers),
+        request_headers_to_remove: r.request_headers.remove.clone(),
+        response_headers_to_add: headers_to_add(&r.response_headers),
+        response_headers_to_remove: r.response_headers.remove.clone(),
+        action: Some(action),
+        ..Default::default()
+    }
+}
+
+fn regex_matcher(pattern: &str) -> RegexMatcher {
+    // No engine_type: Envoy's default engine is RE2.
+    RegexMatcher {
+        regex: pattern.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn header_matcher(h: &model::HeaderMatch) -> HeaderMatcher {
+    let string = |pattern| {
+        HeaderMatchSpecifier::StringMatch(StringMatcher {
+            match_pattern: Some(pattern),
+            ..Default::default()
+        })
+    };
+    let specifier = match &h.value {
+        model::HeaderValueMatch::Exact(v) => string(MatchPattern::Exact(v.clone())),
+        model::HeaderValueMatch::Prefix(v) => string(MatchPattern::Prefix(v.clone())),
+        model::HeaderValueMatch::Regex(v) => string(MatchPattern::SafeRegex(regex_matcher(v))),
+        model::HeaderValueMatch::Present => HeaderMatchSpecifier::PresentMatch(true),
+    };
+    HeaderMatcher {
+        name: h.name.clone(),
+        invert_match: h.invert,
+        header_match_specifier: Some(specifier),
+        ..Default::default()
+    }
+}
+
+fn headers_to_add(
+    edits: &model::HeaderEdits,
+) -> Vec<envoy_types::pb::envoy::config::core::v3::HeaderValueOption> {
+    let set = edits
+        .set
+        .iter()
+        .map(|(k, v)| proto::header(k, v, HeaderAppendAction::OverwriteIfExistsOrAdd));
+    let add = edits
+        .add
+        .iter()
+        .map(|(k, v)| proto::header(k, v, HeaderAppendAction::AppendIfExistsOrAdd));
+    set.chain(add).collect()
+}
+
+fn route_action(f: &model::Forward) -> RouteAction {
+    let cluster_specifier = match f.backends.as_slice() {
+        [single] => ClusterSpecifier::Cluster(single.cluster.clone()),
+        several => ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: several
+                .iter()
+                .map(|b| ClusterWeight {
+                    name: b.cluster.clone(),
+                    weight: proto::u32_value(b.weight),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+    };
+    RouteAction {
+        cluster_specifier: Some(cluster_specifier),
+        timeout: f.timeout.map(proto::duration),
+        idle_timeout: f.idle_timeout.map(proto::duration),
+        retry_policy: f.retry.as_ref().map(|r| RetryPolicy {
+            retry_on: r.retry_on.join(","),
+            num_retries: proto::u32_value(r.num_retries),
+            per_try_timeout: r.per_try_timeout.map(proto::duration),
+            ..Default::default()
+        }),
+        prefix_rewrite: f.prefix_rewrite.clone().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+pub fn route_configuration(
+    name: &str,
+    mut virtual_hosts: Vec<envoy_route::VirtualHost>,
+) -> RouteConfiguration {
+    virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
+    RouteConfiguration {
+        name: name.to_owned(),
+        virtual_hosts,
+        // The probe token authenticates probes to the health-check filters, which run
+        // before the router; no backend ever gets to see it.
+        request_headers_to_remove: vec![super::PROBE_TOKEN_HEADER.to_owned()],
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::translate::Inputs;
+
+    fn cluster(name: &str) -> model::Cluster {
+        model::Cluster {
+            name: name.into(),
+            service: model::ServiceRef {
+                namespace: "ns".into(),
+                name: name.into(),
+                port: 80,
+            },
+            settings: Default::default(),
+            endpoints: vec![],
+        }
+    }
+
+    fn forward(backends: &[(&str, u32)]) -> model::RouteAction {
+        model::RouteAction::Forward(model::Forward {
+            backends: backends
+                .iter()
+                .map(|(c, w)| model::WeightedCluster {
+                    cluster: c.to_string(),
+                    weight: *w,
+                })
+                .collect(),
+            timeout: None,
+            idle_timeout: None,
+            retry: None,
+            prefix_rewrite: None,
+        })
+    }
+
+    fn simple_route(action: model::RouteAction) -> model::Route {
+        model::Route {
+            name: "r".into(),
+            path: model::PathMatch::Prefix("/".into()),
+            headers: vec![],
+            action,
+            request_headers: Default::default(),
+            response_headers: Default::default(),
+        }
+    }
+
+    fn vhost(routes: Vec<model::Route>) -> model::VirtualHost {
+        model::VirtualHost {
+            name: "ns/vh".into(),
+            hosts: vec![
+                "Example.com".into(),
+                "example.com".into(),
+                "a.example.com".into(),
+            ],
+            tls: None,
+            routes,
+        }
+    }
+
+    fn check(vh: &model::VirtualHost) -> Vec<String> {
+        let clusters = [cluster("a"), cluster("b")];
+        let mut bad = cluster("bad");
+        bad.settings.connect_timeout = Duration::ZERO;
+        let inputs = Inputs {
+            clusters: clusters
+                .iter()
+                .chain([&bad])
+                .map(|c| (c.name.as_str(), c))
+                .collect(),
+            invalid_clusters: BTreeMap::from([("bad", "connect timeout must be positive".into())]),
+            secrets: BTreeMap::new(),
+        };
+        validate_virtual_host(vh, &inputs)
+    }
+
+    #[test]
+    fn hosts_are_lowercased_sorted_and_deduplicated() {
+        let vh = vhost(vec![]);
+        assert_eq!(normalized_hosts(&vh), ["a.example.com", "example.com"]);
+    }
+
+    #[test]
+    fn valid_virtual_host() {
+        let vh = vhost(vec![
+            simple_route(forward(&[("a", 1)])),
+            simple_route(forward(&[("a", 0), ("b", 5)])),
+            simple_route(model::RouteAction::RedirectHttps),
+        ]);
+        assert_eq!(check(&vh), Vec::<String>::new());
+    }
+
+    #[test]
+    fn invalid_forward_actions() {
+        let vh = vhost(vec![
+            simple_route(forward(&[])),
+            simple_route(forward(&[("a", 0), ("b", 0)])),
+            simple_route(forward(&[("missing", 1)])),
+            simple_route(forward(&[("bad", 1)])),
+            simple_route(forward(&[("a", u32::MAX), ("b", 1)])),
+        ]);
+        assert_eq!(
+            check(&vh),
+            [
+                "route \"r\": forward action has no backends",
+                "route \"r\": backend weights sum to 0",
+                "route \"r\": cluster \"missing\" is not defined",
+                "route \"r\": cluster \"bad\" is invalid: connect timeout must be positive",
+                "route \"r\": backend weights sum to 4294967296, more than 4294967295",
+            ]
+        );
+    }
+
+    #[test]
+    fn invalid_matches_and_edits() {
+        let mut r = simple_route(forward(&[("a", 1)]));
+        r.name = String::new();
+        r.path = model::PathMatch::Regex("(".into());
+        r.headers = vec![
+            model::HeaderMatch {
+                name: "x-a".into(),
+                value: model::HeaderValueMatch::Prefix(String::new()),
+                invert: false,
+            },
+            model::HeaderMatch {
+                name: String::new(),
+                value: model::HeaderValueMatch::Present,
+                invert: false,
+            },
+        ];
+        r.request_headers.set = vec![(":path".into(), "/x".into())];
+        r.response_headers.add = vec![("x-b".into(), "a\r\nb".into())];
+        r.response_headers.remove = vec!["host".into()];
+        let errors = check(&vhost(vec![r]));
+        assert_eq!(errors.len(), 6, "{errors:#?}");
+        assert!(
+            errors.iter().all(|e| e.starts_with("route #1: ")),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn empty_hosts_and_tls_wildcards() {
+        let mut vh = vhost(vec![]);
+        vh.hosts.clear();
+        assert_eq!(check(&vh), ["virtual host has no hosts"]);
+        vh.hosts = vec!["*".into()];
+        vh.tls = Some(model::VirtualHostTls {
+            secret: "missing".into(),
+            redirect_http: true,
+        });
+        let errors = check(&vh);
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(errors[0].contains("leading \"*.\""));
+        assert_eq!(errors[1], "TLS secret \"missing\" is not defined");
+    }
+
+    #[test]
+    fn route_translation() {
+        let mut r = simple_route(forward(&[("a", 90), ("b", 10)]));
+        r.path = model::PathMatch::Regex("^/v[0-9]+/".into());
+        r.headers = vec![model::HeaderMatch {
+            name: "x-canary".into(),
+            value: model::HeaderValueMatch::Present,
+            invert: true,
+        }];
+        r.request_headers = model::HeaderEdits {
+            set: vec![("x-s".into(), "1".into())],
+            add: vec![("x-a".into(), "2".into())],
+            remove: vec!["x-r".into()],
+        };
+        let out = route(&r);
+        let m = out.r#match.as_ref().unwrap();
+        assert!(
+            matches!(&m.path_specifier, Some(PathSpecifier::SafeRegex(re)) if re.regex == "^/v[0-9]+/")
+        );
+        assert!(m.headers[0].invert_match);
+        assert_eq!(
+            m.headers[0].header_match_specifier,
+            Some(HeaderMatchSpecifier::PresentMatch(true))
+        );
+        let actions: Vec<i32> = out
+            .request_headers_to_add
+            .iter()
+            .map(|h| h.append_action)
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+                HeaderAppendAction::AppendIfExistsOrAdd as i32
+            ]
+        );
+        assert_eq!(out.request_headers_to_remove, ["x-r"]);
+        let Some(Action::Route(action)) = out.action else {
+            panic!()
+        };
+        let Some(ClusterSpecifier::WeightedClusters(w)) = action.cluster_specifier else {
+            panic!()
+        };
+        assert_eq!(
+            w.clusters
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn single_backend_uses_cluster() {
+        let out = route(&simple_route(forward(&[("a", 3)])));
+        let Some(Action::Route(action)) = out.action else {
+            panic!()
+        };
+        assert_eq!(
+            action.cluster_specifier,
+            Some(ClusterSpecifier::Cluster("a".into()))
+        );
+    }
+
+    #[test]
+    fn redirect_and_require_tls() {
+        let mut vh = vhost(vec![simple_route(model::RouteAction::RedirectHttps)]);
+        vh.tls = Some(model::VirtualHostTls {
+            secret: "s".into(),
+            redirect_http: true,
+        });
+        let out = virtual_host(&vh, &normalized_hosts(&vh));
+        assert_eq!(out.require_tls, TlsRequirementType::All as i32);
+        let Some(Action::Redirect(redirect)) = &out.routes[0].action else {
+            panic!()
+        };
+        assert_eq!(
+            redirect.scheme_rewrite_specifier,
+            Some(redirect_action::SchemeRewriteSpecifier::HttpsRedirect(true))
+        );
+    }
+}

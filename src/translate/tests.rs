@@ -1,0 +1,456 @@
+//! Tests of the whole translation: what is served, what is left out, and why.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use prost::Message;
+
+use super::*;
+use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
+
+fn cluster(name: &str) -> model::Cluster {
+    model::Cluster {
+        name: name.into(),
+        service: model::ServiceRef {
+            namespace: "ns".into(),
+            name: name.into(),
+            port: 80,
+        },
+        settings: Default::default(),
+        endpoints: vec![model::Endpoint {
+            address: "10.0.0.1".into(),
+            port: 8080,
+            condition: model::EndpointCondition::READY,
+            zone: None,
+        }],
+    }
+}
+
+fn forward_to(cluster: &str) -> model::Route {
+    model::Route {
+        name: format!("to-{cluster}"),
+        path: model::PathMatch::Prefix("/".into()),
+        headers: vec![],
+        action: model::RouteAction::Forward(model::Forward {
+            backends: vec![model::WeightedCluster {
+                cluster: cluster.into(),
+                weight: 1,
+            }],
+            timeout: None,
+            idle_timeout: None,
+            retry: None,
+            prefix_rewrite: None,
+        }),
+        request_headers: Default::default(),
+        response_headers: Default::default(),
+    }
+}
+
+fn vhost(name: &str, hosts: &[&str], cluster: &str) -> model::VirtualHost {
+    model::VirtualHost {
+        name: name.into(),
+        hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        tls: None,
+        routes: vec![forward_to(cluster)],
+    }
+}
+
+fn tls(mut vh: model::VirtualHost, secret: &str) -> model::VirtualHost {
+    vh.tls = Some(model::VirtualHostTls {
+        secret: secret.into(),
+        redirect_http: true,
+    });
+    vh
+}
+
+fn secret(name: &str) -> model::TlsSecret {
+    model::TlsSecret {
+        name: name.into(),
+        certificate_chain: "CERT".into(),
+        private_key: "KEY".into(),
+    }
+}
+
+fn config() -> model::Config {
+    model::Config {
+        listeners: model::ListenerSettings {
+            probe_token: "token".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn names(t: &Translation, type_url: &str) -> Vec<String> {
+    t.snapshot
+        .resources(type_url)
+        .map(|rs| rs.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn route_config(t: &Translation) -> RouteConfiguration {
+    let r = &t.snapshot.resources(ROUTE).unwrap()[ROUTE_CONFIG_NAME];
+    RouteConfiguration::decode(r.body.value.as_slice()).unwrap()
+}
+
+/// The served virtual hosts, but for the probe catch-all that is always there.
+fn vhost_names(t: &Translation) -> Vec<String> {
+    route_config(t)
+        .virtual_hosts
+        .into_iter()
+        .map(|v| v.name)
+        .filter(|n| n != PROBE_CATCH_ALL_VHOST)
+        .collect()
+}
+
+fn translate_ok(config: &model::Config) -> Translation {
+    let t = translate(config);
+    check_consistency(&t.snapshot).unwrap();
+    t
+}
+
+#[test]
+fn empty_config_still_has_listeners_and_the_route_configuration() {
+    let t = translate_ok(&config());
+    assert_eq!(names(&t, LISTENER), ["http", "probe"]);
+    assert_eq!(names(&t, ROUTE), ["switchyard"]);
+    assert!(names(&t, CLUSTER).is_empty());
+    assert!(t.problems.is_empty());
+    let rc = route_config(&t);
+    assert_eq!(rc.virtual_hosts.len(), 1);
+    assert_eq!(rc.virtual_hosts[0].name, PROBE_CATCH_ALL_VHOST);
+    assert_eq!(rc.request_headers_to_remove, [PROBE_TOKEN_HEADER]);
+}
+
+#[test]
+fn probe_hosts_never_reach_a_user_backend() {
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.virtual_hosts = vec![
+        vhost("ns/default", &["*"], "a"),
+        vhost("ns/squatter", &["x.probe.switchyard.invalid"], "a"),
+        vhost(PROBE_CATCH_ALL_VHOST, &["fine.example.com"], "a"),
+    ];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["ns/default"]);
+    assert_eq!(
+        t.problems,
+        [
+            Problem::new(
+                "ns/squatter",
+                "host \"x.probe.switchyard.invalid\" is reserved for Switchyard's probes"
+            ),
+            Problem::new(
+                PROBE_CATCH_ALL_VHOST,
+                "virtual host name \"switchyard-probe\" is reserved for a probe"
+            ),
+        ]
+    );
+    // Envoy prefers a suffix wildcard to "*": a probe host that no probe serves (yet),
+    // including ENDPOINT_PROBE_HOST, gets a 404 from Envoy itself.
+    let rc = route_config(&t);
+    let catch_all = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == PROBE_CATCH_ALL_VHOST)
+        .unwrap();
+    assert_eq!(catch_all.domains, [format!("*{PROBE_DOMAIN_SUFFIX}")]);
+    assert!(ENDPOINT_PROBE_HOST.ends_with(PROBE_DOMAIN_SUFFIX));
+    assert!(model::version_probe_host("ns/a", "token").ends_with(PROBE_DOMAIN_SUFFIX));
+    assert!(matches!(
+        &catch_all.routes[0].action,
+        Some(Action::DirectResponse(d)) if d.status == 404
+    ));
+}
+
+#[test]
+fn only_referenced_clusters_are_served() {
+    let mut c = config();
+    c.clusters = vec![cluster("used"), cluster("unused"), cluster("probed")];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "used")];
+    c.endpoint_probes = vec![model::EndpointProbe {
+        id: "p".into(),
+        clusters: BTreeMap::from([("probed".into(), 1)]),
+    }];
+    let t = translate_ok(&c);
+    assert_eq!(names(&t, CLUSTER), ["probed", "used"]);
+    assert_eq!(names(&t, ENDPOINT), ["probed", "used"]);
+    assert!(t.problems.is_empty());
+}
+
+#[test]
+fn a_cluster_of_a_rejected_virtual_host_is_not_served() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    let mut bad = vhost("ns/bad", &["bad.example.com"], "a");
+    bad.routes.push(forward_to("missing"));
+    c.virtual_hosts = vec![bad];
+    let t = translate_ok(&c);
+    assert!(names(&t, CLUSTER).is_empty());
+    assert_eq!(
+        t.problems,
+        [Problem::new(
+            "ns/bad",
+            "route \"to-missing\": cluster \"missing\" is not defined"
+        )]
+    );
+}
+
+#[test]
+fn the_first_virtual_host_by_name_keeps_a_shared_host() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.virtual_hosts = vec![
+        vhost("ns/c", &["other.example.com"], "a"),
+        vhost("ns/b", &["Shared.example.com", "other.example.com"], "a"),
+        vhost("ns/a", &["shared.example.com"], "a"),
+    ];
+    let t = translate_ok(&c);
+    // ns/b loses "shared" to ns/a; it is left out entirely, so ns/c gets "other".
+    assert_eq!(vhost_names(&t), ["ns/a", "ns/c"]);
+    assert_eq!(
+        t.problems,
+        [Problem::new(
+            "ns/b",
+            "host \"shared.example.com\" is already served by virtual host \"ns/a\""
+        )]
+    );
+}
+
+#[test]
+fn an_invalid_virtual_host_claims_no_host() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.virtual_hosts = vec![
+        vhost("ns/a", &["x.example.com"], "missing"),
+        vhost("ns/b", &["x.example.com"], "a"),
+    ];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["ns/b"]);
+    assert_eq!(t.problems.len(), 1);
+    assert_eq!(t.problems[0].virtual_host, "ns/a");
+}
+
+#[test]
+fn version_probes_win_their_names_and_domains() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    let probe_host = model::version_probe_host("ns/r", "token");
+    c.version_probes = vec![model::VersionProbe {
+        id: "ns/r".into(),
+        version: "v1".into(),
+    }];
+    c.virtual_hosts = vec![
+        vhost("a-thief", &[&probe_host], "a"),
+        vhost("switchyard-probe/ns/r", &["fine.example.com"], "a"),
+    ];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["switchyard-probe/ns/r"]);
+    assert_eq!(t.problems.len(), 2, "{:#?}", t.problems);
+    assert!(
+        t.problems[0]
+            .message
+            .contains("is reserved for Switchyard's probes")
+    );
+    assert!(t.problems[1].message.contains("reserved for a probe"));
+    let rc = route_config(&t);
+    assert_eq!(rc.virtual_hosts[1].name, "switchyard-probe/ns/r");
+    assert_eq!(rc.virtual_hosts[1].domains, [probe_host]);
+}
+
+#[test]
+fn tls_resources_follow_the_served_virtual_hosts() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.secrets = vec![secret("used"), secret("unused")];
+    c.virtual_hosts = vec![
+        tls(vhost("ns/a", &["a.example.com"], "a"), "used"),
+        tls(vhost("ns/b", &["b.example.com"], "a"), "missing"),
+    ];
+    let t = translate_ok(&c);
+    assert_eq!(names(&t, SECRET), ["used"]);
+    assert_eq!(names(&t, LISTENER), ["http", "https", "probe"]);
+    assert_eq!(
+        t.problems,
+        [Problem::new(
+            "ns/b",
+            "TLS secret \"missing\" is not defined"
+        )]
+    );
+
+    // Without a served TLS virtual host there is no HTTPS listener and no secret.
+    c.virtual_hosts.remove(0);
+    let t = translate_ok(&c);
+    assert_eq!(names(&t, LISTENER), ["http", "probe"]);
+    assert!(names(&t, SECRET).is_empty());
+}
+
+#[test]
+fn every_listener_uses_the_shared_route_configuration() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.secrets = vec![secret("s")];
+    c.virtual_hosts = vec![tls(vhost("ns/a", &["a.example.com"], "a"), "s")];
+    let t = translate_ok(&c);
+    for (name, r) in t.snapshot.resources(LISTENER).unwrap() {
+        let l = Listener::decode(r.body.value.as_slice()).unwrap();
+        let text = render::render_any(&r.body);
+        assert_eq!(
+            text.matches("route_config_name: \"switchyard\"").count(),
+            l.filter_chains.len(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn ambiguous_definitions_are_left_out() {
+    let mut c = config();
+    let mut other = cluster("a");
+    other.settings.connect_timeout = Duration::from_secs(9);
+    c.clusters = vec![cluster("a"), other, cluster("b"), cluster("b")];
+    c.virtual_hosts = vec![
+        vhost("ns/a", &["a.example.com"], "a"),
+        vhost("ns/b", &["b.example.com"], "b"),
+        vhost("ns/dup", &["d1.example.com"], "b"),
+        vhost("ns/dup", &["d2.example.com"], "b"),
+    ];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["ns/b"]);
+    assert_eq!(
+        t.problems,
+        [
+            Problem::new(
+                "cluster/a",
+                "cluster \"a\" is defined 2 times with 2 different contents; all are left out"
+            ),
+            Problem::new("ns/a", "route \"to-a\": cluster \"a\" is not defined"),
+            Problem::new(
+                "ns/dup",
+                "virtual host \"ns/dup\" is defined 2 times with 2 different contents; all are left out"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_cluster_envoy_would_reject_rejects_its_routes_and_probes() {
+    let mut c = config();
+    let mut bad = cluster("bad");
+    bad.settings.connect_timeout = Duration::ZERO;
+    c.clusters = vec![bad];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "bad")];
+    c.endpoint_probes = vec![model::EndpointProbe {
+        id: "p".into(),
+        clusters: BTreeMap::from([("bad".into(), 0)]),
+    }];
+    let t = translate_ok(&c);
+    assert!(names(&t, CLUSTER).is_empty());
+    let reported: Vec<_> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
+    assert_eq!(reported, ["ns/a", "probe/p"]);
+    assert!(
+        t.problems[0]
+            .message
+            .contains("connect timeout must be positive")
+    );
+}
+
+#[test]
+fn bad_endpoints_are_reported_per_cluster() {
+    let mut c = config();
+    let mut a = cluster("a");
+    a.endpoints[0].address = "web-0.example".into();
+    c.clusters = vec![a];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "a")];
+    let t = translate_ok(&c);
+    assert_eq!(names(&t, CLUSTER), ["a"]);
+    assert_eq!(
+        t.problems,
+        [Problem::new(
+            "cluster/a",
+            "endpoint address \"web-0.example\" is not an IP address; left out"
+        )]
+    );
+}
+
+#[test]
+fn an_invalid_probe_token_disables_probes_only() {
+    let mut c = config();
+    c.listeners.probe_token = "bad\ntoken".into();
+    c.clusters = vec![cluster("a")];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "a")];
+    c.version_probes = vec![model::VersionProbe {
+        id: "ns/a".into(),
+        version: "1".into(),
+    }];
+    c.endpoint_probes = vec![model::EndpointProbe {
+        id: "p".into(),
+        clusters: BTreeMap::from([("a".into(), 1)]),
+    }];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["ns/a"]);
+    assert_eq!(t.problems.len(), 1);
+    assert_eq!(t.problems[0].virtual_host, "listeners");
+}
+
+#[test]
+fn input_order_does_not_matter() {
+    let mut c = config();
+    c.clusters = vec![cluster("a"), cluster("b"), cluster("c")];
+    c.secrets = vec![secret("s1"), secret("s2")];
+    c.virtual_hosts = vec![
+        tls(
+            vhost("ns/a", &["a.example.com", "www.a.example.com"], "a"),
+            "s1",
+        ),
+        tls(vhost("ns/b", &["b.example.com"], "b"), "s2"),
+        vhost("ns/c", &["c.example.com"], "c"),
+        vhost("ns/c2", &["c.example.com"], "missing"),
+    ];
+    c.endpoint_probes = vec![
+        model::EndpointProbe {
+            id: "p1".into(),
+            clusters: BTreeMap::from([("a".into(), 1), ("b".into(), 0)]),
+        },
+        model::EndpointProbe {
+            id: "p2".into(),
+            clusters: BTreeMap::from([("c".into(), 100)]),
+        },
+    ];
+    c.version_probes = vec![
+        model::VersionProbe {
+            id: "ns/a".into(),
+            version: "1".into(),
+        },
+        model::VersionProbe {
+            id: "ns/b".into(),
+            version: "2".into(),
+        },
+    ];
+    let first = translate_ok(&c);
+    let mut reversed = c.clone();
+    reversed.clusters.reverse();
+    reversed.secrets.reverse();
+    reversed.virtual_hosts.reverse();
+    reversed.endpoint_probes.reverse();
+    reversed.version_probes.reverse();
+    for e in &mut reversed.clusters {
+        e.endpoints.reverse();
+    }
+    let second = translate_ok(&reversed);
+    assert_eq!(first, second);
+    assert_eq!(first.snapshot.version(), second.snapshot.version());
+    assert_eq!(
+        render::render_snapshot(&first.snapshot),
+        render::render_snapshot(&second.snapshot)
+    );
+}
+
+#[test]
+fn problems_display() {
+    let p = Problem::new("ns/a", "virtual host has no hosts");
+    assert_eq!(p.to_string(), "ns/a: virtual host has no hosts");
+}

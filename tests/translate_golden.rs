@@ -1,0 +1,183 @@
+//! Golden tests of the translator: `tests/golden/<case>/config.yaml` (a `model::Config`)
+//! translates to exactly `tests/golden/<case>/expected.txt` (problems, then every resource
+//! rendered readably). Regenerate with `UPDATE_GOLDEN=1 cargo test --test translate_golden`
+//! and review the diff.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use switchyard::model::Config;
+use switchyard::translate::{check_consistency, render, translate};
+
+const CASES: &[&str] = &[
+    "basic_http",
+    "canary_routing",
+    "tls_sni_redirect",
+    "probes",
+    "endpoints_zones",
+    "bad_input",
+];
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn render_case(config: &Config) -> String {
+    let t = translate(config);
+    let mut out = String::new();
+    let _ = writeln!(out, "# snapshot version {}", t.snapshot.version());
+    let _ = writeln!(out, "# problems: {}", t.problems.len());
+    for p in &t.problems {
+        let _ = writeln!(out, "#   {p}");
+    }
+    match check_consistency(&t.snapshot) {
+        Ok(()) => out.push_str("# consistency: ok\n"),
+        Err(e) => {
+            let _ = writeln!(out, "# consistency: FAILED\n{e}");
+        }
+    }
+    out.push('\n');
+    out.push_str(&render::render_snapshot(&t.snapshot));
+    out
+}
+
+/// A short diff: the first differing region with a few lines of context.
+fn diff(expected: &str, actual: &str) -> String {
+    let e: Vec<&str> = expected.lines().collect();
+    let a: Vec<&str> = actual.lines().collect();
+    let prefix = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
+    let suffix = e[prefix..]
+        .iter()
+        .rev()
+        .zip(a[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let mut out = String::new();
+    let start = prefix.saturating_sub(3);
+    let _ = writeln!(
+        out,
+        "@@ expected line {}, actual line {} @@",
+        prefix + 1,
+        prefix + 1
+    );
+    for line in &e[start..prefix] {
+        let _ = writeln!(out, "  {line}");
+    }
+    const MAX: usize = 40;
+    let removed = &e[prefix..e.len() - suffix];
+    let added = &a[prefix..a.len() - suffix];
+    for line in removed.iter().take(MAX) {
+        let _ = writeln!(out, "- {line}");
+    }
+    if removed.len() > MAX {
+        let _ = writeln!(out, "- ... {} more", removed.len() - MAX);
+    }
+    for line in added.iter().take(MAX) {
+        let _ = writeln!(out, "+ {line}");
+    }
+    if added.len() > MAX {
+        let _ = writeln!(out, "+ ... {} more", added.len() - MAX);
+    }
+    for line in e[e.len() - suffix..].iter().take(3) {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
+fn run_case(case: &str) {
+    let dir = golden_dir().join(case);
+    let yaml = std::fs::read_to_string(dir.join("config.yaml"))
+        .unwrap_or_else(|e| panic!("{case}: cannot read config.yaml: {e}"));
+    let config: Config = serde_saphyr::from_str(&yaml)
+        .unwrap_or_else(|e| panic!("{case}: invalid config.yaml: {e}"));
+    let actual = render_case(&config);
+    // The rendering, like the translation, must not depend on anything but the input.
+    assert_eq!(
+        actual,
+        render_case(&config),
+        "{case}: rendering is not deterministic"
+    );
+
+    let expected_path = dir.join("expected.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&expected_path, &actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+    if expected != actual {
+        panic!(
+            "{case}: translation differs from {}\n(rerun with UPDATE_GOLDEN=1 to accept)\n{}",
+            expected_path.display(),
+            diff(&expected, &actual)
+        );
+    }
+}
+
+macro_rules! golden {
+    ($($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                run_case(stringify!($case));
+            }
+        )*
+    };
+}
+
+golden!(
+    basic_http,
+    canary_routing,
+    tls_sni_redirect,
+    probes,
+    endpoints_zones,
+    bad_input
+);
+
+#[test]
+fn every_case_directory_is_tested() {
+    let mut dirs: Vec<String> = std::fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    let mut cases: Vec<String> = CASES.iter().map(|c| c.to_string()).collect();
+    cases.sort();
+    assert_eq!(dirs, cases);
+}
+
+#[test]
+fn golden_problems_are_what_each_case_is_about() {
+    // Guards the intent of the cases, in addition to the exact text.
+    let load = |case: &str| -> Config {
+        let yaml = std::fs::read_to_string(golden_dir().join(case).join("config.yaml")).unwrap();
+        serde_saphyr::from_str(&yaml).unwrap()
+    };
+    for case in ["basic_http", "canary_routing", "tls_sni_redirect", "probes"] {
+        assert_eq!(translate(&load(case)).problems, [], "{case}");
+    }
+    let bad = translate(&load("bad_input"));
+    let vhosts: Vec<&str> = bad
+        .problems
+        .iter()
+        .map(|p| p.virtual_host.as_str())
+        .collect();
+    for expected in [
+        "bad/unknown-cluster",
+        "bad/zero-weights",
+        "bad/no-backends",
+        "bad/missing-secret",
+        "bad/regex",
+        "later/host-conflict",
+        "bad/header-edit",
+        "bad/tls-wildcard",
+        "bad/slow-cluster",
+        "bad/no-hosts",
+        "probe/bad-probe",
+    ] {
+        assert!(
+            vhosts.contains(&expected),
+            "{expected} not reported: {vhosts:?}"
+        );
+    }
+    check_consistency(&bad.snapshot).unwrap();
+}

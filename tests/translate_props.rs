@@ -1,0 +1,531 @@
+//! Property tests of the translator over random, valid-ish configurations (names drawn from
+//! small pools so that references, duplicates and conflicts happen often; some values are
+//! invalid on purpose).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::transport_socket;
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteConfiguration, route::Action, route_action::ClusterSpecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_filter,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+use proptest::prelude::*;
+use proptest::sample::select;
+use prost::{Message, Name};
+
+use switchyard::model::*;
+use switchyard::translate::{ROUTE_CONFIG_NAME, Translation, check_consistency, translate};
+use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
+
+const CLUSTERS: &[&str] = &[
+    "ns/a/80",
+    "ns/b/80",
+    "ns/c/8080",
+    "other/d/80",
+    "ns/missing/80",
+];
+const SECRETS: &[&str] = &["ns/cert", "ns/wild", "ns/missing-cert"];
+const HOSTS: &[&str] = &[
+    "a.example.com",
+    "A.example.com",
+    "b.example.com",
+    "c.example.com",
+    "d.example.com",
+    "e.example.com",
+    "f.example.com",
+    "g.example.com",
+    "*.c.example.com",
+    "*.d.example.com",
+];
+const BAD_HOSTS: &[&str] = &["d.*", "*", ""];
+const VHOSTS: &[&str] = &[
+    "ns/a",
+    "ns/b",
+    "ns/c",
+    "ns/d",
+    "ns/e",
+    "ns/f",
+    "other/x",
+    "other/y",
+    "switchyard-probe/ns/a",
+];
+const REGEXES: &[&str] = &["^/v[0-9]+/", "/items/[a-z-]+$", "(?i)/x"];
+const BAD_REGEXES: &[&str] = &["(unclosed", "[a-z&&b]", ""];
+const HEADER_NAMES: &[&str] = &["x-user", "x-canary", "x-tenant"];
+const BAD_HEADER_NAMES: &[&str] = &["host", ":path", ""];
+
+/// Mostly `good`, sometimes `bad`.
+fn mostly(
+    good: &'static [&'static str],
+    bad: &'static [&'static str],
+) -> impl Strategy<Value = &'static str> + Clone {
+    prop_oneof![60 => select(good.to_vec()), 1 => select(bad.to_vec())]
+}
+const PROBES: &[&str] = &["ns/a@1", "ns/a@2", "ns/b@1", ""];
+
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        (1u64..30).prop_map(Duration::from_secs),
+        (1u64..5000).prop_map(Duration::from_millis),
+    ]
+}
+
+fn endpoint() -> impl Strategy<Value = Endpoint> {
+    (
+        mostly(
+            &["10.0.0.1", "10.0.0.2", "10.0.0.10", "fd00::1"],
+            &["not-an-ip"],
+        ),
+        prop_oneof![30 => select(vec![80u16, 8080]), 1 => Just(0u16)],
+        any::<(bool, bool, bool)>(),
+        proptest::option::of(select(vec!["z1", "z2"])),
+    )
+        .prop_map(
+            |(address, port, (ready, serving, terminating), zone)| Endpoint {
+                address: address.into(),
+                port,
+                condition: EndpointCondition {
+                    ready,
+                    serving,
+                    terminating,
+                },
+                zone: zone.map(Into::into),
+            },
+        )
+}
+
+fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
+    (
+        prop_oneof![20 => Just(Duration::from_secs(2)), 1 => duration()],
+        any::<bool>(),
+        proptest::option::of((
+            proptest::option::of(0u32..100),
+            proptest::option::of(0u32..100),
+        )),
+        proptest::collection::vec(endpoint(), 0..5),
+    )
+        .prop_map(move |(connect_timeout, http2, cb, endpoints)| Cluster {
+            name: name.into(),
+            service: ServiceRef {
+                namespace: "ns".into(),
+                name: name.into(),
+                port: 80,
+            },
+            settings: ClusterSettings {
+                connect_timeout,
+                http2,
+                circuit_breakers: cb.map(|(max_connections, max_requests)| CircuitBreakers {
+                    max_connections,
+                    max_pending_requests: None,
+                    max_requests,
+                    max_retries: Some(3),
+                }),
+            },
+            endpoints,
+        })
+}
+
+/// Mostly one definition per name; sometimes a name twice, the same or different.
+fn with_duplicates<T: Clone + std::fmt::Debug>(
+    items: impl Strategy<Value = Vec<T>>,
+    extra: impl Strategy<Value = T>,
+) -> impl Strategy<Value = Vec<T>> {
+    (
+        items,
+        prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+        extra,
+    )
+        .prop_map(|(mut items, dup, extra)| {
+            match dup {
+                1 => {
+                    if let Some(first) = items.first().cloned() {
+                        items.push(first);
+                    }
+                }
+                2 => items.push(extra),
+                _ => {}
+            }
+            items
+        })
+}
+
+fn clusters() -> impl Strategy<Value = Vec<Cluster>> {
+    let per_name: Vec<_> = CLUSTERS[..4]
+        .iter()
+        .map(|n| proptest::option::weighted(0.95, cluster(n)))
+        .collect();
+    with_duplicates(
+        per_name.prop_map(|v| v.into_iter().flatten().collect()),
+        cluster(CLUSTERS[0]),
+    )
+}
+
+fn header_match() -> impl Strategy<Value = HeaderMatch> {
+    (
+        mostly(HEADER_NAMES, BAD_HEADER_NAMES),
+        prop_oneof![
+            select(vec!["yes", ""]).prop_map(|v| HeaderValueMatch::Exact(v.into())),
+            mostly(&["pre"], &[""]).prop_map(|v| HeaderValueMatch::Prefix(v.into())),
+            mostly(REGEXES, BAD_REGEXES).prop_map(|v| HeaderValueMatch::Regex(v.into())),
+            Just(HeaderValueMatch::Present),
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(name, value, invert)| HeaderMatch {
+            name: name.into(),
+            value,
+            invert,
+        })
+}
+
+fn header_edits() -> impl Strategy<Value = HeaderEdits> {
+    let pair = (
+        mostly(&["x-a", "x-b"], &["host"]),
+        mostly(&["1", "two"], &["bad\r\n"]),
+    )
+        .prop_map(|(k, v)| (k.to_owned(), v.to_owned()));
+    (
+        proptest::collection::vec(pair.clone(), 0..2),
+        proptest::collection::vec(pair, 0..2),
+        proptest::collection::vec(
+            mostly(&["x-c", "server"], &[":authority"]).prop_map(String::from),
+            0..2,
+        ),
+    )
+        .prop_map(|(set, add, remove)| HeaderEdits { set, add, remove })
+}
+
+fn forward() -> impl Strategy<Value = Forward> {
+    let backend = (
+        mostly(&CLUSTERS[..4], &CLUSTERS[4..]),
+        prop_oneof![1 => Just(0u32), 20 => 1u32..100],
+    )
+        .prop_map(|(c, weight)| WeightedCluster {
+            cluster: c.into(),
+            weight,
+        });
+    (
+        prop_oneof![60 => proptest::collection::vec(backend, 1..4), 1 => Just(Vec::new())],
+        proptest::option::of(duration()),
+        proptest::option::of(duration()),
+        proptest::option::of((
+            proptest::collection::vec(
+                select(vec!["5xx", "connect-failure", "reset"]).prop_map(String::from),
+                1..3,
+            ),
+            0u32..5,
+            proptest::option::of(duration()),
+        )),
+        proptest::option::of(select(vec!["/", "/v2/"]).prop_map(String::from)),
+    )
+        .prop_map(
+            |(backends, timeout, idle_timeout, retry, prefix_rewrite)| Forward {
+                backends,
+                timeout,
+                idle_timeout,
+                retry: retry.map(|(retry_on, num_retries, per_try_timeout)| RetryPolicy {
+                    retry_on,
+                    num_retries,
+                    per_try_timeout,
+                }),
+                prefix_rewrite,
+            },
+        )
+}
+
+fn route() -> impl Strategy<Value = Route> {
+    (
+        select(vec!["r1", "r2", ""]),
+        prop_oneof![
+            select(vec!["/", "/api/"]).prop_map(|p| PathMatch::Prefix(p.into())),
+            Just(PathMatch::Exact("/healthz".into())),
+            mostly(REGEXES, BAD_REGEXES).prop_map(|p| PathMatch::Regex(p.into())),
+        ],
+        proptest::collection::vec(header_match(), 0..2),
+        prop_oneof![5 => forward().prop_map(RouteAction::Forward), 1 => Just(RouteAction::RedirectHttps)],
+        header_edits(),
+        header_edits(),
+    )
+        .prop_map(|(name, path, headers, action, request_headers, response_headers)| Route {
+            name: name.into(),
+            path,
+            headers,
+            action,
+            request_headers,
+            response_headers,
+        })
+}
+
+fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
+    (
+        Just(name),
+        prop_oneof![
+            20 => proptest::collection::vec(mostly(HOSTS, BAD_HOSTS).prop_map(String::from), 1..3),
+            1 => Just(Vec::new()),
+        ],
+        proptest::option::weighted(0.3, (mostly(&SECRETS[..2], &SECRETS[2..]), any::<bool>())),
+        proptest::collection::vec(route(), 1..4),
+    )
+        .prop_map(|(name, hosts, tls, routes)| VirtualHost {
+            name: name.into(),
+            hosts,
+            tls: tls.map(|(secret, redirect_http)| VirtualHostTls {
+                secret: secret.into(),
+                redirect_http,
+            }),
+            routes,
+        })
+}
+
+fn secret(name: &'static str) -> impl Strategy<Value = TlsSecret> {
+    mostly(&["KEY1", "KEY2"], &[""]).prop_map(move |key| TlsSecret {
+        name: name.into(),
+        certificate_chain: format!("CERT for {name}"),
+        private_key: key.into(),
+    })
+}
+
+fn virtual_hosts() -> impl Strategy<Value = Vec<VirtualHost>> {
+    let names = proptest::sample::subsequence(VHOSTS.to_vec(), 0..7);
+    let vhosts =
+        names.prop_flat_map(|names| names.into_iter().map(virtual_host).collect::<Vec<_>>());
+    with_duplicates(vhosts, virtual_host(VHOSTS[0]))
+}
+
+fn secrets() -> impl Strategy<Value = Vec<TlsSecret>> {
+    let per_name: Vec<_> = SECRETS[..2]
+        .iter()
+        .map(|n| proptest::option::weighted(0.9, secret(n)))
+        .collect();
+    with_duplicates(
+        per_name.prop_map(|v| v.into_iter().flatten().collect()),
+        secret(SECRETS[0]),
+    )
+}
+
+fn endpoint_probe() -> impl Strategy<Value = EndpointProbe> {
+    (
+        mostly(&PROBES[..3], &PROBES[3..]),
+        proptest::collection::btree_map(
+            mostly(&CLUSTERS[..4], &CLUSTERS[4..]).prop_map(String::from),
+            prop_oneof![4 => Just(0u32), 4 => Just(1), 4 => Just(100), 1 => Just(101)],
+            0..3,
+        ),
+    )
+        .prop_map(|(id, clusters)| EndpointProbe {
+            id: id.into(),
+            clusters,
+        })
+}
+
+fn version_probe() -> impl Strategy<Value = VersionProbe> {
+    (
+        select(vec!["ns/a", "ns/b", "ns/c"]),
+        mostly(&["1", "2-abc"], &["bad\n"]),
+    )
+        .prop_map(|(id, version)| VersionProbe {
+            id: id.into(),
+            version: version.into(),
+        })
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    (
+        prop_oneof![10 => Just("t0k3n"), 1 => Just(""), 1 => Just("bad\ntoken")],
+        virtual_hosts(),
+        clusters(),
+        secrets(),
+        proptest::collection::vec(endpoint_probe(), 0..3),
+        proptest::collection::vec(version_probe(), 0..3),
+    )
+        .prop_map(
+            |(token, virtual_hosts, clusters, secrets, endpoint_probes, version_probes)| Config {
+                listeners: ListenerSettings {
+                    probe_token: token.into(),
+                    ..Default::default()
+                },
+                virtual_hosts,
+                clusters,
+                secrets,
+                endpoint_probes,
+                version_probes,
+            },
+        )
+}
+
+/// A deterministic Fisher–Yates shuffle driven by a seed.
+fn shuffle<T>(items: &mut [T], seed: &mut u64) {
+    for i in (1..items.len()).rev() {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = ((*seed >> 33) % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+fn shuffled(config: &Config, mut seed: u64) -> Config {
+    let mut c = config.clone();
+    shuffle(&mut c.virtual_hosts, &mut seed);
+    shuffle(&mut c.clusters, &mut seed);
+    shuffle(&mut c.secrets, &mut seed);
+    shuffle(&mut c.endpoint_probes, &mut seed);
+    shuffle(&mut c.version_probes, &mut seed);
+    for cluster in &mut c.clusters {
+        shuffle(&mut cluster.endpoints, &mut seed);
+    }
+    c
+}
+
+/// Every (type, name, version, bytes) of a snapshot.
+fn fingerprint(t: &Translation) -> Vec<(String, String, String, Vec<u8>)> {
+    t.snapshot
+        .types()
+        .flat_map(|(type_url, rs)| {
+            rs.values().map(move |r| {
+                (
+                    type_url.to_owned(),
+                    r.name.clone(),
+                    r.version.clone(),
+                    r.body.value.clone(),
+                )
+            })
+        })
+        .collect()
+}
+
+fn decode<M: Message + Default>(bytes: &[u8]) -> M {
+    M::decode(bytes).expect("decodes")
+}
+
+fn names(t: &Translation, type_url: &str) -> BTreeSet<String> {
+    t.snapshot
+        .resources(type_url)
+        .map(|rs| rs.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// What the listeners and routes of a snapshot refer to: (clusters, secrets).
+fn references(t: &Translation) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut clusters = BTreeSet::new();
+    let mut secrets = BTreeSet::new();
+    for r in t.snapshot.resources(ROUTE).unwrap().values() {
+        let rc: RouteConfiguration = decode(&r.body.value);
+        for route in rc.virtual_hosts.iter().flat_map(|v| &v.routes) {
+            if let Some(Action::Route(a)) = &route.action {
+                match &a.cluster_specifier {
+                    Some(ClusterSpecifier::Cluster(c)) => {
+                        clusters.insert(c.clone());
+                    }
+                    Some(ClusterSpecifier::WeightedClusters(w)) => {
+                        clusters.extend(w.clusters.iter().map(|c| c.name.clone()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    for r in t.snapshot.resources(LISTENER).unwrap().values() {
+        let l: Listener = decode(&r.body.value);
+        for chain in &l.filter_chains {
+            for f in &chain.filters {
+                let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                    continue;
+                };
+                let hcm: HttpConnectionManager = decode(&any.value);
+                for hf in &hcm.http_filters {
+                    let Some(http_filter::ConfigType::TypedConfig(any)) = &hf.config_type else {
+                        continue;
+                    };
+                    if any.type_url == HealthCheck::type_url() {
+                        let hc: HealthCheck = decode(&any.value);
+                        clusters.extend(hc.cluster_min_healthy_percentages.into_keys());
+                    }
+                }
+            }
+            if let Some(socket) = &chain.transport_socket
+                && let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type
+            {
+                let tls: DownstreamTlsContext = decode(&any.value);
+                secrets.extend(
+                    tls.common_tls_context
+                        .into_iter()
+                        .flat_map(|c| c.tls_certificate_sds_secret_configs)
+                        .map(|s| s.name),
+                );
+            }
+        }
+    }
+    (clusters, secrets)
+}
+
+proptest! {
+    #[test]
+    fn translation_is_deterministic_whatever_the_input_order(config in config(), seed in any::<u64>()) {
+        let first = translate(&config);
+        let again = translate(&config);
+        prop_assert_eq!(fingerprint(&first), fingerprint(&again));
+        let reordered = translate(&shuffled(&config, seed));
+        prop_assert_eq!(fingerprint(&first), fingerprint(&reordered));
+        prop_assert_eq!(first.snapshot.version(), reordered.snapshot.version());
+        prop_assert_eq!(&first.problems, &reordered.problems);
+    }
+
+    #[test]
+    fn every_reference_resolves_within_the_snapshot(config in config()) {
+        let t = translate(&config);
+        if let Err(e) = check_consistency(&t.snapshot) {
+            prop_assert!(false, "inconsistent snapshot:\n{}\nproblems: {:#?}", e, t.problems);
+        }
+        // Every listener uses the one route configuration; it is always there.
+        prop_assert!(names(&t, ROUTE).contains(ROUTE_CONFIG_NAME));
+        prop_assert!(names(&t, LISTENER).contains("http"));
+        prop_assert!(names(&t, LISTENER).contains("probe"));
+        // Every cluster has its load assignment, and nothing else does.
+        prop_assert_eq!(names(&t, CLUSTER), names(&t, ENDPOINT));
+        // Only what a served route, probe or TLS chain references is served.
+        let (clusters, secrets) = references(&t);
+        prop_assert_eq!(names(&t, CLUSTER), clusters);
+        prop_assert_eq!(names(&t, SECRET), secrets);
+    }
+
+    #[test]
+    fn every_virtual_host_is_served_or_reported(config in config()) {
+        let t = translate(&config);
+        let rc: RouteConfiguration =
+            decode(&t.snapshot.resources(ROUTE).unwrap()[ROUTE_CONFIG_NAME].body.value);
+        // User virtual hosts served (not the version probes' own).
+        let served: BTreeMap<String, usize> = rc
+            .virtual_hosts
+            .iter()
+            .filter(|v| !v.domains.iter().any(|d| d.ends_with(".probe.switchyard.invalid")))
+            .map(|v| (v.name.clone(), v.routes.len()))
+            .collect();
+        let reported: BTreeSet<&str> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
+        for vh in &config.virtual_hosts {
+            let is_served = served.contains_key(&vh.name);
+            prop_assert!(
+                is_served != reported.contains(vh.name.as_str()),
+                "{:?}: served {} but reported {}", vh.name, is_served, reported.contains(vh.name.as_str())
+            );
+            if is_served {
+                // Served as given: same routes, in the same order.
+                let input = config.virtual_hosts.iter().find(|v| v.name == vh.name).unwrap();
+                prop_assert_eq!(served[&vh.name], input.routes.len());
+            }
+        }
+        // The HTTPS listener exists exactly when a served virtual host has TLS.
+        let tls_served = config
+            .virtual_hosts
+            .iter()
+            .any(|v| v.tls.is_some() && served.contains_key(&v.name));
+        prop_assert_eq!(names(&t, LISTENER).contains("https"), tls_served);
+    }
+}

@@ -544,15 +544,6 @@ impl Session {
                     acked_resources: ts.acked.as_ref().map_or(0, BTreeMap::len),
                     pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
                     last_nack: ts.last_nack.clone(),
-                    acked_names: ts
-                        .acked
-                        .as_ref()
-                        .map(|a| {
-                            a.iter()
-                                .map(|(n, e)| (n.clone(), e.version.clone()))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
                 };
                 (short_type(type_url).to_string(), status)
             })
@@ -590,9 +581,6 @@ pub struct TypeStatus {
     pub acked_resources: usize,
     pub pending_nonce: Option<String>,
     pub last_nack: Option<NackInfo>,
-    /// Name → version of every resource the node has ACKed.
-    #[serde(skip)]
-    pub acked_names: BTreeMap<String, String>,
 }
 
 fn same_versions(a: &Entries, b: &Entries) -> bool {
@@ -874,7 +862,7 @@ mod tests {
                 .map(|n| n.error.as_str()),
             Some("bad cluster b")
         );
-        assert_eq!(status.types["RouteConfiguration"].acked_names.len(), 1);
+        assert_eq!(status.types["RouteConfiguration"].acked_resources, 1);
         // A fixed snapshot moves on.
         let out = s.set_desired(switch_to("c"), now);
         assert_eq!(names(&out[0]).1, ["a:c", "c:c"]);

@@ -2,6 +2,7 @@
 //! without dropping a request. See DESIGN.md for the data flow this crate follows.
 
 pub mod admin;
+pub mod api;
 pub mod bootstrap;
 pub mod hash;
 pub mod metrics;

@@ -29,6 +29,12 @@ struct Cli {
 enum Command {
     /// Serve routes and endpoints from YAML files in a directory, without Kubernetes.
     Standalone(StandaloneArgs),
+    /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
+    Crdgen {
+        /// Directory to write into.
+        #[arg(long, default_value = "crds")]
+        out: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -84,7 +90,18 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Standalone(args) => run_standalone(args).await,
+        Command::Crdgen { out } => crdgen(&out),
     }
+}
+
+fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for (file, yaml) in switchyard::api::crds()? {
+        let path = out.join(file);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 async fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {

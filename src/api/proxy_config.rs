@@ -1,0 +1,118 @@
+//! `ProxyConfig`: the resolved configuration Switchyard serves, owned by a TrafficRoute and
+//! written only by Switchyard. The translator reads these, never TrafficRoutes, so every
+//! replica serves the same thing (I6).
+//!
+//! Two roles per route: `probe` holds the clusters that must be warm on every Envoy before
+//! a switch (new ∪ live), `live` holds what serves user traffic.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::traffic_route::{HeaderEdits, Retries, RuleMatch};
+
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "switchyard.dev",
+    version = "v1alpha1",
+    kind = "ProxyConfig",
+    namespaced,
+    shortname = "pxc",
+    category = "switchyard",
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Route", type_ = "string", json_path = ".spec.route"),
+    printcolumn(name = "Generation", type_ = "integer", json_path = ".spec.generation"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyConfigSpec {
+    pub role: ProxyConfigRole,
+    /// The TrafficRoute this was resolved from (also its owner).
+    pub route: String,
+    /// The TrafficRoute generation this realizes.
+    pub generation: i64,
+    /// Digest of the content; the live version probe answers with it.
+    pub version: String,
+    /// The routes (live role only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_host: Option<ResolvedVirtualHost>,
+    /// Every cluster this config needs on every Envoy.
+    #[serde(default)]
+    pub clusters: Vec<ResolvedCluster>,
+}
+
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyConfigRole {
+    Probe,
+    Live,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedVirtualHost {
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ResolvedTls>,
+    pub rules: Vec<ResolvedRule>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedTls {
+    pub secret_name: String,
+    pub redirect_http: bool,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedRule {
+    pub name: String,
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<RuleMatch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<ResolvedBackend>,
+    #[serde(default)]
+    pub redirect_https: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Retries>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderEdits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<HeaderEdits>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedBackend {
+    pub cluster: ResolvedCluster,
+    pub weight: i32,
+}
+
+/// A Service port, resolved: the port number, and the name its EndpointSlices use for it.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCluster {
+    pub service: String,
+    pub port: i32,
+    /// The Service port's name ("" when unnamed): EndpointSlice ports carry it.
+    #[serde(default)]
+    pub port_name: String,
+    /// Upstream HTTP/2 (appProtocol h2c or kubernetes.io/h2c).
+    #[serde(default)]
+    pub http2: bool,
+}

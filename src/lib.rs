@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api;
 pub mod bootstrap;
 pub mod hash;
+pub mod k8s;
 pub mod metrics;
 pub mod model;
 pub mod standalone;

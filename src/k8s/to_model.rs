@@ -1,0 +1,497 @@
+//! ProxyConfigs, EndpointSlices and TLS Secrets → the routing model. Pure.
+//!
+//! Only Services that some ProxyConfig references become clusters; endpoints come from
+//! their EndpointSlices, matched by the Service port's name.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+
+use crate::api::proxy_config::{ResolvedCluster, ResolvedRule};
+use crate::api::traffic_route::{HeaderEdits as ApiHeaderEdits, HeaderMatch as ApiHeaderMatch};
+use crate::api::{ProxyConfig, ProxyConfigRole};
+use crate::model::{
+    self, ClusterSettings, EndpointCondition, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
+    HeaderValueMatch, ListenerSettings, PathMatch, RetryPolicy, Route, RouteAction, ServiceRef,
+    VersionProbe, VirtualHost, VirtualHostTls,
+};
+use crate::standalone::file::duration_text;
+
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// A TLS Secret's content, keyed by (namespace, name) in [`Inputs::secrets`].
+#[derive(Clone, PartialEq)]
+pub struct TlsData {
+    pub certificate_chain: String,
+    pub private_key: String,
+}
+
+pub struct Inputs<'a> {
+    pub listeners: ListenerSettings,
+    pub proxy_configs: Vec<&'a ProxyConfig>,
+    pub endpoint_slices: Vec<&'a EndpointSlice>,
+    pub secrets: &'a BTreeMap<(String, String), TlsData>,
+}
+
+/// The model, and what was left out (with why).
+pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut config = model::Config {
+        listeners: inputs.listeners.clone(),
+        ..model::Config::default()
+    };
+    let mut clusters: BTreeMap<String, (String, ResolvedCluster)> = BTreeMap::new();
+    let mut secrets = BTreeSet::new();
+    for pc in &inputs.proxy_configs {
+        let namespace = pc.namespace().unwrap_or_default();
+        let spec = &pc.spec;
+        let id = format!("{namespace}/{}", spec.route);
+        for cluster in &spec.clusters {
+            clusters.insert(
+                cluster_name(&namespace, cluster),
+                (namespace.clone(), cluster.clone()),
+            );
+        }
+        match spec.role {
+            ProxyConfigRole::Probe => config.endpoint_probes.push(EndpointProbe {
+                id: endpoint_probe_id(&namespace, &spec.route, &spec.version),
+                clusters: spec
+                    .clusters
+                    .iter()
+                    .map(|c| (cluster_name(&namespace, c), 1))
+                    .collect(),
+            }),
+            ProxyConfigRole::Live => {
+                let Some(vh) = &spec.virtual_host else {
+                    problems.push(format!(
+                        "{id}: live ProxyConfig {} has no virtual host",
+                        pc.name_any()
+                    ));
+                    continue;
+                };
+                let routes: Result<Vec<Route>, String> =
+                    vh.rules.iter().map(|r| route(&namespace, r)).collect();
+                let routes = match routes {
+                    Ok(routes) => routes,
+                    Err(e) => {
+                        problems.push(format!("{id}: {e}"));
+                        continue;
+                    }
+                };
+                let tls = vh.tls.as_ref().map(|t| {
+                    secrets.insert((namespace.clone(), t.secret_name.clone()));
+                    VirtualHostTls {
+                        secret: secret_name(&namespace, &t.secret_name),
+                        redirect_http: t.redirect_http,
+                    }
+                });
+                config.virtual_hosts.push(VirtualHost {
+                    name: id.clone(),
+                    hosts: vh.hosts.clone(),
+                    tls,
+                    routes,
+                });
+                config.version_probes.push(VersionProbe {
+                    id,
+                    version: spec.version.clone(),
+                });
+            }
+        }
+    }
+    let endpoints = endpoints_by_service(&inputs.endpoint_slices);
+    config.clusters = clusters
+        .into_iter()
+        .map(|(name, (namespace, cluster))| {
+            let key = (
+                namespace.clone(),
+                cluster.service.clone(),
+                cluster.port_name.clone(),
+            );
+            model::Cluster {
+                name,
+                service: service_ref(&namespace, &cluster),
+                settings: settings(&cluster),
+                endpoints: endpoints.get(&key).cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
+    for (namespace, name) in secrets {
+        match inputs.secrets.get(&(namespace.clone(), name.clone())) {
+            Some(data) => config.secrets.push(model::TlsSecret {
+                name: secret_name(&namespace, &name),
+                certificate_chain: data.certificate_chain.clone(),
+                private_key: data.private_key.clone(),
+            }),
+            // The translator leaves out the virtual host and says why.
+            None => problems.push(format!(
+                "secret {namespace}/{name} not found or not a TLS Secret"
+            )),
+        }
+    }
+    (config, problems)
+}
+
+/// The id of the endpoint probe of a probe ProxyConfig; the prober sends it.
+pub fn endpoint_probe_id(namespace: &str, route: &str, version: &str) -> String {
+    format!("{namespace}/{route}/{version}")
+}
+
+pub fn cluster_name(namespace: &str, cluster: &ResolvedCluster) -> String {
+    model::cluster_name(&service_ref(namespace, cluster), &settings(cluster))
+}
+
+fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {
+    ServiceRef {
+        namespace: namespace.to_string(),
+        name: cluster.service.clone(),
+        // The schema bounds ports to 1..=65535.
+        port: u16::try_from(cluster.port).unwrap_or(0),
+    }
+}
+
+fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
+    ClusterSettings {
+        http2: cluster.http2,
+        ..ClusterSettings::default()
+    }
+}
+
+fn secret_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// (namespace, service, port name) → endpoints.
+fn endpoints_by_service(
+    slices: &[&EndpointSlice],
+) -> BTreeMap<(String, String, String), Vec<model::Endpoint>> {
+    let mut out: BTreeMap<(String, String, String), Vec<model::Endpoint>> = BTreeMap::new();
+    for slice in slices {
+        let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) else {
+            continue;
+        };
+        let namespace = slice.namespace().unwrap_or_default();
+        for port in slice.ports.iter().flatten() {
+            let Some(number) = port.port.and_then(|p| u16::try_from(p).ok()) else {
+                continue;
+            };
+            let key = (
+                namespace.clone(),
+                service.clone(),
+                port.name.clone().unwrap_or_default(),
+            );
+            let list = out.entry(key).or_default();
+            for endpoint in slice.endpoints.iter().flatten() {
+                let c = endpoint.conditions.as_ref();
+                // Kubernetes: an unset `ready` means ready; unset `serving` follows `ready`.
+                let ready = c.and_then(|c| c.ready).unwrap_or(true);
+                let condition = EndpointCondition {
+                    ready,
+                    serving: c.and_then(|c| c.serving).unwrap_or(ready),
+                    terminating: c.and_then(|c| c.terminating).unwrap_or(false),
+                };
+                for address in &endpoint.addresses {
+                    list.push(model::Endpoint {
+                        address: address.clone(),
+                        port: number,
+                        condition,
+                        zone: endpoint.zone.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
+    let m = rule.matches.clone().unwrap_or_default();
+    let path = match (m.path_prefix, m.path_exact, m.path_regex) {
+        (Some(p), None, None) => PathMatch::Prefix(p),
+        (None, Some(p), None) => PathMatch::Exact(p),
+        (None, None, Some(p)) => PathMatch::Regex(p),
+        (None, None, None) => PathMatch::Prefix("/".into()),
+        _ => return Err(format!("rule {}: more than one path match", rule.name)),
+    };
+    let headers = m
+        .headers
+        .iter()
+        .map(header_match)
+        .collect::<Result<_, _>>()?;
+    let action = if rule.redirect_https {
+        RouteAction::RedirectHttps
+    } else {
+        let duration = |d: &Option<String>| {
+            d.as_deref()
+                .map(duration_text::parse)
+                .transpose()
+                .map_err(|e| format!("rule {}: {e}", rule.name))
+        };
+        let retry = match &rule.retries {
+            Some(r) => Some(RetryPolicy {
+                retry_on: if r.on.is_empty() {
+                    vec!["connect-failure".into(), "refused-stream".into()]
+                } else {
+                    r.on.clone()
+                },
+                num_retries: u32::try_from(r.attempts).unwrap_or(0),
+                per_try_timeout: duration(&r.per_try_timeout)?,
+            }),
+            None => None,
+        };
+        RouteAction::Forward(Forward {
+            backends: rule
+                .backends
+                .iter()
+                .map(|b| model::WeightedCluster {
+                    cluster: cluster_name(namespace, &b.cluster),
+                    weight: u32::try_from(b.weight).unwrap_or(0),
+                })
+                .collect(),
+            timeout: duration(&rule.timeout)?,
+            idle_timeout: duration(&rule.idle_timeout)?,
+            retry,
+            prefix_rewrite: rule.rewrite_prefix.clone(),
+        })
+    };
+    Ok(Route {
+        name: rule.name.clone(),
+        path,
+        headers,
+        action,
+        request_headers: header_edits(rule.request_headers.as_ref()),
+        response_headers: header_edits(rule.response_headers.as_ref()),
+    })
+}
+
+fn header_match(h: &ApiHeaderMatch) -> Result<HeaderMatch, String> {
+    let value = match (&h.exact, &h.prefix, &h.regex, h.present.unwrap_or(false)) {
+        (Some(v), None, None, false) => HeaderValueMatch::Exact(v.clone()),
+        (None, Some(v), None, false) => HeaderValueMatch::Prefix(v.clone()),
+        (None, None, Some(v), false) => HeaderValueMatch::Regex(v.clone()),
+        (None, None, None, true) => HeaderValueMatch::Present,
+        _ => return Err(format!("header match {:?}: give exactly one kind", h.name)),
+    };
+    Ok(HeaderMatch {
+        name: h.name.to_ascii_lowercase(),
+        value,
+        invert: h.invert.unwrap_or(false),
+    })
+}
+
+fn header_edits(edits: Option<&ApiHeaderEdits>) -> HeaderEdits {
+    let Some(e) = edits else {
+        return HeaderEdits::default();
+    };
+    HeaderEdits {
+        set: e.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        add: e.add.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        remove: e.remove.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ProxyConfigSpec;
+    use crate::api::proxy_config::{ResolvedBackend, ResolvedTls, ResolvedVirtualHost};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+    use kube::api::ObjectMeta;
+
+    fn cluster(service: &str) -> ResolvedCluster {
+        ResolvedCluster {
+            service: service.into(),
+            port: 80,
+            port_name: "http".into(),
+            http2: false,
+        }
+    }
+
+    fn live(route: &str, service: &str) -> ProxyConfig {
+        let mut pc = ProxyConfig::new(
+            &format!("{route}-live"),
+            ProxyConfigSpec {
+                role: ProxyConfigRole::Live,
+                route: route.into(),
+                generation: 1,
+                version: "v1".into(),
+                virtual_host: Some(ResolvedVirtualHost {
+                    hosts: vec![format!("{route}.test")],
+                    tls: None,
+                    rules: vec![ResolvedRule {
+                        name: "all".into(),
+                        backends: vec![ResolvedBackend {
+                            cluster: cluster(service),
+                            weight: 1,
+                        }],
+                        timeout: Some("5s".into()),
+                        ..Default::default()
+                    }],
+                }),
+                clusters: vec![cluster(service)],
+            },
+        );
+        pc.metadata.namespace = Some("shop".into());
+        pc
+    }
+
+    fn slice(
+        service: &str,
+        port_name: &str,
+        addresses: &[(&str, Option<bool>, Option<bool>)],
+    ) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(format!("{service}-abc")),
+                namespace: Some("shop".into()),
+                labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: Some(
+                addresses
+                    .iter()
+                    .map(|(a, ready, terminating)| Endpoint {
+                        addresses: vec![a.to_string()],
+                        conditions: Some(EndpointConditions {
+                            ready: *ready,
+                            serving: None,
+                            terminating: *terminating,
+                        }),
+                        zone: Some("z1".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(vec![EndpointPort {
+                name: Some(port_name.into()),
+                port: Some(8080),
+                ..Default::default()
+            }]),
+        }
+    }
+
+    fn inputs<'a>(
+        pcs: &'a [ProxyConfig],
+        slices: &'a [EndpointSlice],
+        secrets: &'a BTreeMap<(String, String), TlsData>,
+    ) -> Inputs<'a> {
+        Inputs {
+            listeners: ListenerSettings::default(),
+            proxy_configs: pcs.iter().collect(),
+            endpoint_slices: slices.iter().collect(),
+            secrets,
+        }
+    }
+
+    #[test]
+    fn live_config_becomes_a_virtual_host_with_endpoints_from_slices() {
+        let pcs = [live("web", "app")];
+        let slices = [slice(
+            "app",
+            "http",
+            &[
+                ("10.0.0.1", Some(true), None),
+                ("10.0.0.2", None, None),
+                ("10.0.0.3", Some(false), Some(true)),
+            ],
+        )];
+        let secrets = BTreeMap::new();
+        let (config, problems) = build(&inputs(&pcs, &slices, &secrets));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.virtual_hosts.len(), 1);
+        assert_eq!(config.virtual_hosts[0].name, "shop/web");
+        assert_eq!(config.version_probes[0].version, "v1");
+        let c = &config.clusters[0];
+        assert_eq!(c.name, "shop/app/80");
+        let states: Vec<_> = c
+            .endpoints
+            .iter()
+            .map(|e| {
+                (
+                    e.address.as_str(),
+                    e.port,
+                    e.condition.ready,
+                    e.condition.terminating,
+                )
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("10.0.0.1", 8080, true, false),
+                ("10.0.0.2", 8080, true, false),
+                ("10.0.0.3", 8080, false, true)
+            ]
+        );
+        let translation = crate::translate::translate(&config);
+        assert!(
+            translation.problems.is_empty(),
+            "{:?}",
+            translation.problems
+        );
+    }
+
+    #[test]
+    fn endpoints_match_the_port_by_name_and_unreferenced_services_stay_out() {
+        let pcs = [live("web", "app")];
+        let slices = [
+            slice("app", "metrics", &[("10.0.0.1", Some(true), None)]),
+            slice("other", "http", &[("10.0.0.9", Some(true), None)]),
+        ];
+        let secrets = BTreeMap::new();
+        let (config, _) = build(&inputs(&pcs, &slices, &secrets));
+        assert_eq!(config.clusters.len(), 1, "only referenced services");
+        assert!(config.clusters[0].endpoints.is_empty(), "port name differs");
+    }
+
+    #[test]
+    fn probe_config_adds_clusters_and_an_endpoint_probe() {
+        let mut probe = live("web", "app");
+        probe.spec.role = ProxyConfigRole::Probe;
+        probe.spec.virtual_host = None;
+        probe.spec.version = "p1".into();
+        probe.spec.clusters = vec![cluster("app"), cluster("app-v2")];
+        let pcs = [live("web", "app"), probe];
+        let secrets = BTreeMap::new();
+        let (config, problems) = build(&inputs(&pcs, &[], &secrets));
+        assert!(problems.is_empty());
+        let names: Vec<_> = config.clusters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["shop/app-v2/80", "shop/app/80"]);
+        assert_eq!(config.endpoint_probes[0].id, "shop/web/p1");
+        assert_eq!(config.endpoint_probes[0].clusters.len(), 2);
+    }
+
+    #[test]
+    fn tls_secrets_are_namespaced_and_missing_ones_reported() {
+        let mut pc = live("web", "app");
+        if let Some(vh) = pc.spec.virtual_host.as_mut() {
+            vh.tls = Some(ResolvedTls {
+                secret_name: "cert".into(),
+                redirect_http: true,
+            });
+        }
+        let pcs = [pc];
+        let empty = BTreeMap::new();
+        let (_, problems) = build(&inputs(&pcs, &[], &empty));
+        assert_eq!(problems, ["secret shop/cert not found or not a TLS Secret"]);
+        let secrets: BTreeMap<_, _> = [(
+            ("shop".to_string(), "cert".to_string()),
+            TlsData {
+                certificate_chain: "PEM".into(),
+                private_key: "KEY".into(),
+            },
+        )]
+        .into();
+        let (config, problems) = build(&inputs(&pcs, &[], &secrets));
+        assert!(problems.is_empty());
+        assert_eq!(config.secrets[0].name, "shop/cert");
+        assert_eq!(
+            config.virtual_hosts[0]
+                .tls
+                .as_ref()
+                .map(|t| t.secret.as_str()),
+            Some("shop/cert")
+        );
+    }
+}

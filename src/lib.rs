@@ -8,6 +8,7 @@ pub mod hash;
 pub mod k8s;
 pub mod metrics;
 pub mod model;
+pub mod prober;
 pub mod standalone;
 pub mod translate;
 pub mod xds;

@@ -10,7 +10,10 @@ use tracing::info;
 use tracing_subscriber::EnvFilter;
 
 use switchyard::admin::Admin;
+use switchyard::k8s::builder::Builder;
+use switchyard::k8s::index::{Index, Scope};
 use switchyard::metrics::Metrics;
+use switchyard::model::ListenerSettings;
 use switchyard::standalone;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering};
 
@@ -29,6 +32,9 @@ struct Cli {
 enum Command {
     /// Serve routes and endpoints from YAML files in a directory, without Kubernetes.
     Standalone(StandaloneArgs),
+    /// Run in Kubernetes: watch ProxyConfigs, EndpointSlices and TLS Secrets, serve them
+    /// over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes status.
+    Operator(OperatorArgs),
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {
         /// Directory to write into.
@@ -47,6 +53,31 @@ struct StandaloneArgs {
     /// How often the directory is checked for changes.
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     poll_interval: Duration,
+}
+
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// Namespaces to watch (comma-separated); all when empty.
+    #[arg(long, env = "SWITCHYARD_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    #[command(flatten)]
+    listeners: ListenerArgs,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Where every Envoy listens (identical on every replica).
+#[derive(clap::Args)]
+struct ListenerArgs {
+    #[arg(long, env = "SWITCHYARD_LISTEN_ADDRESS", default_value = "0.0.0.0")]
+    listen_address: String,
+    #[arg(long, env = "SWITCHYARD_HTTP_PORT", default_value_t = 8080)]
+    http_port: u16,
+    #[arg(long, env = "SWITCHYARD_HTTPS_PORT", default_value_t = 8443)]
+    https_port: u16,
+    /// Internal port for readiness probes; the public Service must not expose it.
+    #[arg(long, env = "SWITCHYARD_PROBE_PORT", default_value_t = 8090)]
+    probe_port: u16,
 }
 
 #[derive(clap::Args)]
@@ -90,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Standalone(args) => run_standalone(args).await,
+        Command::Operator(args) => run_operator(args).await,
         Command::Crdgen { out } => crdgen(&out),
     }
 }
@@ -125,6 +157,41 @@ async fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     };
     tokio::spawn(watcher.run());
+    serve(args.serve, desired, nodes, metrics, registry).await
+}
+
+async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.serve.probe_token.is_empty(),
+        "--probe-token (SWITCHYARD_PROBE_TOKEN) is required: every replica must serve the same secret"
+    );
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let scope = if args.namespaces.is_empty() {
+        Scope::All
+    } else {
+        Scope::Namespaces(args.namespaces.clone())
+    };
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let desired = Arc::new(Desired::new());
+    let nodes = Nodes::default();
+    let builder = Builder {
+        index: Index::start(&client, &scope),
+        client: client.clone(),
+        listeners: ListenerSettings {
+            address: args.listeners.listen_address.clone(),
+            http_port: args.listeners.http_port,
+            https_port: args.listeners.https_port,
+            probe_port: args.listeners.probe_port,
+            probe_token: args.serve.probe_token.clone(),
+        },
+        desired: desired.clone(),
+        metrics: metrics.clone(),
+        problems: tokio::sync::watch::channel(Vec::new()).0,
+    };
+    tokio::spawn(builder.run());
     serve(args.serve, desired, nodes, metrics, registry).await
 }
 

@@ -3,6 +3,7 @@
 //! load generator. Everything binds to 127.0.0.x and every process is killed when its
 //! handle drops, even on panic.
 
+pub mod kube;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,8 @@
 //! The Kubernetes API of Switchyard: group `switchyard.dev`, version `v1alpha1`.
 
+// Several `printcolumn(type_ = "string", ...)` entries look like duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod proxy_config;
 pub mod traffic_route;
 

@@ -2,5 +2,7 @@
 //! and serves them over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes
 //! their status.
 
+pub mod builder;
+pub mod index;
 pub mod resolve;
 pub mod to_model;

@@ -176,6 +176,7 @@ pub fn translate(config: &model::Config) -> Translation {
         &mut problems,
     );
     let mut served = Vec::new();
+    let mut dropped = BTreeSet::new();
     for vh in user_vhosts.values() {
         let mut errors = route::validate_virtual_host(vh, &inputs);
         let hosts = route::normalized_hosts(vh);
@@ -188,8 +189,16 @@ pub fn translate(config: &model::Config) -> Translation {
             served.push((*vh, hosts));
         } else {
             problems.extend(errors.into_iter().map(|e| Problem::new(&vh.name, e)));
+            dropped.insert(vh.name.as_str());
         }
     }
+    // A version probe must never report a version whose routes are not served: the
+    // probe of a virtual host that was left out goes too.
+    virtual_hosts.retain(|v| {
+        v.name
+            .strip_prefix(VERSION_PROBE_VHOST_PREFIX)
+            .is_none_or(|id| !dropped.contains(id))
+    });
     virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
 
     let endpoint_probes = if token_ok {

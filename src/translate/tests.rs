@@ -200,6 +200,29 @@ fn a_cluster_of_a_rejected_virtual_host_is_not_served() {
 }
 
 #[test]
+fn the_version_probe_of_a_rejected_virtual_host_is_not_served() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.virtual_hosts = vec![
+        vhost("ns/bad", &["bad.example.com"], "missing"),
+        vhost("ns/good", &["good.example.com"], "a"),
+    ];
+    c.version_probes = ["ns/bad", "ns/good"]
+        .map(|id| model::VersionProbe {
+            id: id.into(),
+            version: "v1".into(),
+        })
+        .into();
+    let t = translate_ok(&c);
+    // Otherwise "verify live" would pass for routes that serve nothing.
+    let served: Vec<String> = vhost_names(&t)
+        .into_iter()
+        .filter(|n| n.starts_with(VERSION_PROBE_VHOST_PREFIX))
+        .collect();
+    assert_eq!(served, [format!("{VERSION_PROBE_VHOST_PREFIX}ns/good")]);
+}
+
+#[test]
 fn the_first_virtual_host_by_name_keeps_a_shared_host() {
     let mut c = config();
     c.clusters = vec![cluster("a")];

@@ -1,0 +1,182 @@
+//! Builds the desired snapshot from the index, on every replica.
+//!
+//! The startup gate (I5): nothing is published before every watcher has its complete
+//! initial list and the first full snapshot is built from it; only then does the xDS
+//! server answer. Status writing is elsewhere and never waits here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use super::index::Index;
+use super::to_model::{self, Inputs, TlsData};
+use crate::api::ProxyConfigRole;
+use crate::metrics::{Metrics, TypeLabel};
+use crate::model::ListenerSettings;
+use crate::translate;
+use crate::xds::Desired;
+
+/// Changes arriving within this window are built into one snapshot.
+const DEBOUNCE: Duration = Duration::from_millis(10);
+
+pub struct Builder {
+    pub index: Index,
+    pub client: Client,
+    pub listeners: ListenerSettings,
+    pub desired: Arc<Desired>,
+    pub metrics: Metrics,
+    /// What was left out of the last snapshot, for status and logs.
+    pub problems: watch::Sender<Vec<String>>,
+}
+
+impl Builder {
+    pub async fn run(self) {
+        let started = Instant::now();
+        let mut changes = self.index.changes();
+        if !self.index.ready().await {
+            error!("a watcher stopped before its initial list; not serving xDS");
+            return;
+        }
+        info!(
+            after_ms = started.elapsed().as_millis() as u64,
+            "every watcher has its initial list"
+        );
+        let mut secrets = SecretCache::default();
+        loop {
+            changes.borrow_and_update();
+            self.build_and_publish(&mut secrets).await;
+            if changes.changed().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    }
+
+    async fn build_and_publish(&self, secrets: &mut SecretCache) {
+        let proxy_configs = self.index.proxy_configs.state();
+        let slices = self.index.endpoint_slices.state();
+        let secret_meta: HashMap<(String, String), String> = self
+            .index
+            .tls_secrets
+            .state()
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace().unwrap_or_default(), s.name_any()),
+                    s.resource_version().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let wanted: Vec<(String, String)> = proxy_configs
+            .iter()
+            .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
+            .filter_map(|pc| {
+                let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
+                Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
+            })
+            .collect();
+        let tls = secrets.fetch(&self.client, &wanted, &secret_meta).await;
+
+        let started = Instant::now();
+        let (config, mut problems) = to_model::build(&Inputs {
+            listeners: self.listeners.clone(),
+            proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
+            endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
+            secrets: &tls,
+        });
+        let translation = translate::translate(&config);
+        let elapsed = started.elapsed();
+        self.metrics
+            .snapshot_build_seconds
+            .observe(elapsed.as_secs_f64());
+        problems.extend(translation.problems.iter().map(ToString::to_string));
+        for problem in &problems {
+            warn!(%problem, "left out of the configuration");
+        }
+        let snapshot = Arc::new(translation.snapshot);
+        for (type_url, resources) in snapshot.types() {
+            self.metrics
+                .snapshot_resources
+                .get_or_create(&TypeLabel::of(type_url))
+                .set(resources.len() as i64);
+        }
+        info!(
+            version = snapshot.version(),
+            proxy_configs = proxy_configs.len(),
+            resources = snapshot.len(),
+            left_out = problems.len(),
+            build_ms = elapsed.as_secs_f64() * 1000.0,
+            "snapshot built"
+        );
+        self.problems.send_replace(problems);
+        self.desired.publish(snapshot);
+        if !self.desired.is_open() && self.desired.open() {
+            info!("first full snapshot built: serving xDS");
+        }
+    }
+}
+
+/// TLS Secret contents for the referenced Secrets only, refetched when their
+/// resourceVersion changes.
+#[derive(Default)]
+struct SecretCache {
+    entries: HashMap<(String, String), (String, TlsData)>,
+}
+
+impl SecretCache {
+    async fn fetch(
+        &mut self,
+        client: &Client,
+        wanted: &[(String, String)],
+        versions: &HashMap<(String, String), String>,
+    ) -> BTreeMap<(String, String), TlsData> {
+        let mut out = BTreeMap::new();
+        for key in wanted {
+            let Some(version) = versions.get(key) else {
+                continue;
+            };
+            let cached = self
+                .entries
+                .get(key)
+                .filter(|(v, _)| v == version)
+                .map(|(_, data)| data.clone());
+            let data = match cached {
+                Some(data) => Some(data),
+                None => {
+                    let api: Api<Secret> = Api::namespaced(client.clone(), &key.0);
+                    match api.get(&key.1).await {
+                        Ok(secret) => tls_data(&secret),
+                        Err(error) => {
+                            warn!(namespace = %key.0, name = %key.1, %error, "cannot read TLS Secret");
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(data) = data {
+                self.entries
+                    .insert(key.clone(), (version.clone(), data.clone()));
+                out.insert(key.clone(), data);
+            }
+        }
+        self.entries.retain(|k, _| wanted.contains(k));
+        out
+    }
+}
+
+fn tls_data(secret: &Secret) -> Option<TlsData> {
+    let data = secret.data.as_ref()?;
+    let text = |key: &str| {
+        data.get(key)
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    Some(TlsData {
+        certificate_chain: text("tls.crt")?,
+        private_key: text("tls.key")?,
+    })
+}

@@ -1,0 +1,1223 @@
+//! Step 1 of a rollout, "Resolve" (see DESIGN.md): a TrafficRoute's spec is checked and its
+//! backends are mapped, through the Services of its namespace, to concrete clusters. The
+//! result is what the route's ProxyConfigs carry; [`proxy_config_spec`] builds them.
+//!
+//! Pure and deterministic (I6): the same spec and the same Services give the same
+//! [`ResolvedRoute`] and version, whatever the order of the Services. Nothing here writes
+//! anything (I7). Whatever the API server's schema and CEL rules should have refused but
+//! did not (an older CRD, a disabled validation) is checked again here and reported as
+//! [`ResolveError::InvalidSpec`], so that a bad route stays out of the configuration and
+//! says why in its own status, and every other route keeps serving (I8).
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::sync::LazyLock;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use regex::Regex;
+
+use crate::api::proxy_config::{
+    ProxyConfigRole, ProxyConfigSpec, ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedTls,
+    ResolvedVirtualHost,
+};
+use crate::api::traffic_route::{Backend, RouteRule, RouteTls, RuleMatch, TrafficRoute};
+use crate::hash;
+use crate::standalone::file::duration_text;
+
+/// What resolving a TrafficRoute's spec against the Services of its namespace gives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedRoute {
+    pub virtual_host: ResolvedVirtualHost,
+    /// Every cluster the rules reference, sorted and deduplicated.
+    pub clusters: Vec<ResolvedCluster>,
+    /// [`hash::digest_of`] the virtual host: the version the live config announces.
+    pub version: String,
+}
+
+/// Why a TrafficRoute could not be resolved. [`ResolveError::reason`] is the Kubernetes
+/// condition reason; the Display form is the condition message.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// A backend names a Service that does not exist in the route's namespace.
+    #[error("Service {service:?} does not exist in the route's namespace")]
+    ServiceNotFound { service: String },
+    /// The Service exists but has no such port. `port` is the number or the name asked for.
+    #[error("Service {service:?} has no {}", port_label(port))]
+    PortNotFound { service: String, port: String },
+    /// The Service or its port cannot carry HTTP through Envoy (an ExternalName Service, a
+    /// UDP or SCTP port).
+    #[error("Service {service:?} cannot be a backend: {message}")]
+    UnsupportedBackend { service: String, message: String },
+    /// Something the API server's schema should have refused.
+    #[error("invalid spec: {message}")]
+    InvalidSpec { message: String },
+}
+
+impl ResolveError {
+    /// Short CamelCase reason, for the `Ready`/`Accepted` conditions.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ServiceNotFound { .. } => "ServiceNotFound",
+            Self::PortNotFound { .. } => "PortNotFound",
+            Self::UnsupportedBackend { .. } => "UnsupportedBackend",
+            Self::InvalidSpec { .. } => "InvalidSpec",
+        }
+    }
+}
+
+/// "port 8080" or "port named \"http\"". Service port names are IANA service names, which
+/// always hold a letter, so an all-digit `port` is a number.
+fn port_label(port: &str) -> String {
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        format!("port {port}")
+    } else {
+        format!("port named {port:?}")
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ResolveError {
+    ResolveError::InvalidSpec {
+        message: message.into(),
+    }
+}
+
+/// Resolves a TrafficRoute's spec against `services`, the Services of its namespace (any
+/// Service of another namespace is ignored). The spec is checked in full before any
+/// Service is looked up, so a spec that can never work says so even while a Service is
+/// missing; within each pass, the first problem in spec order is reported.
+pub fn resolve_route(
+    route: &TrafficRoute,
+    services: &[&Service],
+) -> Result<ResolvedRoute, ResolveError> {
+    let spec = &route.spec;
+    let hosts = resolve_hosts(&spec.hosts)?;
+    let tls = spec.tls.as_ref().map(resolve_tls).transpose()?;
+    if let Some(rollout) = &spec.rollout {
+        check_duration("spec.rollout.drainPeriod", rollout.drain_period.as_deref())?;
+        check_duration(
+            "spec.rollout.probeDeadline",
+            rollout.probe_deadline.as_deref(),
+        )?;
+    }
+    if spec.rules.is_empty() {
+        return Err(invalid("spec.rules: a route needs at least one rule"));
+    }
+    let names = rule_names(&spec.rules)?;
+    for (index, rule) in spec.rules.iter().enumerate() {
+        check_rule(&format!("spec.rules[{index}]"), rule)?;
+    }
+
+    let services = ServiceIndex::new(route.metadata.namespace.as_deref(), services);
+    let rules = spec
+        .rules
+        .iter()
+        .zip(names)
+        .map(|(rule, name)| resolve_rule(rule, name, &services))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let virtual_host = ResolvedVirtualHost { hosts, tls, rules };
+    let clusters = sorted_unique(
+        virtual_host
+            .rules
+            .iter()
+            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
+    );
+    let version = hash::digest_of(&virtual_host);
+    Ok(ResolvedRoute {
+        virtual_host,
+        clusters,
+        version,
+    })
+}
+
+/// The spec of one of a route's two ProxyConfigs.
+///
+/// - `Live`: the routes (`virtual_host`) and the clusters they reference; `version` is
+///   `resolved.version`. `extra_clusters` is not used.
+/// - `Probe`: no routes; the clusters that must be warm on every Envoy: those of `resolved`
+///   and `extra_clusters` (the clusters live now, so that nothing live is dropped), sorted
+///   and deduplicated; `version` is a digest of that list.
+pub fn proxy_config_spec(
+    route_name: &str,
+    generation: i64,
+    role: ProxyConfigRole,
+    resolved: &ResolvedRoute,
+    extra_clusters: &[ResolvedCluster],
+) -> ProxyConfigSpec {
+    let (virtual_host, clusters, version) = match role {
+        ProxyConfigRole::Live => (
+            Some(resolved.virtual_host.clone()),
+            sorted_unique(resolved.clusters.iter().cloned()),
+            resolved.version.clone(),
+        ),
+        ProxyConfigRole::Probe => {
+            let clusters = sorted_unique(resolved.clusters.iter().chain(extra_clusters).cloned());
+            let version = hash::digest_of(&clusters);
+            (None, clusters, version)
+        }
+    };
+    ProxyConfigSpec {
+        role,
+        route: route_name.to_owned(),
+        generation,
+        version,
+        virtual_host,
+        clusters,
+    }
+}
+
+fn sorted_unique(clusters: impl IntoIterator<Item = ResolvedCluster>) -> Vec<ResolvedCluster> {
+    let mut clusters: Vec<_> = clusters.into_iter().collect();
+    clusters.sort();
+    clusters.dedup();
+    clusters
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks of the spec alone (mirroring the CRD's schema and CEL rules).
+
+/// The CRD's host pattern (checked after lower-casing).
+static HOST: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+        .expect("host pattern compiles")
+});
+
+/// The CRD's rule-name pattern.
+static RULE_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("name pattern"));
+
+/// Lower-cased, in the given order; duplicates (ignoring case) and malformed names refused.
+fn resolve_hosts(hosts: &[String]) -> Result<Vec<String>, ResolveError> {
+    if hosts.is_empty() {
+        return Err(invalid("spec.hosts: a route needs at least one host"));
+    }
+    let mut resolved: Vec<String> = Vec::with_capacity(hosts.len());
+    for (index, host) in hosts.iter().enumerate() {
+        let host = host.to_ascii_lowercase();
+        if host.len() > 253 || !HOST.is_match(&host) {
+            return Err(invalid(format!(
+                "spec.hosts[{index}]: {host:?} is not a host name (or \"*.\" and a host name)"
+            )));
+        }
+        if let Some(first) = resolved.iter().position(|h| *h == host) {
+            return Err(invalid(format!(
+                "spec.hosts[{index}]: {host:?} repeats spec.hosts[{first}]"
+            )));
+        }
+        resolved.push(host);
+    }
+    Ok(resolved)
+}
+
+fn resolve_tls(tls: &RouteTls) -> Result<ResolvedTls, ResolveError> {
+    if tls.secret_name.is_empty() {
+        return Err(invalid("spec.tls.secretName: must not be empty"));
+    }
+    Ok(ResolvedTls {
+        secret_name: tls.secret_name.clone(),
+        redirect_http: tls.redirect_http.unwrap_or(true),
+    })
+}
+
+/// Each rule's name (given, or `rule-<index>`), unique across the route, generated names
+/// included.
+fn rule_names(rules: &[RouteRule]) -> Result<Vec<String>, ResolveError> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut names = Vec::with_capacity(rules.len());
+    for (index, rule) in rules.iter().enumerate() {
+        let name = match &rule.name {
+            Some(name) => {
+                if name.len() > 63 || !RULE_NAME.is_match(name) {
+                    return Err(invalid(format!(
+                        "spec.rules[{index}].name: {name:?} is not a lower-case DNS label"
+                    )));
+                }
+                name.clone()
+            }
+            None => format!("rule-{index}"),
+        };
+        if let Some(first) = seen.insert(name.clone(), index) {
+            return Err(invalid(format!(
+                "spec.rules[{index}]: the rule name {name:?} is already used by spec.rules[{first}] \
+                 (an unnamed rule is named \"rule-<index>\")"
+            )));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+fn check_rule(at: &str, rule: &RouteRule) -> Result<(), ResolveError> {
+    let redirect = rule.redirect_https.unwrap_or(false);
+    if redirect && !rule.backends.is_empty() {
+        return Err(invalid(format!(
+            "{at}: a rule with redirectHttps has no backends"
+        )));
+    }
+    if !redirect && rule.backends.is_empty() {
+        return Err(invalid(format!(
+            "{at}: a rule needs backends, or redirectHttps without backends"
+        )));
+    }
+    for (index, backend) in rule.backends.iter().enumerate() {
+        check_backend(&format!("{at}.backends[{index}]"), backend)?;
+    }
+    if !rule.backends.is_empty() && rule.backends.iter().all(|b| b.weight == Some(0)) {
+        return Err(invalid(format!("{at}.backends: the weights are all zero")));
+    }
+    if let Some(m) = &rule.matches {
+        check_match(&format!("{at}.match"), m)?;
+    }
+    check_duration(&format!("{at}.timeout"), rule.timeout.as_deref())?;
+    check_duration(&format!("{at}.idleTimeout"), rule.idle_timeout.as_deref())?;
+    if let Some(retries) = &rule.retries {
+        if !(0..=10).contains(&retries.attempts) {
+            return Err(invalid(format!(
+                "{at}.retries.attempts: {} is not within 0..10",
+                retries.attempts
+            )));
+        }
+        check_duration(
+            &format!("{at}.retries.perTryTimeout"),
+            retries.per_try_timeout.as_deref(),
+        )?;
+    }
+    if let Some(prefix) = &rule.rewrite_prefix
+        && !prefix.starts_with('/')
+    {
+        return Err(invalid(format!(
+            "{at}.rewritePrefix: {prefix:?} does not start with \"/\""
+        )));
+    }
+    Ok(())
+}
+
+fn check_backend(at: &str, backend: &Backend) -> Result<(), ResolveError> {
+    if backend.service.is_empty() {
+        return Err(invalid(format!("{at}.service: must not be empty")));
+    }
+    match (backend.port, &backend.port_name) {
+        (Some(port), None) if !(1..=65535).contains(&port) => {
+            return Err(invalid(format!("{at}.port: {port} is not within 1..65535")));
+        }
+        (None, Some(name)) if name.is_empty() => {
+            return Err(invalid(format!("{at}.portName: must not be empty")));
+        }
+        (Some(_), None) | (None, Some(_)) => {}
+        _ => {
+            return Err(invalid(format!("{at}: give exactly one of port, portName")));
+        }
+    }
+    if let Some(weight) = backend.weight
+        && !(0..=10000).contains(&weight)
+    {
+        return Err(invalid(format!(
+            "{at}.weight: {weight} is not within 0..10000"
+        )));
+    }
+    Ok(())
+}
+
+fn check_match(at: &str, m: &RuleMatch) -> Result<(), ResolveError> {
+    let paths = [&m.path_prefix, &m.path_exact, &m.path_regex];
+    if paths.iter().filter(|p| p.is_some()).count() > 1 {
+        return Err(invalid(format!(
+            "{at}: give at most one of pathPrefix, pathExact, pathRegex"
+        )));
+    }
+    for (field, path) in [("pathPrefix", &m.path_prefix), ("pathExact", &m.path_exact)] {
+        if let Some(path) = path
+            && !path.starts_with('/')
+        {
+            return Err(invalid(format!(
+                "{at}.{field}: {path:?} does not start with \"/\""
+            )));
+        }
+    }
+    if m.path_regex.as_deref() == Some("") {
+        return Err(invalid(format!("{at}.pathRegex: must not be empty")));
+    }
+    for (index, h) in m.headers.iter().enumerate() {
+        if h.name.is_empty() {
+            return Err(invalid(format!(
+                "{at}.headers[{index}].name: must not be empty"
+            )));
+        }
+        let given = [
+            h.exact.is_some(),
+            h.prefix.is_some(),
+            h.regex.is_some(),
+            h.present == Some(true),
+        ];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err(invalid(format!(
+                "{at}.headers[{index}] ({:?}): give exactly one of exact, prefix, regex, present",
+                h.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The spec keeps duration strings as written; they must parse as the translator parses them.
+fn check_duration(at: &str, text: Option<&str>) -> Result<(), ResolveError> {
+    match text.map(duration_text::parse) {
+        Some(Err(e)) => Err(invalid(format!("{at}: {e}"))),
+        _ => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Resolution against Services.
+
+/// The Services of the route's namespace, by name.
+struct ServiceIndex<'a> {
+    by_name: BTreeMap<&'a str, &'a Service>,
+}
+
+impl<'a> ServiceIndex<'a> {
+    fn new(namespace: Option<&str>, services: &[&'a Service]) -> Self {
+        let mut by_name: BTreeMap<&'a str, &'a Service> = BTreeMap::new();
+        for &service in services {
+            let Some(name) = service.metadata.name.as_deref() else {
+                continue;
+            };
+            if let (Some(want), Some(have)) = (namespace, service.metadata.namespace.as_deref())
+                && want != have
+            {
+                continue;
+            }
+            match by_name.entry(name) {
+                Entry::Vacant(e) => {
+                    e.insert(service);
+                }
+                // Two objects of one name (a stale cache): keep one, whatever their order.
+                Entry::Occupied(mut e) => {
+                    if tie_key(service) > tie_key(e.get()) {
+                        e.insert(service);
+                    }
+                }
+            }
+        }
+        Self { by_name }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Service> {
+        self.by_name.get(name).copied()
+    }
+}
+
+fn tie_key(service: &Service) -> (Option<&str>, Option<&str>) {
+    (
+        service.metadata.uid.as_deref(),
+        service.metadata.resource_version.as_deref(),
+    )
+}
+
+fn resolve_rule(
+    rule: &RouteRule,
+    name: String,
+    services: &ServiceIndex<'_>,
+) -> Result<ResolvedRule, ResolveError> {
+    let backends = rule
+        .backends
+        .iter()
+        .map(|b| {
+            Ok(ResolvedBackend {
+                cluster: resolve_backend(b, services)?,
+                weight: b.weight.unwrap_or(1),
+            })
+        })
+        .collect::<Result<Vec<_>, ResolveError>>()?;
+    Ok(ResolvedRule {
+        name,
+        matches: rule.matches.clone(),
+        backends,
+        redirect_https: rule.redirect_https.unwrap_or(false),
+        timeout: rule.timeout.clone(),
+        idle_timeout: rule.idle_timeout.clone(),
+        retries: rule.retries.clone(),
+        rewrite_prefix: rule.rewrite_prefix.clone(),
+        request_headers: rule.request_headers.clone(),
+        response_headers: rule.response_headers.clone(),
+    })
+}
+
+fn resolve_backend(
+    backend: &Backend,
+    services: &ServiceIndex<'_>,
+) -> Result<ResolvedCluster, ResolveError> {
+    let name = &backend.service;
+    let service = services
+        .get(name)
+        .ok_or_else(|| ResolveError::ServiceNotFound {
+            service: name.clone(),
+        })?;
+    let unsupported = |message: String| ResolveError::UnsupportedBackend {
+        service: name.clone(),
+        message,
+    };
+    let spec = service.spec.as_ref();
+    if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+        return Err(unsupported(
+            "an ExternalName Service has no endpoints to route to".to_owned(),
+        ));
+    }
+    let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+    let not_found = |port: String| ResolveError::PortNotFound {
+        service: name.clone(),
+        port,
+    };
+    let port = match (backend.port, &backend.port_name) {
+        (Some(number), None) => {
+            // A number may appear twice, once per protocol (53/TCP and 53/UDP).
+            let mut same_number = ports.iter().filter(|p| p.port == number).peekable();
+            let first = same_number
+                .peek()
+                .copied()
+                .ok_or_else(|| not_found(number.to_string()))?;
+            match same_number.find(|p| is_tcp(p)) {
+                Some(p) => p,
+                None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
+            }
+        }
+        (None, Some(port_name)) => {
+            let p = ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(port_name.as_str()))
+                .ok_or_else(|| not_found(port_name.clone()))?;
+            if !is_tcp(p) {
+                return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
+            }
+            p
+        }
+        // check_backend refused every other combination before.
+        _ => return Err(invalid("give exactly one of port, portName")),
+    };
+    Ok(ResolvedCluster {
+        service: name.clone(),
+        port: port.port,
+        port_name: port.name.clone().unwrap_or_default(),
+        http2: is_http2(port.app_protocol.as_deref()),
+    })
+}
+
+fn is_tcp(port: &ServicePort) -> bool {
+    port.protocol.as_deref().is_none_or(|p| p == "TCP")
+}
+
+fn not_tcp(what: &str, port: &ServicePort) -> String {
+    format!(
+        "{what} is {}; HTTP needs a TCP port",
+        port.protocol.as_deref().unwrap_or("TCP")
+    )
+}
+
+/// Upstream HTTP/2 without TLS: appProtocol `h2c`, `kubernetes.io/h2c` or `grpc`.
+fn is_http2(app_protocol: Option<&str>) -> bool {
+    app_protocol.is_some_and(|p| {
+        ["h2c", "kubernetes.io/h2c", "grpc"]
+            .iter()
+            .any(|known| p.eq_ignore_ascii_case(known))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::ServiceSpec;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::api::traffic_route::{
+        HeaderEdits, HeaderMatch, Retries, RolloutSettings, TrafficRouteSpec,
+    };
+
+    const NS: &str = "shop";
+
+    // --- builders -----------------------------------------------------------------------
+
+    struct Port {
+        name: Option<&'static str>,
+        port: i32,
+        protocol: Option<&'static str>,
+        app_protocol: Option<&'static str>,
+    }
+
+    fn port(port: i32) -> Port {
+        Port {
+            name: None,
+            port,
+            protocol: None,
+            app_protocol: None,
+        }
+    }
+
+    impl Port {
+        fn named(mut self, name: &'static str) -> Self {
+            self.name = Some(name);
+            self
+        }
+        fn protocol(mut self, protocol: &'static str) -> Self {
+            self.protocol = Some(protocol);
+            self
+        }
+        fn app(mut self, app_protocol: &'static str) -> Self {
+            self.app_protocol = Some(app_protocol);
+            self
+        }
+    }
+
+    fn service(name: &str, ports: Vec<Port>) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(NS.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                ports: Some(
+                    ports
+                        .into_iter()
+                        .map(|p| ServicePort {
+                            name: p.name.map(str::to_owned),
+                            port: p.port,
+                            protocol: p.protocol.map(str::to_owned),
+                            app_protocol: p.app_protocol.map(str::to_owned),
+                            ..ServicePort::default()
+                        })
+                        .collect(),
+                ),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn by_number(service: &str, port: i32) -> Backend {
+        Backend {
+            service: service.to_owned(),
+            port: Some(port),
+            ..Backend::default()
+        }
+    }
+
+    fn by_name(service: &str, port_name: &str) -> Backend {
+        Backend {
+            service: service.to_owned(),
+            port_name: Some(port_name.to_owned()),
+            ..Backend::default()
+        }
+    }
+
+    fn weighted(mut backend: Backend, weight: i32) -> Backend {
+        backend.weight = Some(weight);
+        backend
+    }
+
+    fn rule(backends: Vec<Backend>) -> RouteRule {
+        RouteRule {
+            backends,
+            ..RouteRule::default()
+        }
+    }
+
+    fn route(hosts: &[&str], rules: Vec<RouteRule>) -> TrafficRoute {
+        let mut route = TrafficRoute::new(
+            "web",
+            TrafficRouteSpec {
+                hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+                rules,
+                ..TrafficRouteSpec::default()
+            },
+        );
+        route.metadata.namespace = Some(NS.to_owned());
+        route
+    }
+
+    fn one_backend(backend: Backend) -> TrafficRoute {
+        route(&["shop.example.com"], vec![rule(vec![backend])])
+    }
+
+    fn cluster(service: &str, port: i32, port_name: &str, http2: bool) -> ResolvedCluster {
+        ResolvedCluster {
+            service: service.to_owned(),
+            port,
+            port_name: port_name.to_owned(),
+            http2,
+        }
+    }
+
+    /// The usual namespace: `web` with a named and an h2c port, `api` with one unnamed port.
+    fn services() -> Vec<Service> {
+        vec![
+            service(
+                "web",
+                vec![
+                    port(80).named("http"),
+                    port(8081).named("grpc").app("kubernetes.io/h2c"),
+                ],
+            ),
+            service("api", vec![port(8080)]),
+        ]
+    }
+
+    fn resolve(route: &TrafficRoute, services: &[Service]) -> Result<ResolvedRoute, ResolveError> {
+        let refs: Vec<&Service> = services.iter().collect();
+        resolve_route(route, &refs)
+    }
+
+    fn invalid_message(result: Result<ResolvedRoute, ResolveError>) -> String {
+        match result {
+            Err(ResolveError::InvalidSpec { message }) => message,
+            other => panic!("expected InvalidSpec, got {other:?}"),
+        }
+    }
+
+    // --- backends -----------------------------------------------------------------------
+
+    #[test]
+    fn port_by_number() {
+        let resolved = resolve(&one_backend(by_number("web", 80)), &services()).unwrap();
+        let expected = cluster("web", 80, "http", false);
+        assert_eq!(resolved.clusters, vec![expected.clone()]);
+        assert_eq!(
+            resolved.virtual_host.rules[0].backends,
+            vec![ResolvedBackend {
+                cluster: expected,
+                weight: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn port_by_name() {
+        let resolved = resolve(&one_backend(by_name("web", "http")), &services()).unwrap();
+        assert_eq!(resolved.clusters, vec![cluster("web", 80, "http", false)]);
+    }
+
+    #[test]
+    fn unnamed_port_has_an_empty_port_name() {
+        let resolved = resolve(&one_backend(by_number("api", 8080)), &services()).unwrap();
+        assert_eq!(resolved.clusters, vec![cluster("api", 8080, "", false)]);
+    }
+
+    #[test]
+    fn app_protocol_h2c_or_grpc_means_http2() {
+        for (app, http2) in [
+            ("h2c", true),
+            ("kubernetes.io/h2c", true),
+            ("grpc", true),
+            ("http", false),
+            ("kubernetes.io/ws", false),
+        ] {
+            let services = [service("api", vec![port(8080).app(app)])];
+            let resolved = resolve(&one_backend(by_number("api", 8080)), &services).unwrap();
+            assert_eq!(resolved.clusters[0].http2, http2, "appProtocol {app}");
+        }
+        let resolved = resolve(&one_backend(by_name("web", "grpc")), &services()).unwrap();
+        assert_eq!(resolved.clusters, vec![cluster("web", 8081, "grpc", true)]);
+    }
+
+    #[test]
+    fn missing_service() {
+        let err = resolve(&one_backend(by_number("cart", 80)), &services()).unwrap_err();
+        assert_eq!(
+            err,
+            ResolveError::ServiceNotFound {
+                service: "cart".into()
+            }
+        );
+        assert_eq!(err.reason(), "ServiceNotFound");
+        assert_eq!(
+            err.to_string(),
+            "Service \"cart\" does not exist in the route's namespace"
+        );
+    }
+
+    #[test]
+    fn a_service_of_another_namespace_is_not_found() {
+        let mut elsewhere = service("cart", vec![port(80)]);
+        elsewhere.metadata.namespace = Some("other".into());
+        let err = resolve(&one_backend(by_number("cart", 80)), &[elsewhere]).unwrap_err();
+        assert_eq!(err.reason(), "ServiceNotFound");
+    }
+
+    #[test]
+    fn missing_port_number() {
+        let err = resolve(&one_backend(by_number("web", 81)), &services()).unwrap_err();
+        assert_eq!(
+            err,
+            ResolveError::PortNotFound {
+                service: "web".into(),
+                port: "81".into()
+            }
+        );
+        assert_eq!(err.reason(), "PortNotFound");
+        assert_eq!(err.to_string(), "Service \"web\" has no port 81");
+    }
+
+    #[test]
+    fn missing_port_name() {
+        let err = resolve(&one_backend(by_name("web", "admin")), &services()).unwrap_err();
+        assert_eq!(
+            err,
+            ResolveError::PortNotFound {
+                service: "web".into(),
+                port: "admin".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "Service \"web\" has no port named \"admin\""
+        );
+        // An unnamed port cannot be found by name.
+        let err = resolve(&one_backend(by_name("api", "http")), &services()).unwrap_err();
+        assert_eq!(err.reason(), "PortNotFound");
+    }
+
+    #[test]
+    fn udp_ports_and_external_names_are_unsupported() {
+        let dns = service("dns", vec![port(53).named("dns").protocol("UDP")]);
+        let err = resolve(
+            &one_backend(by_number("dns", 53)),
+            std::slice::from_ref(&dns),
+        )
+        .unwrap_err();
+        assert_eq!(err.reason(), "UnsupportedBackend");
+        assert!(err.to_string().contains("port 53 is UDP"), "{err}");
+        let err = resolve(&one_backend(by_name("dns", "dns")), &[dns]).unwrap_err();
+        assert_eq!(err.reason(), "UnsupportedBackend");
+
+        // 53/UDP and 53/TCP: the TCP one is used.
+        let both = service(
+            "dns",
+            vec![
+                port(53).named("dns-udp").protocol("UDP"),
+                port(53).named("dns-tcp").protocol("TCP"),
+            ],
+        );
+        let resolved = resolve(&one_backend(by_number("dns", 53)), &[both]).unwrap();
+        assert_eq!(
+            resolved.clusters,
+            vec![cluster("dns", 53, "dns-tcp", false)]
+        );
+
+        let mut external = service("ext", vec![port(80)]);
+        if let Some(spec) = external.spec.as_mut() {
+            spec.type_ = Some("ExternalName".into());
+        }
+        let err = resolve(&one_backend(by_number("ext", 80)), &[external]).unwrap_err();
+        assert_eq!(err.reason(), "UnsupportedBackend");
+    }
+
+    // --- rules, hosts, TLS --------------------------------------------------------------
+
+    #[test]
+    fn rules_hosts_and_tls_are_resolved_with_their_defaults() {
+        let mut r = route(
+            &["Shop.Example.com", "*.shop.example.com"],
+            vec![
+                RouteRule {
+                    name: Some("api".into()),
+                    matches: Some(RuleMatch {
+                        path_prefix: Some("/api".into()),
+                        ..RuleMatch::default()
+                    }),
+                    timeout: Some("1.5s".into()),
+                    retries: Some(Retries {
+                        attempts: 2,
+                        on: vec!["5xx".into()],
+                        per_try_timeout: Some("250ms".into()),
+                    }),
+                    rewrite_prefix: Some("/".into()),
+                    ..rule(vec![
+                        weighted(by_number("api", 8080), 90),
+                        by_name("web", "http"),
+                    ])
+                },
+                rule(vec![by_number("web", 80)]),
+                RouteRule {
+                    redirect_https: Some(true),
+                    ..RouteRule::default()
+                },
+            ],
+        );
+        r.spec.tls = Some(RouteTls {
+            secret_name: "shop-cert".into(),
+            redirect_http: None,
+        });
+        let resolved = resolve(&r, &services()).unwrap();
+        let vh = &resolved.virtual_host;
+        assert_eq!(vh.hosts, ["shop.example.com", "*.shop.example.com"]);
+        assert_eq!(
+            vh.tls,
+            Some(ResolvedTls {
+                secret_name: "shop-cert".into(),
+                redirect_http: true
+            })
+        );
+        let names: Vec<_> = vh.rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["api", "rule-1", "rule-2"]);
+        let api = &vh.rules[0];
+        assert_eq!(api.matches, r.spec.rules[0].matches);
+        assert_eq!(api.timeout.as_deref(), Some("1.5s"));
+        assert_eq!(api.retries, r.spec.rules[0].retries);
+        assert_eq!(api.rewrite_prefix.as_deref(), Some("/"));
+        assert!(!api.redirect_https);
+        let weights: Vec<_> = api.backends.iter().map(|b| b.weight).collect();
+        assert_eq!(weights, [90, 1]);
+        assert!(vh.rules[2].redirect_https);
+        assert!(vh.rules[2].backends.is_empty());
+        // web:80 is referenced twice (by name and by number): one cluster.
+        assert_eq!(
+            resolved.clusters,
+            vec![
+                cluster("api", 8080, "", false),
+                cluster("web", 80, "http", false)
+            ]
+        );
+        assert_eq!(resolved.version, hash::digest_of(vh));
+    }
+
+    #[test]
+    fn zero_weights_are_invalid() {
+        let r = one_backend(weighted(by_number("web", 80), 0));
+        let msg = invalid_message(resolve(&r, &services()));
+        assert!(
+            msg.contains("spec.rules[0].backends") && msg.contains("zero"),
+            "{msg}"
+        );
+
+        // One zero weight among others is fine.
+        let r = route(
+            &["a.example.com"],
+            vec![rule(vec![
+                weighted(by_number("web", 80), 0),
+                by_number("api", 8080),
+            ])],
+        );
+        assert!(resolve(&r, &services()).is_ok());
+
+        let r = one_backend(weighted(by_number("web", 80), -1));
+        assert!(invalid_message(resolve(&r, &services())).contains("weight"));
+    }
+
+    #[test]
+    fn bad_duration_is_invalid() {
+        let mut r = one_backend(by_number("web", 80));
+        r.spec.rules[0].timeout = Some("5x".into());
+        let err = resolve(&r, &services()).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("spec.rules[0].timeout") && msg.contains("\"5x\""),
+            "{msg}"
+        );
+
+        let mut r = one_backend(by_number("web", 80));
+        r.spec.rollout = Some(RolloutSettings {
+            drain_period: Some("10".into()),
+            probe_deadline: None,
+        });
+        assert!(invalid_message(resolve(&r, &services())).contains("spec.rollout.drainPeriod"));
+
+        let mut r = one_backend(by_number("web", 80));
+        r.spec.rules[0].retries = Some(Retries {
+            attempts: 1,
+            on: vec![],
+            per_try_timeout: Some("fast".into()),
+        });
+        assert!(invalid_message(resolve(&r, &services())).contains("perTryTimeout"));
+    }
+
+    #[test]
+    fn duplicate_hosts_are_invalid() {
+        let r = route(
+            &["shop.example.com", "SHOP.example.com"],
+            vec![rule(vec![by_number("web", 80)])],
+        );
+        let msg = invalid_message(resolve(&r, &services()));
+        assert!(
+            msg.contains("spec.hosts[1]") && msg.contains("spec.hosts[0]"),
+            "{msg}"
+        );
+
+        let r = route(&["bad host"], vec![rule(vec![by_number("web", 80)])]);
+        invalid_message(resolve(&r, &services()));
+        let r = route(&[], vec![rule(vec![by_number("web", 80)])]);
+        invalid_message(resolve(&r, &services()));
+    }
+
+    #[test]
+    fn rules_need_backends_or_a_redirect_not_both() {
+        let r = route(&["a.example.com"], vec![rule(vec![])]);
+        let msg = invalid_message(resolve(&r, &services()));
+        assert!(msg.contains("needs backends"), "{msg}");
+
+        let mut r = one_backend(by_number("web", 80));
+        r.spec.rules[0].redirect_https = Some(true);
+        invalid_message(resolve(&r, &services()));
+
+        let r = route(&["a.example.com"], vec![]);
+        invalid_message(resolve(&r, &services()));
+    }
+
+    #[test]
+    fn other_schema_rules_are_checked_again() {
+        type Edit = Box<dyn Fn(&mut RouteRule)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            (
+                "exactly one of port, portName",
+                Box::new(|r| r.backends[0].port_name = Some("http".into())),
+            ),
+            ("1..65535", Box::new(|r| r.backends[0].port = Some(70000))),
+            (
+                "at most one of pathPrefix",
+                Box::new(|r| {
+                    r.matches = Some(RuleMatch {
+                        path_prefix: Some("/a".into()),
+                        path_exact: Some("/a".into()),
+                        ..RuleMatch::default()
+                    })
+                }),
+            ),
+            (
+                "does not start with",
+                Box::new(|r| {
+                    r.matches = Some(RuleMatch {
+                        path_exact: Some("a".into()),
+                        ..RuleMatch::default()
+                    })
+                }),
+            ),
+            (
+                "exactly one of exact, prefix, regex, present",
+                Box::new(|r| {
+                    r.matches = Some(RuleMatch {
+                        headers: vec![HeaderMatch {
+                            name: "x-user".into(),
+                            present: Some(false),
+                            ..HeaderMatch::default()
+                        }],
+                        ..RuleMatch::default()
+                    })
+                }),
+            ),
+            (
+                "retries.attempts",
+                Box::new(|r| {
+                    r.retries = Some(Retries {
+                        attempts: -1,
+                        ..Retries::default()
+                    })
+                }),
+            ),
+            (
+                "rewritePrefix",
+                Box::new(|r| r.rewrite_prefix = Some("v2".into())),
+            ),
+            (
+                "not a lower-case DNS label",
+                Box::new(|r| r.name = Some("API".into())),
+            ),
+        ];
+        for (expected, edit) in cases {
+            let mut r = one_backend(by_number("web", 80));
+            edit(&mut r.spec.rules[0]);
+            let msg = invalid_message(resolve(&r, &services()));
+            assert!(
+                msg.contains(expected),
+                "{msg:?} should contain {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn generated_rule_names_must_not_collide() {
+        let r = route(
+            &["a.example.com"],
+            vec![
+                RouteRule {
+                    name: Some("rule-1".into()),
+                    ..rule(vec![by_number("web", 80)])
+                },
+                rule(vec![by_number("web", 80)]),
+            ],
+        );
+        let msg = invalid_message(resolve(&r, &services()));
+        assert!(msg.contains("\"rule-1\""), "{msg}");
+    }
+
+    #[test]
+    fn an_invalid_spec_is_reported_before_a_missing_service() {
+        let mut r = one_backend(by_number("cart", 80));
+        r.spec.rules[0].idle_timeout = Some("5x".into());
+        assert_eq!(
+            resolve(&r, &services()).unwrap_err().reason(),
+            "InvalidSpec"
+        );
+    }
+
+    // --- determinism and versions -------------------------------------------------------
+
+    fn busy_route() -> TrafficRoute {
+        route(
+            &["shop.example.com"],
+            vec![
+                RouteRule {
+                    request_headers: Some(HeaderEdits {
+                        set: BTreeMap::from([("x-env".to_owned(), "prod".to_owned())]),
+                        ..HeaderEdits::default()
+                    }),
+                    ..rule(vec![by_name("web", "grpc"), by_number("api", 8080)])
+                },
+                rule(vec![by_number("web", 80), by_number("cart", 9000)]),
+            ],
+        )
+    }
+
+    fn busy_services() -> Vec<Service> {
+        let mut all = services();
+        all.push(service("cart", vec![port(9000).named("http").app("h2c")]));
+        all.push(service("unused", vec![port(1)]));
+        let mut elsewhere = service("web", vec![port(80).named("other")]);
+        elsewhere.metadata.namespace = Some("other".into());
+        all.push(elsewhere);
+        all
+    }
+
+    #[test]
+    fn deterministic_whatever_the_order_of_services() {
+        let r = busy_route();
+        let services = busy_services();
+        let expected = resolve(&r, &services).unwrap();
+        assert_eq!(
+            expected.clusters,
+            vec![
+                cluster("api", 8080, "", false),
+                cluster("cart", 9000, "http", true),
+                cluster("web", 80, "http", false),
+                cluster("web", 8081, "grpc", true),
+            ]
+        );
+        // Every rotation, forwards and backwards.
+        let n = services.len();
+        for shift in 0..n {
+            for reverse in [false, true] {
+                let mut refs: Vec<&Service> = services.iter().collect();
+                refs.rotate_left(shift);
+                if reverse {
+                    refs.reverse();
+                }
+                assert_eq!(resolve_route(&r, &refs).unwrap(), expected);
+            }
+        }
+    }
+
+    #[test]
+    fn live_version_follows_the_content_only() {
+        let services = busy_services();
+        let base = resolve(&busy_route(), &services).unwrap();
+
+        let mut reordered: Vec<Service> = services.clone();
+        reordered.reverse();
+        assert_eq!(
+            resolve(&busy_route(), &reordered).unwrap().version,
+            base.version
+        );
+
+        let mut edited = busy_route();
+        if let Some(edits) = edited.spec.rules[0].request_headers.as_mut() {
+            edits.set.insert("x-env".into(), "staging".into());
+        }
+        let changed = resolve(&edited, &services).unwrap();
+        assert_ne!(changed.version, base.version);
+        assert_eq!(changed.clusters, base.clusters);
+
+        let live =
+            |r: &ResolvedRoute| proxy_config_spec("web", 3, ProxyConfigRole::Live, r, &[]).version;
+        assert_eq!(live(&base), base.version);
+        assert_ne!(live(&changed), live(&base));
+    }
+
+    #[test]
+    fn live_spec_carries_the_routes_and_their_clusters() {
+        let resolved = resolve(&busy_route(), &busy_services()).unwrap();
+        let spec = proxy_config_spec(
+            "web",
+            7,
+            ProxyConfigRole::Live,
+            &resolved,
+            &[cluster("old", 80, "", false)],
+        );
+        assert_eq!(spec.role, ProxyConfigRole::Live);
+        assert_eq!(spec.route, "web");
+        assert_eq!(spec.generation, 7);
+        assert_eq!(spec.virtual_host.as_ref(), Some(&resolved.virtual_host));
+        assert_eq!(spec.clusters, resolved.clusters);
+        assert_eq!(spec.version, resolved.version);
+    }
+
+    #[test]
+    fn probe_spec_keeps_extra_clusters_and_dedups() {
+        let resolved = resolve(&busy_route(), &busy_services()).unwrap();
+        let old = cluster("old", 80, "http", false);
+        let extra = vec![
+            cluster("web", 80, "http", false), // also new
+            old.clone(),
+            old.clone(),
+        ];
+        let spec = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &extra);
+        assert_eq!(spec.role, ProxyConfigRole::Probe);
+        assert_eq!(spec.generation, 4);
+        assert!(spec.virtual_host.is_none());
+        let mut expected = resolved.clusters.clone();
+        expected.push(old);
+        expected.sort();
+        assert_eq!(spec.clusters, expected);
+        assert_eq!(spec.version, hash::digest_of(&spec.clusters));
+
+        // The order of the extra clusters does not matter.
+        let mut shuffled = extra.clone();
+        shuffled.reverse();
+        let again = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &shuffled);
+        assert_eq!(again, spec);
+
+        // Without extras, the probe covers exactly the new clusters.
+        let bare = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &[]);
+        assert_eq!(bare.clusters, resolved.clusters);
+        assert_ne!(bare.version, spec.version);
+    }
+
+    #[test]
+    fn reasons() {
+        let errors = [
+            ResolveError::ServiceNotFound {
+                service: "a".into(),
+            },
+            ResolveError::PortNotFound {
+                service: "a".into(),
+                port: "1".into(),
+            },
+            ResolveError::UnsupportedBackend {
+                service: "a".into(),
+                message: "m".into(),
+            },
+            ResolveError::InvalidSpec {
+                message: "m".into(),
+            },
+        ];
+        let reasons: Vec<_> = errors.iter().map(ResolveError::reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                "ServiceNotFound",
+                "PortNotFound",
+                "UnsupportedBackend",
+                "InvalidSpec"
+            ]
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! Asks every Envoy of the fleet whether it is ready for a switch, without touching any
+//! backend (DESIGN.md, "Facts measured on real Envoy").
+//!
+//! - Endpoint check: `GET /` on the internal probe listener with `x-switchyard-probe: <id>`
+//!   and the token. Envoy's health_check filter for that id answers 200 when every listed
+//!   cluster is present, warm and has available hosts, 503 when not; 404 means the filter is
+//!   not installed there yet. Fresh connection each time: a keep-alive connection would keep
+//!   the probe listener's previous filter chain.
+//! - Version check: the same port with `Host: <secret probe host of the route>`; the live
+//!   route configuration answers 200 with `x-switchyard-version`. Seeing version V proves the
+//!   RouteConfiguration carrying V's routes is active on that Envoy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::Mutex;
+
+use crate::model::version_probe_host;
+use crate::translate::{ENDPOINT_PROBE_HOST, PROBE_ID_HEADER, PROBE_TOKEN_HEADER, VERSION_HEADER};
+
+/// What an Envoy answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    Ready,
+    NotReady(String),
+}
+
+/// The fleet's answers to one check.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetResult {
+    pub ready: Vec<String>,
+    /// Envoy address and why it is not ready.
+    pub lagging: Vec<(String, String)>,
+}
+
+impl FleetResult {
+    /// True when every Envoy answered ready, and there is at least one Envoy.
+    pub fn all_ready(&self) -> bool {
+        self.lagging.is_empty() && !self.ready.is_empty()
+    }
+
+    pub fn total(&self) -> usize {
+        self.ready.len() + self.lagging.len()
+    }
+}
+
+#[derive(Clone)]
+pub struct Prober {
+    client: reqwest::Client,
+    probe_port: u16,
+    token: String,
+    parallelism: usize,
+    /// Per Envoy: when it may be asked again, and its current backoff.
+    backoff: Arc<Mutex<HashMap<String, (Instant, Duration)>>>,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+impl Prober {
+    pub fn new(probe_port: u16, token: String) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_secs(1))
+            .build()?;
+        Ok(Self {
+            client,
+            probe_port,
+            token,
+            parallelism: 32,
+            backoff: Arc::default(),
+        })
+    }
+
+    /// Does every Envoy have every cluster of endpoint probe `probe_id`, with endpoints?
+    pub async fn check_endpoints(&self, envoys: &[String], probe_id: &str) -> FleetResult {
+        self.check_fleet(envoys, |prober, envoy| {
+            let probe_id = probe_id.to_string();
+            async move { prober.endpoint_verdict(&envoy, &probe_id).await }
+        })
+        .await
+    }
+
+    /// Does every Envoy serve `version` of the route whose version probe id is `probe_id`?
+    pub async fn check_version(
+        &self,
+        envoys: &[String],
+        probe_id: &str,
+        version: &str,
+    ) -> FleetResult {
+        self.check_fleet(envoys, |prober, envoy| {
+            let host = version_probe_host(probe_id, &prober.token);
+            let version = version.to_string();
+            async move { prober.version_verdict(&envoy, &host, &version).await }
+        })
+        .await
+    }
+
+    async fn check_fleet<F, Fut>(&self, envoys: &[String], check: F) -> FleetResult
+    where
+        F: Fn(Prober, String) -> Fut,
+        Fut: std::future::Future<Output = Verdict>,
+    {
+        let verdicts: Vec<(String, Verdict)> = futures::stream::iter(envoys.iter().cloned())
+            .map(|envoy| {
+                let fut = check(self.clone(), envoy.clone());
+                let this = self.clone();
+                async move {
+                    if let Some(wait) = this.wait_for(&envoy).await {
+                        return (envoy, Verdict::NotReady(format!("backing off {wait:?}")));
+                    }
+                    let verdict = fut.await;
+                    this.record(&envoy, &verdict).await;
+                    (envoy, verdict)
+                }
+            })
+            .buffer_unordered(self.parallelism)
+            .collect()
+            .await;
+        let mut result = FleetResult::default();
+        for (envoy, verdict) in verdicts {
+            match verdict {
+                Verdict::Ready => result.ready.push(envoy),
+                Verdict::NotReady(why) => result.lagging.push((envoy, why)),
+            }
+        }
+        result.ready.sort();
+        result.lagging.sort();
+        result
+    }
+
+    /// Some(remaining) while this Envoy is backing off.
+    async fn wait_for(&self, envoy: &str) -> Option<Duration> {
+        let backoff = self.backoff.lock().await;
+        let (next, _) = backoff.get(envoy)?;
+        next.checked_duration_since(Instant::now())
+    }
+
+    async fn record(&self, envoy: &str, verdict: &Verdict) {
+        let mut backoff = self.backoff.lock().await;
+        match verdict {
+            Verdict::Ready => {
+                backoff.remove(envoy);
+            }
+            Verdict::NotReady(_) => {
+                let current = backoff
+                    .get(envoy)
+                    .map_or(FIRST_BACKOFF, |(_, d)| (*d * 2).min(MAX_BACKOFF));
+                backoff.insert(envoy.to_string(), (Instant::now() + current, current));
+            }
+        }
+    }
+
+    fn url(&self, envoy: &str) -> String {
+        if envoy.contains(':') && !envoy.starts_with('[') {
+            format!("http://[{envoy}]:{}/", self.probe_port)
+        } else {
+            format!("http://{envoy}:{}/", self.probe_port)
+        }
+    }
+
+    async fn endpoint_verdict(&self, envoy: &str, probe_id: &str) -> Verdict {
+        let response = self
+            .client
+            .get(self.url(envoy))
+            .header("host", ENDPOINT_PROBE_HOST)
+            .header(PROBE_ID_HEADER, probe_id)
+            .header(PROBE_TOKEN_HEADER, &self.token)
+            .send()
+            .await;
+        match response {
+            Ok(r) if r.status().as_u16() == 200 => Verdict::Ready,
+            Ok(r) if r.status().as_u16() == 404 => {
+                Verdict::NotReady("probe not installed yet".into())
+            }
+            Ok(r) if r.status().as_u16() == 503 => {
+                Verdict::NotReady("clusters missing, warming or without ready endpoints".into())
+            }
+            Ok(r) => Verdict::NotReady(format!("unexpected status {}", r.status())),
+            Err(e) => Verdict::NotReady(format!("unreachable: {e}")),
+        }
+    }
+
+    async fn version_verdict(&self, envoy: &str, host: &str, version: &str) -> Verdict {
+        let response = self
+            .client
+            .get(self.url(envoy))
+            .header("host", host)
+            .send()
+            .await;
+        match response {
+            Ok(r) if r.status().as_u16() == 200 => {
+                let seen = r
+                    .headers()
+                    .get(VERSION_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                if seen == version {
+                    Verdict::Ready
+                } else {
+                    Verdict::NotReady(format!("serves version {seen:?}"))
+                }
+            }
+            Ok(r) => Verdict::NotReady(format!("no live version yet (status {})", r.status())),
+            Err(e) => Verdict::NotReady(format!("unreachable: {e}")),
+        }
+    }
+}

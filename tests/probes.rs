@@ -1,0 +1,131 @@
+//! The probe mechanism on real Envoy: endpoint readiness via the health_check filter on
+//! the probe listener, and the live version via the secret version host.
+
+use std::time::Duration;
+
+use switchyard::prober::Prober;
+use switchyard::standalone::{load_dir, resolve::resolve};
+use switchyard::xds::Protocol;
+use switchyard_e2e::{Backend, Envoy, Switchyard, free_port, write_route};
+
+#[tokio::test]
+async fn probes_tell_ready_clusters_and_live_versions_apart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().to_path_buf();
+    let config = work.join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    let ip = "127.0.0.16";
+    let (http_port, probe_port) = (free_port(), free_port());
+    let blue = Backend::start("blue", ip).await;
+    write_route(
+        &config,
+        "web.test",
+        http_port,
+        probe_port,
+        &[("blue", &blue)],
+    );
+    let switchyard = Switchyard::start_standalone(&work, &config, &[]);
+    let _envoy = Envoy::start(
+        &work,
+        "envoy-probe",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+
+    let prober = Prober::new(probe_port, "test-token".into()).expect("prober");
+    let envoys = vec![ip.to_string()];
+    let version = |dir: &std::path::Path| {
+        let loaded = load_dir(dir).expect("config loads");
+        resolve(&loaded.file, &loaded.secrets, "test-token")
+            .config
+            .version_probes[0]
+            .version
+            .clone()
+    };
+
+    // Eventually ready (the listener turns active a moment after its ACK).
+    let mut result = prober.check_endpoints(&envoys, "default/web").await;
+    for _ in 0..100 {
+        if result.all_ready() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        result = prober.check_endpoints(&envoys, "default/web").await;
+    }
+    assert!(result.all_ready(), "{result:?}");
+    assert!(
+        prober
+            .check_version(&envoys, "default/web", &version(&config))
+            .await
+            .all_ready()
+    );
+    assert!(
+        !prober
+            .check_version(&envoys, "default/web", "not-this-one")
+            .await
+            .all_ready()
+    );
+
+    // A probe nobody installed: 404, "not installed yet".
+    let unknown = Prober::new(probe_port, "test-token".into()).expect("prober");
+    let result = unknown.check_endpoints(&envoys, "default/nothing").await;
+    assert_eq!(result.lagging.len(), 1);
+    assert!(result.lagging[0].1.contains("not installed"), "{result:?}");
+
+    // A wrong token is not a probe: never 200.
+    let intruder = Prober::new(probe_port, "guess".into()).expect("prober");
+    assert!(
+        !intruder
+            .check_endpoints(&envoys, "default/web")
+            .await
+            .all_ready()
+    );
+    assert!(
+        !intruder
+            .check_version(&envoys, "default/web", &version(&config))
+            .await
+            .all_ready()
+    );
+
+    // A service without endpoints: the cluster exists, the probe says 503.
+    let text = std::fs::read_to_string(config.join("routes.yaml")).expect("read");
+    let previous = switchyard.desired_version().await;
+    std::fs::write(
+        config.join("routes.yaml"),
+        text.replace(
+            &format!(
+                "  endpoints:\n  - {{ address: \"{ip}\", port: {} }}\n",
+                blue.address.port()
+            ),
+            "  endpoints: []\n",
+        ),
+    )
+    .expect("write");
+    switchyard
+        .wait_for_new_version(previous.as_deref(), Duration::from_secs(10))
+        .await;
+    switchyard.wait_synced(1, Duration::from_secs(10)).await;
+    let fresh = Prober::new(probe_port, "test-token".into()).expect("prober");
+    let mut result = fresh.check_endpoints(&envoys, "default/web").await;
+    for _ in 0..40 {
+        if result
+            .lagging
+            .first()
+            .is_some_and(|l| l.1.contains("without ready endpoints"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let again = Prober::new(probe_port, "test-token".into()).expect("prober");
+        result = again.check_endpoints(&envoys, "default/web").await;
+    }
+    assert!(
+        result
+            .lagging
+            .first()
+            .is_some_and(|l| l.1.contains("without ready endpoints")),
+        "{result:?}"
+    );
+}

@@ -10,10 +10,14 @@ use tracing::info;
 use tracing_subscriber::EnvFilter;
 
 use switchyard::admin::Admin;
+use switchyard::k8s::address_map::AddressMap;
 use switchyard::k8s::builder::Builder;
+use switchyard::k8s::controller;
 use switchyard::k8s::index::{Index, Scope};
+use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
+use switchyard::prober::Prober;
 use switchyard::standalone;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering};
 
@@ -60,10 +64,56 @@ struct OperatorArgs {
     /// Namespaces to watch (comma-separated); all when empty.
     #[arg(long, env = "SWITCHYARD_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
+    /// The Service whose ready endpoints are the Envoy fleet, as NAMESPACE/NAME. Every
+    /// rollout proves readiness on each of them.
+    #[arg(long, env = "SWITCHYARD_ENVOY_SERVICE", value_parser = parse_namespaced)]
+    envoy_service: (String, String),
     #[command(flatten)]
     listeners: ListenerArgs,
     #[command(flatten)]
     serve: ServeArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
+    /// Status writes per second at most (they never delay xDS).
+    #[arg(long, env = "SWITCHYARD_STATUS_QPS", default_value_t = 20.0)]
+    status_qps: f64,
+    /// For single-host test rigs only: EndpointSlices cannot hold loopback addresses, so
+    /// map a range onto another (FROM/LEN=TO/LEN, e.g. 198.18.0.0/16=127.0.0.0/16).
+    #[arg(long, env = "SWITCHYARD_ENDPOINT_ADDRESS_MAP")]
+    endpoint_address_map: Option<AddressMap>,
+    /// DIAGNOSTIC ONLY: write the live config directly, without staging and verifying new
+    /// clusters on every Envoy first. Drops requests; exists to show the two phases matter.
+    #[arg(long, hide = true)]
+    one_phase: bool,
+}
+
+#[derive(clap::Args)]
+struct LeaderArgs {
+    /// Namespace of the leader Lease (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    #[arg(
+        long,
+        env = "SWITCHYARD_LEASE_NAME",
+        default_value = "switchyard-leader"
+    )]
+    lease_name: String,
+    /// This replica's identity in the Lease (default: the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    #[arg(long, env = "SWITCHYARD_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
+    #[arg(long, env = "SWITCHYARD_LEASE_GRACE_SECONDS", default_value_t = 5)]
+    lease_grace_seconds: u64,
+}
+
+fn parse_namespaced(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{text:?}: expected NAMESPACE/NAME")),
+    }
 }
 
 /// Where every Envoy listens (identical on every replica).
@@ -179,6 +229,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let nodes = Nodes::default();
     let builder = Builder {
         index: Index::start(&client, &scope),
+        address_map: args.endpoint_address_map,
         client: client.clone(),
         listeners: ListenerSettings {
             address: args.listeners.listen_address.clone(),
@@ -192,7 +243,51 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         problems: tokio::sync::watch::channel(Vec::new()).0,
     };
     tokio::spawn(builder.run());
-    serve(args.serve, desired, nodes, metrics, registry).await
+
+    let prober = Prober::new(args.listeners.probe_port, args.serve.probe_token.clone())
+        .context("building the probe client")?;
+    let identity = args
+        .leader
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("switchyard-{}", std::process::id()));
+    let lease = LeaseSettings {
+        namespace: args.leader.lease_namespace.clone(),
+        name: args.leader.lease_name.clone(),
+        identity,
+        duration_seconds: args.leader.lease_duration_seconds,
+        grace_seconds: args.leader.lease_grace_seconds,
+    };
+    let lead = {
+        let client = client.clone();
+        let scope = scope.clone();
+        let envoy_service = args.envoy_service.clone();
+        let address_map = args.endpoint_address_map;
+        let two_phase = !args.one_phase;
+        let status_qps = args.status_qps;
+        move || {
+            controller::run(
+                client.clone(),
+                controller::Settings {
+                    scope: scope.clone(),
+                    envoy_service: envoy_service.clone(),
+                    address_map,
+                    prober: prober.clone(),
+                    status_qps,
+                    two_phase,
+                },
+            )
+        }
+    };
+    if args.one_phase {
+        tracing::warn!(
+            "two-phase rollout is OFF: live routes change before new clusters are proven ready"
+        );
+    }
+    tokio::select! {
+        result = serve(args.serve, desired, nodes, metrics, registry) => result,
+        result = run_when_leader(client, lease, lead) => result,
+    }
 }
 
 /// Runs the ADS server and the admin port until one fails or a signal arrives.

@@ -57,9 +57,15 @@ pub enum ProxyConfigRole {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedVirtualHost {
+    /// The TrafficRoute's hosts (at most 16 there, so here).
+    #[schemars(length(max = 16))]
     pub hosts: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ResolvedTls>,
+    /// One per TrafficRoute rule (at most 32 there, so here). The bound also keeps the
+    /// cost of the CEL rules of `match` (shared with TrafficRoute) within the API server's
+    /// budget: without it, the CRD is refused.
+    #[schemars(length(max = 32))]
     pub rules: Vec<ResolvedRule>,
 }
 
@@ -76,7 +82,9 @@ pub struct ResolvedRule {
     pub name: String,
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
     pub matches: Option<RuleMatch>,
+    /// The TrafficRoute rule's backends (at most 8 there, so here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub backends: Vec<ResolvedBackend>,
     #[serde(default)]
     pub redirect_https: bool,

@@ -72,11 +72,14 @@ pub struct RouteTls {
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.redirectHttps) && self.redirectHttps ? size(self.backends) == 0 : size(self.backends) > 0").message("a rule needs backends, or redirectHttps without backends"))]
+#[x_kube(validation = Rule::new("(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) > 0").message("a rule needs backends, or redirectHttps without backends"))]
+#[x_kube(validation = Rule::new("!(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) == 0").message("a rule with redirectHttps must not have backends"))]
 #[x_kube(validation = Rule::new("size(self.backends) == 0 || self.backends.exists(b, !has(b.weight) || b.weight > 0)").message("backend weights must not all be zero"))]
 pub struct RouteRule {
-    /// Unique within the route; shown in status and metrics.
+    /// Unique within the route; shown in status and metrics. An unnamed rule is called
+    /// `rule-<index>`, so names of that form are reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!self.matches('^rule-[0-9]+$')").message("names of the form rule-<number> are reserved for unnamed rules"))]
     #[schemars(
         length(min = 1, max = 63),
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -13,6 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use super::address_map::AddressMap;
 use super::index::Index;
 use super::to_model::{self, Inputs, TlsData};
 use crate::api::ProxyConfigRole;
@@ -28,6 +29,7 @@ pub struct Builder {
     pub index: Index,
     pub client: Client,
     pub listeners: ListenerSettings,
+    pub address_map: Option<AddressMap>,
     pub desired: Arc<Desired>,
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
@@ -85,6 +87,7 @@ impl Builder {
         let started = Instant::now();
         let (config, mut problems) = to_model::build(&Inputs {
             listeners: self.listeners.clone(),
+            address_map: self.address_map,
             proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
             endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
             secrets: &tls,

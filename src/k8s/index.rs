@@ -72,7 +72,11 @@ where
 }
 
 /// Starts a reflector for `api` and returns its store; every event bumps `changes`.
-fn reflect<K>(api: Api<K>, config: watcher::Config, changes: Arc<watch::Sender<u64>>) -> Store<K>
+pub(super) fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changes: Arc<watch::Sender<u64>>,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,

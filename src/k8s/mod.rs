@@ -2,7 +2,12 @@
 //! and serves them over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes
 //! their status.
 
+pub mod address_map;
 pub mod builder;
+pub mod controller;
 pub mod index;
+pub mod leader;
 pub mod resolve;
+pub mod shift;
+pub mod status;
 pub mod to_model;

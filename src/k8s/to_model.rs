@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
+use super::address_map::AddressMap;
 use crate::api::proxy_config::{ResolvedCluster, ResolvedRule};
 use crate::api::traffic_route::{HeaderEdits as ApiHeaderEdits, HeaderMatch as ApiHeaderMatch};
 use crate::api::{ProxyConfig, ProxyConfigRole};
@@ -29,6 +30,8 @@ pub struct TlsData {
 
 pub struct Inputs<'a> {
     pub listeners: ListenerSettings,
+    /// For single-host rigs only (see [`AddressMap`]).
+    pub address_map: Option<AddressMap>,
     pub proxy_configs: Vec<&'a ProxyConfig>,
     pub endpoint_slices: Vec<&'a EndpointSlice>,
     pub secrets: &'a BTreeMap<(String, String), TlsData>,
@@ -99,7 +102,7 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
             }
         }
     }
-    let endpoints = endpoints_by_service(&inputs.endpoint_slices);
+    let endpoints = endpoints_by_service(&inputs.endpoint_slices, inputs.address_map);
     config.clusters = clusters
         .into_iter()
         .map(|(name, (namespace, cluster))| {
@@ -164,6 +167,7 @@ fn secret_name(namespace: &str, name: &str) -> String {
 /// (namespace, service, port name) → endpoints.
 fn endpoints_by_service(
     slices: &[&EndpointSlice],
+    address_map: Option<AddressMap>,
 ) -> BTreeMap<(String, String, String), Vec<model::Endpoint>> {
     let mut out: BTreeMap<(String, String, String), Vec<model::Endpoint>> = BTreeMap::new();
     for slice in slices {
@@ -192,7 +196,7 @@ fn endpoints_by_service(
                 };
                 for address in &endpoint.addresses {
                     list.push(model::Endpoint {
-                        address: address.clone(),
+                        address: address_map.map_or_else(|| address.clone(), |m| m.map(address)),
                         port: number,
                         condition,
                         zone: endpoint.zone.clone(),
@@ -378,6 +382,7 @@ mod tests {
     ) -> Inputs<'a> {
         Inputs {
             listeners: ListenerSettings::default(),
+            address_map: None,
             proxy_configs: pcs.iter().collect(),
             endpoint_slices: slices.iter().collect(),
             secrets,

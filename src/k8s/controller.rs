@@ -1,0 +1,559 @@
+//! The shift reconciler, run by the leader only: for each TrafficRoute, performs the steps
+//! [`shift::next_step`] decides — writes ProxyConfigs, probes every Envoy — and hands the
+//! resulting status to the status writer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::address_map::AddressMap;
+use super::index::{Scope, reflect};
+use super::resolve::{ResolveError, resolve_route};
+use super::shift::{Observed, Step, Verified, next_step};
+use super::status::{StatusWriter, condition};
+use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
+use crate::api::traffic_route::EnvoyProgress;
+use crate::api::{ProxyConfig, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
+use crate::prober::{FleetResult, Prober};
+use crate::standalone::file::duration_text;
+
+pub const FIELD_MANAGER: &str = "switchyard";
+const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// How the leader rolls routes out.
+pub struct Settings {
+    pub scope: Scope,
+    /// The Service whose ready endpoints are the Envoy fleet: (namespace, name).
+    pub envoy_service: (String, String),
+    pub address_map: Option<AddressMap>,
+    pub prober: Prober,
+    /// Status writes per second at most.
+    pub status_qps: f64,
+    /// Off only for tests that prove the two phases matter.
+    pub two_phase: bool,
+}
+
+struct Context {
+    client: Client,
+    settings: Settings,
+    status: StatusWriter,
+    services: Store<Service>,
+    fleet: Store<EndpointSlice>,
+    recorder: Recorder,
+    /// Consecutive unsuccessful verifications per route, for the requeue backoff.
+    attempts: Mutex<HashMap<(String, String), u32>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing ProxyConfig {name}: {source}")]
+    Write { name: String, source: kube::Error },
+    #[error("reading ProxyConfigs of {route}: {source}")]
+    Read { route: String, source: kube::Error },
+}
+
+/// Runs until the returned future is dropped (when leadership is lost).
+pub async fn run(client: Client, settings: Settings) {
+    let changes = Arc::new(tokio::sync::watch::channel(0).0);
+    let services = reflect_all::<Service>(
+        &client,
+        &settings.scope,
+        watcher::Config::default(),
+        &changes,
+    );
+    let (fleet_ns, fleet_name) = settings.envoy_service.clone();
+    let fleet = reflect(
+        Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns),
+        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
+        changes.clone(),
+    );
+    let routes: Api<TrafficRoute> = match &settings.scope {
+        Scope::All => Api::all(client.clone()),
+        // Namespaced controllers would need one per namespace; the list is short.
+        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
+        Scope::Namespaces(_) => Api::all(client.clone()),
+    };
+    let proxy_configs: Api<ProxyConfig> = Api::all(client.clone());
+    let service_api: Api<Service> = Api::all(client.clone());
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "switchyard".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let context = Arc::new(Context {
+        status: StatusWriter::start(client.clone(), settings.status_qps),
+        client,
+        settings,
+        services,
+        fleet,
+        recorder,
+        attempts: Mutex::default(),
+    });
+    let controller = Controller::new(routes, watcher::Config::default());
+    let route_store = controller.store();
+    controller
+        .owns(proxy_configs, watcher::Config::default())
+        // A Service change may resolve (or break) every route of its namespace.
+        .watches(service_api, watcher::Config::default(), move |service| {
+            let namespace = service.namespace();
+            route_store
+                .state()
+                .into_iter()
+                .filter(move |r| r.namespace() == namespace)
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn reflect_all<K>(
+    client: &Client,
+    scope: &Scope,
+    config: watcher::Config,
+    changes: &Arc<tokio::sync::watch::Sender<u64>>,
+) -> Store<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let api = match scope {
+        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
+        _ => Api::all(client.clone()),
+    };
+    reflect(api, config, changes.clone())
+}
+
+fn error_policy(_route: Arc<TrafficRoute>, error: &Error, _context: Arc<Context>) -> Action {
+    warn!(%error, "will retry");
+    Action::requeue(Duration::from_secs(2))
+}
+
+impl Context {
+    /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
+    fn envoys(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .fleet
+            .state()
+            .iter()
+            .flat_map(|slice| {
+                slice
+                    .endpoints
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .flat_map(|e| e.addresses)
+            .map(|a| self.settings.address_map.map_or(a.clone(), |m| m.map(&a)))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn backoff(&self, key: &(String, String)) -> Duration {
+        let mut attempts = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = attempts.entry(key.clone()).or_insert(0);
+        *n = (*n + 1).min(8);
+        Duration::from_millis(20 << (*n - 1)).min(Duration::from_secs(2))
+    }
+
+    fn progressed(&self, key: &(String, String)) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = route.namespace().unwrap_or_default();
+    let name = route.name_any();
+    let key = (namespace.clone(), name.clone());
+    let generation = route.metadata.generation.unwrap_or(0);
+    let services = ctx.services.state();
+    let in_namespace: Vec<&Service> = services
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
+        .map(Arc::as_ref)
+        .collect();
+    let resolved = resolve_route(&route, &in_namespace);
+
+    let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+    let read = |e| Error::Read {
+        route: format!("{namespace}/{name}"),
+        source: e,
+    };
+    let mut live = api.get_opt(&live_name(&name)).await.map_err(read)?;
+    let mut probe = api.get_opt(&probe_name(&name)).await.map_err(read)?;
+    let drain = route
+        .spec
+        .rollout
+        .as_ref()
+        .and_then(|r| r.drain_period.as_deref())
+        .and_then(|d| duration_text::parse(d).ok())
+        .unwrap_or(DEFAULT_DRAIN);
+    let envoys = ctx.envoys();
+    let mut verified = Verified::default();
+    let mut report = Report::new(&route, generation);
+
+    for _ in 0..8 {
+        let since_promoted = live.as_ref().and_then(promoted_ago);
+        let step = next_step(
+            &Observed {
+                route: &name,
+                generation,
+                resolved: &resolved,
+                live: live.as_ref().map(|p| &p.spec),
+                probe: probe.as_ref().map(|p| &p.spec),
+                since_promoted,
+                drain_period: drain,
+                two_phase: ctx.settings.two_phase,
+            },
+            &verified,
+        );
+        match step {
+            Step::Reject(error) => {
+                report.rejected(&error, live.as_ref());
+                publish(&ctx, &route, &report, Some(("Rejected", error.to_string()))).await;
+                return Ok(Action::requeue(Duration::from_secs(300)));
+            }
+            Step::Stage(spec) => {
+                probe = Some(apply(&ctx, &route, &probe_name(&name), spec, None).await?);
+                report.phase("Staging", "staging new clusters on every Envoy");
+            }
+            Step::VerifyEndpoints { probe_version } => {
+                let id = endpoint_probe_id(&namespace, &name, &probe_version);
+                let result = ctx.settings.prober.check_endpoints(&envoys, &id).await;
+                if result.all_ready() || envoys.is_empty() {
+                    verified.endpoints = Some(probe_version);
+                    ctx.progressed(&key);
+                    continue;
+                }
+                report.waiting(
+                    "VerifyingEndpoints",
+                    "new clusters not ready on every Envoy",
+                    &result,
+                );
+                publish(&ctx, &route, &report, None).await;
+                return Ok(Action::requeue(ctx.backoff(&key)));
+            }
+            Step::Promote(spec) => {
+                let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
+                // The promotion time starts the drain period; a metadata-only promotion keeps it.
+                let promoted_at = match (first, live.as_ref()) {
+                    (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
+                    _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+                };
+                live = Some(apply(&ctx, &route, &live_name(&name), spec, promoted_at).await?);
+                report.phase("VerifyingLive", "new routes sent to every Envoy");
+                if first {
+                    info!(route = %format!("{namespace}/{name}"), generation, "promoted");
+                }
+            }
+            Step::VerifyLive { version } => {
+                let id = format!("{namespace}/{name}");
+                let result = ctx
+                    .settings
+                    .prober
+                    .check_version(&envoys, &id, &version)
+                    .await;
+                if result.all_ready() || envoys.is_empty() {
+                    verified.live = Some(version);
+                    report.ready(live.as_ref(), &result);
+                    ctx.progressed(&key);
+                    continue;
+                }
+                report.waiting(
+                    "VerifyingLive",
+                    "new routes not served by every Envoy yet",
+                    &result,
+                );
+                publish(&ctx, &route, &report, None).await;
+                return Ok(Action::requeue(ctx.backoff(&key)));
+            }
+            Step::Collect { after } => {
+                if !after.is_zero() {
+                    report.draining();
+                    publish(
+                        &ctx,
+                        &route,
+                        &report,
+                        Some(("Ready", "served by every Envoy".into())),
+                    )
+                    .await;
+                    return Ok(Action::requeue(after));
+                }
+                let deleted = api
+                    .delete(&probe_name(&name), &DeleteParams::default())
+                    .await;
+                if let Err(e) = deleted
+                    && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+                {
+                    return Err(Error::Write {
+                        name: probe_name(&name),
+                        source: e,
+                    });
+                }
+                probe = None;
+            }
+            Step::Done => {
+                report.done();
+                publish(
+                    &ctx,
+                    &route,
+                    &report,
+                    Some(("Ready", "served by every Envoy".into())),
+                )
+                .await;
+                return Ok(Action::requeue(Duration::from_secs(300)));
+            }
+        }
+    }
+    publish(&ctx, &route, &report, None).await;
+    Ok(Action::requeue(Duration::from_millis(20)))
+}
+
+fn live_name(route: &str) -> String {
+    format!("{route}-live")
+}
+
+fn probe_name(route: &str) -> String {
+    format!("{route}-probe")
+}
+
+fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
+    let text = pc.annotations().get(PROMOTED_AT)?;
+    let at: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
+    let ago = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+    Duration::try_from(ago).ok()
+}
+
+/// Server-side applies a ProxyConfig owned by the route.
+async fn apply(
+    ctx: &Context,
+    route: &TrafficRoute,
+    name: &str,
+    spec: ProxyConfigSpec,
+    promoted_at: Option<String>,
+) -> Result<ProxyConfig, Error> {
+    let namespace = route.namespace().unwrap_or_default();
+    let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut pc = ProxyConfig::new(name, spec);
+    pc.metadata.owner_references = route.controller_owner_ref(&()).map(|o| vec![o]);
+    pc.metadata.labels = Some([("switchyard.dev/route".to_string(), route.name_any())].into());
+    pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_string(), at)].into());
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&pc),
+    )
+    .await
+    .map_err(|source| Error::Write {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// The status being built during one reconcile.
+struct Report {
+    previous: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    generation: i64,
+    status: TrafficRouteStatus,
+    accepted: (bool, String, String),
+    ready: (bool, String, String),
+    progressing: (bool, String, String),
+}
+
+impl Report {
+    fn new(route: &TrafficRoute, generation: i64) -> Self {
+        let previous = route
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let status = TrafficRouteStatus {
+            observed_generation: Some(generation),
+            live_generation: route.status.as_ref().and_then(|s| s.live_generation),
+            ..TrafficRouteStatus::default()
+        };
+        Self {
+            previous,
+            generation,
+            status,
+            accepted: (true, "Accepted".into(), "spec resolved".into()),
+            ready: (false, "Progressing".into(), "rolling out".into()),
+            progressing: (true, "Progressing".into(), "rolling out".into()),
+        }
+    }
+
+    fn phase(&mut self, phase: &str, message: &str) {
+        self.status.phase = Some(phase.into());
+        self.ready = (false, phase.into(), message.into());
+        self.progressing = (true, phase.into(), message.into());
+    }
+
+    fn waiting(&mut self, phase: &str, message: &str, result: &FleetResult) {
+        let lagging: Vec<String> = result
+            .lagging
+            .iter()
+            .take(10)
+            .map(|(envoy, why)| format!("{envoy}: {why}"))
+            .collect();
+        let detail = format!(
+            "{message}: Envoys ready {}/{}; waiting for {}",
+            result.ready.len(),
+            result.total(),
+            lagging.join(", ")
+        );
+        self.phase(phase, &detail);
+        self.status.envoys = Some(progress(result, lagging));
+    }
+
+    fn rejected(&mut self, error: &ResolveError, live: Option<&ProxyConfig>) {
+        let reason = error.reason();
+        let mut message = error.to_string();
+        if let Some(live) = live {
+            message.push_str(&format!(
+                "; generation {} keeps serving",
+                live.spec.generation
+            ));
+        }
+        self.status.phase = Some("Rejected".into());
+        self.accepted = (false, reason.into(), message.clone());
+        self.ready = (false, reason.into(), message.clone());
+        self.progressing = (false, reason.into(), message);
+    }
+
+    fn ready(&mut self, live: Option<&ProxyConfig>, result: &FleetResult) {
+        self.status.live_generation = live.map(|l| l.spec.generation);
+        self.status.envoys = Some(progress(result, Vec::new()));
+        let message = format!(
+            "served by every Envoy ({}/{})",
+            result.ready.len(),
+            result.total()
+        );
+        self.ready = (true, "Ready".into(), message);
+        self.progressing = (true, "Draining".into(), "old clusters drain".into());
+        self.status.phase = Some("Draining".into());
+    }
+
+    fn draining(&mut self) {
+        self.status.phase = Some("Draining".into());
+    }
+
+    fn done(&mut self) {
+        self.status.phase = Some("Ready".into());
+        self.ready.0 = true;
+        self.ready.1 = "Ready".into();
+        if !self.ready.2.starts_with("served") {
+            self.ready.2 = "served by every Envoy".into();
+        }
+        self.progressing = (false, "Ready".into(), "rollout complete".into());
+    }
+
+    fn build(&self) -> TrafficRouteStatus {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let mut status = self.status.clone();
+        let make = |type_: &str, (ok, reason, message): &(bool, String, String)| {
+            condition(
+                &self.previous,
+                type_,
+                *ok,
+                reason,
+                message,
+                self.generation,
+                &now,
+            )
+        };
+        status.conditions = vec![
+            make("Accepted", &self.accepted),
+            make("Ready", &self.ready),
+            make("Progressing", &self.progressing),
+        ];
+        status
+    }
+}
+
+fn progress(result: &FleetResult, lagging: Vec<String>) -> EnvoyProgress {
+    EnvoyProgress {
+        ready: i32::try_from(result.ready.len()).unwrap_or(i32::MAX),
+        total: i32::try_from(result.total()).unwrap_or(i32::MAX),
+        lagging,
+    }
+}
+
+/// Hands the status to the writer; records an Event when Ready flips or the spec is rejected.
+async fn publish(
+    ctx: &Context,
+    route: &TrafficRoute,
+    report: &Report,
+    event: Option<(&str, String)>,
+) {
+    let status = report.build();
+    let was_ready = report.previous.iter().any(|c| {
+        c.type_ == "Ready" && c.status == "True" && c.observed_generation == Some(report.generation)
+    });
+    let is_ready = report.ready.0;
+    ctx.status.set(
+        &route.namespace().unwrap_or_default(),
+        &route.name_any(),
+        status,
+    );
+    let Some((reason, note)) = event else {
+        return;
+    };
+    if is_ready && was_ready {
+        return;
+    }
+    let rejected_before = report.previous.iter().any(|c| {
+        c.type_ == "Accepted"
+            && c.status == "False"
+            && c.observed_generation == Some(report.generation)
+    });
+    if !is_ready && rejected_before {
+        return;
+    }
+    let event = Event {
+        type_: if is_ready {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: reason.into(),
+        note: Some(note),
+        action: "Rollout".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &route.object_ref(&())).await {
+        warn!(%error, "cannot record an event");
+    }
+}

@@ -1,0 +1,363 @@
+//! The rollout of one TrafficRoute generation, as a pure decision: given what the API
+//! server holds (the route, its live and probe ProxyConfigs) and what was verified in this
+//! pass, the next step. The reconciler performs the step and asks again.
+//!
+//! Everything is derived from API state, so a restarted or new leader continues where the
+//! old one was: verification is simply repeated, and live traffic is never pointed at a
+//! cluster that was not verified on every Envoy in the same pass (I3).
+
+use std::time::Duration;
+
+use crate::api::{ProxyConfigRole, ProxyConfigSpec};
+
+use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec};
+
+/// What the API server holds for one route.
+pub struct Observed<'a> {
+    pub route: &'a str,
+    pub generation: i64,
+    pub resolved: &'a Result<ResolvedRoute, ResolveError>,
+    pub live: Option<&'a ProxyConfigSpec>,
+    pub probe: Option<&'a ProxyConfigSpec>,
+    /// Time since the live config was last promoted (None if unknown).
+    pub since_promoted: Option<Duration>,
+    pub drain_period: Duration,
+    /// Two-phase rollout; off only for tests that prove it matters.
+    pub two_phase: bool,
+}
+
+/// What was proven in this reconcile pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verified {
+    /// Version of the probe config whose clusters every Envoy has, ready.
+    pub endpoints: Option<String>,
+    /// Live version every Envoy serves.
+    pub live: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// The spec cannot be served: live stays as it is.
+    Reject(ResolveError),
+    /// Write the probe config: the new clusters together with every live one.
+    Stage(ProxyConfigSpec),
+    /// Ask every Envoy whether the probe config's clusters are ready.
+    VerifyEndpoints { probe_version: String },
+    /// Write the live config.
+    Promote(ProxyConfigSpec),
+    /// Ask every Envoy whether it serves this live version.
+    VerifyLive { version: String },
+    /// Ready. Remove the probe config (and with it clusters no longer live) after `after`.
+    Collect { after: Duration },
+    /// Ready, nothing left to do.
+    Done,
+}
+
+pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
+    let resolved = match observed.resolved {
+        Ok(r) => r,
+        Err(e) => return Step::Reject(e.clone()),
+    };
+    let live_spec = proxy_config_spec(
+        observed.route,
+        observed.generation,
+        ProxyConfigRole::Live,
+        resolved,
+        &[],
+    );
+    let is_live = observed
+        .live
+        .is_some_and(|l| l.version == live_spec.version);
+    if is_live {
+        if observed
+            .live
+            .is_some_and(|l| l.generation != observed.generation)
+        {
+            // Same content under a new generation: nothing changes for Envoy.
+            return Step::Promote(live_spec);
+        }
+        if verified.live.as_deref() != Some(live_spec.version.as_str()) {
+            return Step::VerifyLive {
+                version: live_spec.version,
+            };
+        }
+        if observed.probe.is_some() {
+            let waited = observed.since_promoted.unwrap_or(Duration::ZERO);
+            return Step::Collect {
+                after: observed.drain_period.saturating_sub(waited),
+            };
+        }
+        return Step::Done;
+    }
+    if !observed.two_phase {
+        return Step::Promote(live_spec);
+    }
+    let live_clusters = observed
+        .live
+        .map(|l| l.clusters.clone())
+        .unwrap_or_default();
+    let adds_clusters = resolved.clusters.iter().any(|c| !live_clusters.contains(c));
+    if !adds_clusters {
+        // Weights, headers, timeouts among clusters that are already live and warm.
+        return Step::Promote(live_spec);
+    }
+    let probe_spec = proxy_config_spec(
+        observed.route,
+        observed.generation,
+        ProxyConfigRole::Probe,
+        resolved,
+        &live_clusters,
+    );
+    let staged = observed
+        .probe
+        .is_some_and(|p| p.version == probe_spec.version && p.clusters == probe_spec.clusters);
+    if !staged {
+        return Step::Stage(probe_spec);
+    }
+    if verified.endpoints.as_deref() != Some(probe_spec.version.as_str()) {
+        return Step::VerifyEndpoints {
+            probe_version: probe_spec.version,
+        };
+    }
+    Step::Promote(live_spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::proxy_config::{ResolvedCluster, ResolvedVirtualHost};
+
+    fn cluster(service: &str) -> ResolvedCluster {
+        ResolvedCluster {
+            service: service.into(),
+            port: 80,
+            port_name: "http".into(),
+            http2: false,
+        }
+    }
+
+    fn resolved(services: &[&str], header: &str) -> Result<ResolvedRoute, ResolveError> {
+        let virtual_host = ResolvedVirtualHost {
+            hosts: vec![format!("web.test/{header}")],
+            tls: None,
+            rules: vec![],
+        };
+        Ok(ResolvedRoute {
+            version: crate::hash::digest_of(&(services, header)),
+            virtual_host,
+            clusters: services.iter().map(|s| cluster(s)).collect(),
+        })
+    }
+
+    fn observed<'a>(
+        resolved: &'a Result<ResolvedRoute, ResolveError>,
+        live: Option<&'a ProxyConfigSpec>,
+        probe: Option<&'a ProxyConfigSpec>,
+    ) -> Observed<'a> {
+        Observed {
+            route: "web",
+            generation: 2,
+            resolved,
+            live,
+            probe,
+            since_promoted: Some(Duration::from_secs(1)),
+            drain_period: Duration::from_secs(10),
+            two_phase: true,
+        }
+    }
+
+    fn spec(
+        role: ProxyConfigRole,
+        r: &Result<ResolvedRoute, ResolveError>,
+        generation: i64,
+        extra: &[ResolvedCluster],
+    ) -> ProxyConfigSpec {
+        proxy_config_spec(
+            "web",
+            generation,
+            role,
+            r.as_ref().expect("resolved"),
+            extra,
+        )
+    }
+
+    /// Runs the steps the way the reconciler does, with every check passing.
+    fn walk(
+        mut live: Option<ProxyConfigSpec>,
+        mut probe: Option<ProxyConfigSpec>,
+        r: &Result<ResolvedRoute, ResolveError>,
+    ) -> Vec<String> {
+        let mut verified = Verified::default();
+        let mut steps = Vec::new();
+        for _ in 0..10 {
+            let step = next_step(&observed(r, live.as_ref(), probe.as_ref()), &verified);
+            steps.push(match &step {
+                Step::Reject(_) => "reject".to_string(),
+                Step::Stage(s) => format!(
+                    "stage {}",
+                    s.clusters
+                        .iter()
+                        .map(|c| c.service.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                Step::VerifyEndpoints { .. } => "verify-endpoints".into(),
+                Step::Promote(s) => format!(
+                    "promote {}",
+                    s.clusters
+                        .iter()
+                        .map(|c| c.service.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                Step::VerifyLive { .. } => "verify-live".into(),
+                Step::Collect { .. } => "collect".into(),
+                Step::Done => "done".into(),
+            });
+            match step {
+                Step::Stage(s) => probe = Some(s),
+                Step::VerifyEndpoints { probe_version } => verified.endpoints = Some(probe_version),
+                Step::Promote(s) => live = Some(s),
+                Step::VerifyLive { version } => verified.live = Some(version),
+                Step::Collect { .. } => probe = None,
+                Step::Done | Step::Reject(_) => break,
+            }
+        }
+        steps
+    }
+
+    #[test]
+    fn a_new_service_is_staged_with_the_live_one_and_verified_before_promotion() {
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let new = resolved(&["green"], "x");
+        assert_eq!(
+            walk(Some(live), None, &new),
+            [
+                "stage blue+green",
+                "verify-endpoints",
+                "promote green",
+                "verify-live",
+                "collect",
+                "done"
+            ]
+        );
+    }
+
+    #[test]
+    fn changes_among_live_clusters_skip_staging() {
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let new = resolved(&["blue"], "y");
+        assert_eq!(
+            walk(Some(live), None, &new),
+            ["promote blue", "verify-live", "done"]
+        );
+    }
+
+    #[test]
+    fn the_first_generation_is_staged_too() {
+        let new = resolved(&["blue"], "x");
+        assert_eq!(
+            walk(None, None, &new),
+            [
+                "stage blue",
+                "verify-endpoints",
+                "promote blue",
+                "verify-live",
+                "collect",
+                "done"
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_is_promoted_without_verification() {
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let new = resolved(&["green"], "x");
+        let probe = spec(
+            ProxyConfigRole::Probe,
+            &new,
+            2,
+            std::slice::from_ref(&live.clusters[0]),
+        );
+        let step = next_step(
+            &observed(&new, Some(&live), Some(&probe)),
+            &Verified::default(),
+        );
+        assert!(matches!(step, Step::VerifyEndpoints { .. }), "{step:?}");
+        // Verified for another probe version does not count.
+        let stale = Verified {
+            endpoints: Some("other".into()),
+            live: None,
+        };
+        let step = next_step(&observed(&new, Some(&live), Some(&probe)), &stale);
+        assert!(matches!(step, Step::VerifyEndpoints { .. }), "{step:?}");
+    }
+
+    #[test]
+    fn a_newer_generation_mid_rollout_restages_from_what_is_live() {
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let staged = resolved(&["green"], "x");
+        let probe = spec(ProxyConfigRole::Probe, &staged, 2, &live.clusters);
+        let newer = resolved(&["yellow"], "x");
+        let step = next_step(
+            &observed(&newer, Some(&live), Some(&probe)),
+            &Verified::default(),
+        );
+        let Step::Stage(s) = step else {
+            panic!("{step:?}")
+        };
+        let services: Vec<_> = s.clusters.iter().map(|c| c.service.as_str()).collect();
+        assert_eq!(
+            services,
+            ["blue", "yellow"],
+            "never-live green goes, live blue stays"
+        );
+    }
+
+    #[test]
+    fn collection_waits_for_the_drain_period() {
+        let r = resolved(&["green"], "x");
+        let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
+        let probe = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("blue")]);
+        let verified = Verified {
+            endpoints: None,
+            live: Some(live.version.clone()),
+        };
+        let step = next_step(&observed(&r, Some(&live), Some(&probe)), &verified);
+        assert_eq!(
+            step,
+            Step::Collect {
+                after: Duration::from_secs(9)
+            }
+        );
+    }
+
+    #[test]
+    fn an_unresolvable_spec_leaves_live_alone() {
+        let err: Result<ResolvedRoute, ResolveError> = Err(ResolveError::ServiceNotFound {
+            service: "gone".into(),
+        });
+        let live = spec(ProxyConfigRole::Live, &resolved(&["blue"], "x"), 1, &[]);
+        assert!(matches!(
+            next_step(&observed(&err, Some(&live), None), &Verified::default()),
+            Step::Reject(_)
+        ));
+    }
+
+    #[test]
+    fn one_phase_mode_promotes_directly() {
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let new = resolved(&["green"], "x");
+        let mut o = observed(&new, Some(&live), None);
+        o.two_phase = false;
+        assert!(matches!(
+            next_step(&o, &Verified::default()),
+            Step::Promote(_)
+        ));
+    }
+}

@@ -1,0 +1,160 @@
+//! Writes TrafficRoute status on its own task, rate-limited, by server-side apply under a
+//! fixed field manager. Reconcilers hand it the status they want; the latest one per route
+//! wins, unchanged status is never written (no churn), and nothing else ever waits on it:
+//! slow or throttled status writes cannot delay xDS (I5).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+use crate::api::{TrafficRoute, TrafficRouteStatus};
+
+pub const FIELD_MANAGER: &str = "switchyard-status";
+
+type Key = (String, String);
+
+/// Hands statuses to the writer task; the task stops when the last handle drops.
+#[derive(Clone)]
+pub struct StatusWriter {
+    shared: Arc<Shared>,
+    _task: Arc<AbortOnDrop>,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<BTreeMap<Key, TrafficRouteStatus>>,
+    wake: Notify,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl StatusWriter {
+    /// Starts the writer task; at most `qps` writes per second.
+    pub fn start(client: Client, qps: f64) -> Self {
+        let shared = Arc::new(Shared::default());
+        let task = tokio::spawn(shared.clone().run(client, qps));
+        Self {
+            shared,
+            _task: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    /// Asks for this status to be written (replacing any not yet written).
+    pub fn set(&self, namespace: &str, name: &str, status: TrafficRouteStatus) {
+        self.shared
+            .lock()
+            .insert((namespace.to_string(), name.to_string()), status);
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, TrafficRouteStatus>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn run(self: Arc<Self>, client: Client, qps: f64) {
+        let interval = Duration::from_secs_f64(1.0 / qps.max(0.1));
+        let mut written: HashMap<Key, TrafficRouteStatus> = HashMap::new();
+        loop {
+            let next = self.lock().pop_first();
+            let Some((key, status)) = next else {
+                self.wake.notified().await;
+                continue;
+            };
+            if written.get(&key) == Some(&status) {
+                continue;
+            }
+            let api: Api<TrafficRoute> = Api::namespaced(client.clone(), &key.0);
+            let patch = serde_json::json!({
+                "apiVersion": "switchyard.dev/v1alpha1",
+                "kind": "TrafficRoute",
+                "status": status,
+            });
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            match api
+                .patch_status(&key.1, &params, &Patch::Apply(&patch))
+                .await
+            {
+                Ok(_) => {
+                    debug!(namespace = %key.0, name = %key.1, "status written");
+                    written.insert(key, status);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    written.remove(&key);
+                }
+                Err(error) => {
+                    warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
+                    // Retry unless a newer status arrived meanwhile.
+                    self.lock().entry(key).or_insert(status);
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+}
+
+/// A condition that keeps its lastTransitionTime unless its status changes.
+pub fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: Some(generation),
+        last_transition_time,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_changes_only_with_the_status() {
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
+        let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).expect("time"));
+        let first = condition(&[], "Ready", false, "Staging", "", 1, &t0);
+        assert_eq!(first.last_transition_time, t0);
+        let same = condition(
+            std::slice::from_ref(&first),
+            "Ready",
+            false,
+            "VerifyingLive",
+            "",
+            1,
+            &t1,
+        );
+        assert_eq!(
+            same.last_transition_time, t0,
+            "reason changed, status did not"
+        );
+        let flipped = condition(&[same], "Ready", true, "Ready", "", 1, &t1);
+        assert_eq!(flipped.last_transition_time, t1);
+    }
+}

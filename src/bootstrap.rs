@@ -9,8 +9,8 @@ use crate::xds::localize::LISTEN_ADDRESS_KEY;
 pub struct Bootstrap {
     pub node_id: String,
     pub node_cluster: String,
-    pub xds_host: String,
-    pub xds_port: u16,
+    /// Switchyard replicas to connect to; Envoy fails over between them.
+    pub xds: Vec<(String, u16)>,
     pub protocol: Protocol,
     /// Admin interface: never off loopback (it is unauthenticated and can mutate).
     pub admin_address: String,
@@ -25,6 +25,15 @@ impl Bootstrap {
             Protocol::Sotw => "GRPC",
             Protocol::Delta => "DELTA_GRPC",
         };
+        let endpoints: String = self
+            .xds
+            .iter()
+            .map(|(host, port)| {
+                format!(
+                    "        - endpoint:\n            address:\n              socket_address: {{ address: \"{host}\", port_value: {port} }}\n"
+                )
+            })
+            .collect();
         let mut metadata = String::new();
         if let Some(address) = &self.listen_address {
             let _ = write!(
@@ -61,16 +70,11 @@ static_resources:
       cluster_name: switchyard-xds
       endpoints:
       - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{ address: "{xds_host}", port_value: {xds_port} }}
-"#,
+{endpoints}"#,
             node_id = self.node_id,
             node_cluster = self.node_cluster,
             admin_address = self.admin_address,
             admin_port = self.admin_port,
-            xds_host = self.xds_host,
-            xds_port = self.xds_port,
         )
     }
 }

@@ -4,6 +4,7 @@
 //! handle drops, even on panic.
 
 pub mod kube;
+pub mod rig;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -103,6 +104,24 @@ impl Drop for Process {
     }
 }
 
+/// The listener ports every Envoy of a rig uses.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenerPorts {
+    pub http: u16,
+    pub https: u16,
+    pub probe: u16,
+}
+
+impl ListenerPorts {
+    pub fn free() -> Self {
+        Self {
+            http: free_port(),
+            https: free_port(),
+            probe: free_port(),
+        }
+    }
+}
+
 pub struct Switchyard {
     pub process: Process,
     pub xds_port: u16,
@@ -130,6 +149,43 @@ impl Switchyard {
             xds_port,
             admin_port,
             config_dir: config_dir.to_path_buf(),
+        }
+    }
+
+    /// Starts `switchyard operator` against the cluster of `kubeconfig`. The Envoy fleet
+    /// is the Service `envoy_service` (NAMESPACE/NAME); EndpointSlices list loopback
+    /// listeners under [`kube::ADDRESS_MAP`].
+    pub fn start_operator(
+        work: &Path,
+        name: &str,
+        kubeconfig: &Path,
+        envoy_service: &str,
+        ports: ListenerPorts,
+        extra: &[&str],
+    ) -> Switchyard {
+        let xds_port = free_port();
+        let admin_port = free_port();
+        let mut command = Command::new(switchyard_binary());
+        command
+            .arg("operator")
+            .args(["--envoy-service", envoy_service])
+            .args(["--endpoint-address-map", kube::ADDRESS_MAP])
+            .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
+            .args(["--admin-address", &format!("127.0.0.1:{admin_port}")])
+            .args(["--probe-token", "test-token"])
+            .args(["--http-port", &ports.http.to_string()])
+            .args(["--https-port", &ports.https.to_string()])
+            .args(["--probe-port", &ports.probe.to_string()])
+            .args(["--identity", name, "--lease-namespace", "default"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,switchyard=debug,kube=warn");
+        let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
+        Switchyard {
+            process,
+            xds_port,
+            admin_port,
+            config_dir: PathBuf::new(),
         }
     }
 
@@ -207,12 +263,25 @@ impl Envoy {
         xds_port: u16,
         protocol: Protocol,
     ) -> Envoy {
+        Self::start_with_replicas(work, name, address, &[xds_port], protocol)
+    }
+
+    /// Starts Envoy connected to any of several Switchyard replicas (it fails over).
+    pub fn start_with_replicas(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+    ) -> Envoy {
         let admin_port = free_port();
         let bootstrap = Bootstrap {
             node_id: name.to_string(),
             node_cluster: "switchyard-test".to_string(),
-            xds_host: "127.0.0.1".to_string(),
-            xds_port,
+            xds: xds_ports
+                .iter()
+                .map(|p| ("127.0.0.1".to_string(), *p))
+                .collect(),
             protocol,
             admin_address: "127.0.0.1".to_string(),
             admin_port,

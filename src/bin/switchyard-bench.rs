@@ -262,8 +262,7 @@ async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Result
     let bootstrap = Bootstrap {
         node_id: "bench".into(),
         node_cluster: "bench".into(),
-        xds_host: "127.0.0.1".into(),
-        xds_port,
+        xds: vec![("127.0.0.1".into(), xds_port)],
         protocol,
         admin_address: "127.0.0.1".into(),
         admin_port: 0,

@@ -1,0 +1,386 @@
+//! A whole environment in a few lines: a real kube-apiserver with the CRDs, a namespace,
+//! N Envoys registered as the fleet Service, Switchyard operators, and backends each behind
+//! its own Service and EndpointSlice.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use switchyard_e2e::rig::Rig;
+//! let mut rig = Rig::start(3).await;
+//! rig.add_backend("blue").await;
+//! rig.start_operator("switchyard-1", &[]);
+//! rig.apply_route("web", &Rig::route_yaml("web.test", &[("blue", 1)])).await;
+//! rig.wait_ready("web", std::time::Duration::from_secs(30)).await;
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::{Api, Client};
+use switchyard::api::TrafficRoute;
+use switchyard::xds::Protocol;
+
+use crate::kube::{self as k, KubeApi};
+use crate::{Backend, Envoy, ListenerPorts, Switchyard};
+
+pub const FLEET_NAMESPACE: &str = "switchyard-system";
+pub const FLEET_SERVICE: &str = "envoy";
+pub const HOST: &str = "web.test";
+
+pub struct Rig {
+    pub api: Arc<KubeApi>,
+    pub client: Client,
+    pub namespace: String,
+    pub ports: ListenerPorts,
+    pub envoy_addresses: Vec<String>,
+    pub envoys: Vec<Envoy>,
+    pub operators: Vec<Switchyard>,
+    pub backends: BTreeMap<String, Backend>,
+    pub work: PathBuf,
+    next_ip: u8,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    /// The apiserver (shared by the tests of one binary), CRDs applied, a fresh namespace,
+    /// and `envoys` loopback addresses registered as the fleet (Envoys start with the
+    /// first operator).
+    pub async fn start(envoys: u8) -> Rig {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work = dir.path().to_path_buf();
+        let api = KubeApi::shared().await;
+        let client = api.client().await;
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
+        api.kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", crds])
+            .await;
+        api.kubectl_ok([
+            "wait",
+            "--for=condition=Established",
+            "crd/trafficroutes.switchyard.dev",
+            "crd/proxyconfigs.switchyard.dev",
+            "--timeout=30s",
+        ])
+        .await;
+        let namespace = k::unique_name("shop");
+        k::create_namespace(&client, &namespace).await;
+        k::create_namespace(&client, FLEET_NAMESPACE).await;
+        // Each rig picks its own block of loopback addresses, so tests can run side by side.
+        let block = 100 + (std::process::id() as u8 % 20) * 5 + (free_block() % 5);
+        let envoy_addresses: Vec<String> =
+            (1..=envoys).map(|i| format!("127.0.{block}.{i}")).collect();
+        let rig = Rig {
+            api,
+            client,
+            namespace,
+            ports: ListenerPorts::free(),
+            envoy_addresses,
+            envoys: Vec::new(),
+            operators: Vec::new(),
+            backends: BTreeMap::new(),
+            work,
+            next_ip: 0,
+            _dir: dir,
+        };
+        rig.register_fleet().await;
+        rig
+    }
+
+    /// The fleet Service's EndpointSlice lists every Envoy address (mapped, see ADDRESS_MAP).
+    async fn register_fleet(&self) {
+        k::apply_service(&self.client, FLEET_NAMESPACE, &self.fleet_service(), 8080).await;
+        let endpoints: Vec<(String, u16, bool, bool, bool)> = self
+            .envoy_addresses
+            .iter()
+            .map(|a| (k::slice_address(a), self.ports.probe, true, true, false))
+            .collect();
+        let refs: Vec<k::EndpointSpec<'_>> = endpoints
+            .iter()
+            .map(|(a, p, r, s, t)| (a.as_str(), *p, *r, *s, *t))
+            .collect();
+        k::apply_endpoint_slice(&self.client, FLEET_NAMESPACE, &self.fleet_service(), &refs).await;
+    }
+
+    /// Each rig has its own fleet Service, named after its namespace.
+    pub fn fleet_service(&self) -> String {
+        format!("{FLEET_SERVICE}-{}", self.namespace)
+    }
+
+    /// Starts a Switchyard operator; the first one also starts the Envoys (delta, but
+    /// every third SotW), connected to it.
+    pub fn start_operator(&mut self, name: &str, extra: &[&str]) {
+        let operator = Switchyard::start_operator(
+            &self.work,
+            name,
+            &self.api.kubeconfig,
+            &format!("{FLEET_NAMESPACE}/{}", self.fleet_service()),
+            self.ports,
+            &[
+                &[
+                    "--namespaces",
+                    &self.namespace,
+                    "--lease-name",
+                    &format!("switchyard-{}", self.namespace),
+                ],
+                extra,
+            ]
+            .concat(),
+        );
+        if self.envoys.is_empty() {
+            for (i, address) in self.envoy_addresses.iter().enumerate() {
+                let protocol = if i % 3 == 2 {
+                    Protocol::Sotw
+                } else {
+                    Protocol::Delta
+                };
+                self.envoys.push(Envoy::start(
+                    &self.work,
+                    &format!("envoy-{i}"),
+                    address,
+                    operator.xds_port,
+                    protocol,
+                ));
+            }
+        }
+        self.operators.push(operator);
+    }
+
+    /// A backend answering with its name, behind Service `name` (port 80 → the backend).
+    pub async fn add_backend(&mut self, name: &str) -> &Backend {
+        self.next_ip += 1;
+        let ip = format!(
+            "127.0.{}.{}",
+            200 + (std::process::id() % 50) as u8,
+            self.next_ip
+        );
+        let backend = Backend::start(name, &ip).await;
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        let address = k::slice_address(&backend.address.ip().to_string());
+        k::apply_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(&address, backend.address.port(), true, true, false)],
+        )
+        .await;
+        self.backends.insert(name.to_string(), backend);
+        &self.backends[name]
+    }
+
+    /// Marks a backend's endpoint ready or not (its EndpointSlice condition).
+    pub async fn set_ready(&self, name: &str, ready: bool) {
+        let backend = &self.backends[name];
+        let address = k::slice_address(&backend.address.ip().to_string());
+        k::apply_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(&address, backend.address.port(), ready, ready, false)],
+        )
+        .await;
+    }
+
+    /// Removes a backend: its EndpointSlices, Service and server.
+    pub async fn remove_backend(&mut self, name: &str) {
+        k::delete_endpoint_slices(&self.client, &self.namespace, name).await;
+        k::delete_service(&self.client, &self.namespace, name).await;
+        self.backends.remove(name);
+    }
+
+    /// A TrafficRoute spec (YAML) for `host` with weighted backends on port 80.
+    pub fn route_yaml(host: &str, backends: &[(&str, u32)]) -> String {
+        let mut yaml = format!("hosts: [\"{host}\"]\nrules:\n- backends:\n");
+        for (service, weight) in backends {
+            yaml.push_str(&format!(
+                "  - {{ service: {service}, port: 80, weight: {weight} }}\n"
+            ));
+        }
+        yaml
+    }
+
+    /// Applies a TrafficRoute with the given spec (YAML) by server-side apply.
+    pub async fn apply_route(&self, name: &str, spec_yaml: &str) -> i64 {
+        let manifest = format!(
+            "apiVersion: switchyard.dev/v1alpha1\nkind: TrafficRoute\nmetadata:\n  name: {name}\n  namespace: {}\nspec:\n{}",
+            self.namespace,
+            spec_yaml
+                .lines()
+                .map(|l| format!("  {l}\n"))
+                .collect::<String>()
+        );
+        let out = self
+            .api
+            .kubectl_input(
+                [
+                    "apply",
+                    "--server-side",
+                    "--field-manager",
+                    "rig-user",
+                    "-f",
+                    "-",
+                ],
+                &manifest,
+            )
+            .await;
+        assert!(
+            out.status.success(),
+            "kubectl apply failed: {}\n{manifest}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.route(name).await.metadata.generation.unwrap_or(0)
+    }
+
+    pub async fn route(&self, name: &str) -> TrafficRoute {
+        Api::<TrafficRoute>::namespaced(self.client.clone(), &self.namespace)
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("get route {name}: {e}"))
+    }
+
+    /// Waits until the route's current generation is Ready; returns how long it took.
+    pub async fn wait_ready(&self, name: &str, within: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let route = self.route(name).await;
+            let generation = route.metadata.generation;
+            let ready = route.status.as_ref().is_some_and(|s| {
+                s.observed_generation == generation
+                    && s.conditions.iter().any(|c| {
+                        c.type_ == "Ready"
+                            && c.status == "True"
+                            && c.observed_generation == generation
+                    })
+            });
+            if ready {
+                return started.elapsed();
+            }
+            if started.elapsed() > within {
+                let logs: Vec<String> = self
+                    .operators
+                    .iter()
+                    .map(|o| o.process.log_tail())
+                    .collect();
+                panic!(
+                    "route {name} generation {generation:?} not Ready within {within:?}: {:#?}\n--- operator logs ---\n{}",
+                    route.status,
+                    logs.join("\n---\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until the route's status satisfies `accept`.
+    pub async fn wait_status(
+        &self,
+        name: &str,
+        within: Duration,
+        accept: impl Fn(&switchyard::api::TrafficRouteStatus) -> bool,
+    ) -> switchyard::api::TrafficRouteStatus {
+        let started = Instant::now();
+        loop {
+            let route = self.route(name).await;
+            if let Some(status) = route.status.as_ref().filter(|s| accept(s)) {
+                return status.clone();
+            }
+            assert!(
+                started.elapsed() < within,
+                "route {name}: status never matched: {:#?}",
+                route.status
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Base URLs of every Envoy's HTTP listener.
+    pub fn targets(&self) -> Vec<String> {
+        self.envoy_addresses
+            .iter()
+            .map(|a| format!("http://{a}:{}", self.ports.http))
+            .collect()
+    }
+
+    /// One request through every Envoy; the backend names that answered (or the error).
+    pub async fn answers(&self) -> Vec<String> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        let mut out = Vec::new();
+        for target in self.targets() {
+            let answer = match client
+                .get(format!("{target}/"))
+                .header("host", HOST)
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+                Ok(r) => format!("status {}", r.status()),
+                Err(e) => format!("error {e}"),
+            };
+            out.push(answer);
+        }
+        out
+    }
+}
+
+impl Rig {
+    /// The `x-sentinel` response header through every Envoy.
+    pub async fn sentinels(&self) -> Vec<String> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        let mut out = Vec::new();
+        for target in self.targets() {
+            let value = match client
+                .get(format!("{target}/"))
+                .header("host", HOST)
+                .send()
+                .await
+            {
+                Ok(r) => r
+                    .headers()
+                    .get("x-sentinel")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_string(),
+                Err(e) => format!("error {e}"),
+            };
+            out.push(value);
+        }
+        out
+    }
+
+    /// `n` requests spread over every Envoy: how many each backend answered.
+    pub async fn split(&self, n: usize) -> BTreeMap<String, usize> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        let targets = self.targets();
+        let mut seen = BTreeMap::new();
+        for i in 0..n {
+            let answer = match client
+                .get(format!("{}/", targets[i % targets.len()]))
+                .header("host", HOST)
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+                Ok(r) => format!("status {}", r.status()),
+                Err(e) => format!("error {e}"),
+            };
+            *seen.entry(answer).or_default() += 1;
+        }
+        seen
+    }
+}
+
+/// A small number that differs between rigs started by one process.
+fn free_block() -> u8 {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static NEXT: AtomicU8 = AtomicU8::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

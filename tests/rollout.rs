@@ -1,0 +1,201 @@
+//! Two-phase rollouts on a real kube-apiserver with three real Envoys, under load
+//! (DESIGN.md I3, I4). Every scenario must see zero failed requests, except the
+//! sensitivity run, which must see some: proof that the tests can see what they guard
+//! against.
+
+use std::time::Duration;
+
+use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::{Load, LoadReport};
+
+const RATE: u32 = 240;
+
+fn summary(name: &str, report: &LoadReport, ready: &[Duration]) {
+    let mut ms: Vec<f64> = ready.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        ms.get(((ms.len().max(1) - 1) as f64 * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    eprintln!(
+        "{name}: {} requests in {:.1}s, non-2xx {}, by status {:?}; time to Ready p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_status,
+        pick(0.5),
+        pick(0.95),
+        pick(1.0)
+    );
+    for failure in report.failures.iter().take(5) {
+        eprintln!("  {failure:?}");
+    }
+}
+
+/// Knative's TestUpdate, on Switchyard: 10 changes of a response-header sentinel, then 10
+/// switches each to a freshly created Service, the previous one torn down after each
+/// rollout; after each Ready every Envoy already serves the change.
+async fn update_conformance(extra: &[&str], rounds: usize) -> (LoadReport, Vec<Duration>) {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("svc-0").await;
+    rig.start_operator("switchyard-1", extra);
+    let spec = |service: &str, sentinel: usize| {
+        format!(
+            "{}  responseHeaders: {{ set: {{ x-sentinel: \"{sentinel}\" }} }}\nrollout: {{ drainPeriod: 1s }}\n",
+            Rig::route_yaml(HOST, &[(service, 1)])
+        )
+    };
+    rig.apply_route("web", &spec("svc-0", 0)).await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    let mut ready = Vec::new();
+    for i in 1..=rounds {
+        rig.apply_route("web", &spec("svc-0", i)).await;
+        ready.push(rig.wait_ready("web", Duration::from_secs(30)).await);
+        assert_eq!(
+            rig.sentinels().await,
+            vec![i.to_string(); 3],
+            "after Ready, every Envoy serves the change"
+        );
+    }
+    for i in 1..=rounds {
+        let service = format!("svc-{i}");
+        rig.add_backend(&service).await;
+        rig.apply_route("web", &spec(&service, rounds)).await;
+        ready.push(rig.wait_ready("web", Duration::from_secs(30)).await);
+        assert_eq!(
+            rig.answers().await,
+            [service.clone(), service.clone(), service.clone()]
+        );
+        rig.remove_backend(&format!("svc-{}", i - 1)).await;
+    }
+    (load.finish().await, ready)
+}
+
+#[tokio::test]
+async fn update_conformance_drops_nothing() {
+    let (report, ready) = update_conformance(&[], 10).await;
+    summary("update conformance", &report, &ready);
+    assert!(
+        report.sent as f64 / report.elapsed.as_secs_f64() >= 200.0,
+        "load too thin: {report:?}"
+    );
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn without_two_phases_and_ordering_the_same_updates_drop_requests() {
+    let (report, ready) = update_conformance(&["--one-phase", "--unordered-xds"], 10).await;
+    summary("sensitivity (one phase, unordered xDS)", &report, &ready);
+    assert!(
+        report.non_2xx() > 0,
+        "the test cannot see what the rollout guards against"
+    );
+}
+
+#[tokio::test]
+async fn canary_weights_split_traffic_within_tolerance() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("stable").await;
+    rig.add_backend("canary").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route(
+        "web",
+        &Rig::route_yaml(HOST, &[("stable", 100), ("canary", 0)]),
+    )
+    .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    for (canary, stable) in [(0, 100), (10, 90), (50, 50), (100, 0)] {
+        let backends = [("stable", stable), ("canary", canary)];
+        rig.apply_route("web", &Rig::route_yaml(HOST, &backends))
+            .await;
+        rig.wait_ready("web", Duration::from_secs(60)).await;
+        let seen = rig.split(600).await;
+        let share = *seen.get("canary").unwrap_or(&0) as f64 / 600.0;
+        eprintln!(
+            "canary {canary}%: observed {:.1}% ({seen:?})",
+            share * 100.0
+        );
+        assert!(
+            (share - canary as f64 / 100.0).abs() <= 0.06,
+            "canary {canary}%: observed {share}"
+        );
+    }
+    let report = load.finish().await;
+    summary("canary", &report, &[]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn rapid_fire_generations_supersede_each_other_without_drops() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("svc-0").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("svc-0", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    for i in 1..=10 {
+        rig.add_backend(&format!("svc-{i}")).await;
+    }
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    for i in 1..=10 {
+        // No waiting: each generation lands while the previous one is rolling out.
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(&format!("svc-{i}"), 1)]))
+            .await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let took = rig.wait_ready("web", Duration::from_secs(60)).await;
+    assert_eq!(rig.answers().await, ["svc-10", "svc-10", "svc-10"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = load.finish().await;
+    summary("rapid fire", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn a_service_without_endpoints_keeps_traffic_on_the_old_one_until_it_has_some() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("old").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("old", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    // The new Service exists but has no ready endpoint yet.
+    rig.add_backend("new").await;
+    rig.set_ready("new", false).await;
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("new", 1)]))
+        .await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(20), |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "False"
+                    && c.reason == "VerifyingEndpoints"
+                    && c.message.contains("Envoys ready 0/3")
+                    && c.message.contains("without ready endpoints")
+            })
+        })
+        .await;
+    eprintln!(
+        "while the new Service has no endpoints: {:?}",
+        status.conditions.iter().find(|c| c.type_ == "Ready")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        rig.answers().await,
+        ["old", "old", "old"],
+        "traffic stays on the old backend"
+    );
+
+    rig.set_ready("new", true).await;
+    let took = rig.wait_ready("web", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers().await, ["new", "new", "new"]);
+    let report = load.finish().await;
+    summary("no endpoints yet", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}

@@ -39,6 +39,11 @@ enum Command {
     /// Run in Kubernetes: watch ProxyConfigs, EndpointSlices and TLS Secrets, serve them
     /// over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes status.
     Operator(OperatorArgs),
+    /// Print the ClusterRole the operator needs (YAML).
+    Rbac {
+        #[arg(long, default_value = "switchyard")]
+        name: String,
+    },
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {
         /// Directory to write into.
@@ -173,6 +178,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Standalone(args) => run_standalone(args).await,
         Command::Operator(args) => run_operator(args).await,
         Command::Crdgen { out } => crdgen(&out),
+        Command::Rbac { name } => {
+            let role = switchyard::k8s::rbac::cluster_role(&name);
+            print!("{}", serde_saphyr::to_string(&role)?);
+            Ok(())
+        }
     }
 }
 

@@ -163,7 +163,29 @@ impl Switchyard {
         ports: ListenerPorts,
         extra: &[&str],
     ) -> Switchyard {
-        let xds_port = free_port();
+        Self::start_operator_on(
+            work,
+            name,
+            kubeconfig,
+            envoy_service,
+            ports,
+            free_port(),
+            extra,
+        )
+    }
+
+    /// [`Switchyard::start_operator`] serving xDS on a port chosen beforehand, e.g. the one
+    /// of a replica that was killed, or one that Envoys already list
+    /// ([`Envoy::start_with_replicas`]).
+    pub fn start_operator_on(
+        work: &Path,
+        name: &str,
+        kubeconfig: &Path,
+        envoy_service: &str,
+        ports: ListenerPorts,
+        xds_port: u16,
+        extra: &[&str],
+    ) -> Switchyard {
         let admin_port = free_port();
         let mut command = Command::new(switchyard_binary());
         command

@@ -18,8 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use switchyard::api::TrafficRoute;
+use switchyard::api::{ProxyConfig, TrafficRoute};
 use switchyard::xds::Protocol;
 
 use crate::kube::{self as k, KubeApi};
@@ -40,6 +41,11 @@ pub struct Rig {
     pub backends: BTreeMap<String, Backend>,
     pub work: PathBuf,
     next_ip: u8,
+    /// The xDS ports (Switchyard replicas) every Envoy connects to: set by
+    /// [`Rig::connect_envoys_to`], else the first operator's.
+    envoy_xds_ports: Vec<u16>,
+    /// Envoy restarts so far, to keep each run's log.
+    envoy_restarts: usize,
     _dir: tempfile::TempDir,
 }
 
@@ -81,6 +87,8 @@ impl Rig {
             backends: BTreeMap::new(),
             work,
             next_ip: 0,
+            envoy_xds_ports: Vec::new(),
+            envoy_restarts: 0,
             _dir: dir,
         };
         rig.register_fleet().await;
@@ -110,40 +118,150 @@ impl Rig {
     /// Starts a Switchyard operator; the first one also starts the Envoys (delta, but
     /// every third SotW), connected to it.
     pub fn start_operator(&mut self, name: &str, extra: &[&str]) {
-        let operator = Switchyard::start_operator(
+        self.start_operator_on(name, crate::free_port(), extra);
+    }
+
+    /// Envoys started from now on connect to these Switchyard replicas (xDS ports on
+    /// 127.0.0.1, chosen up front with [`crate::free_port`]) and fail over between them,
+    /// instead of connecting to the first operator only. Call before the first operator.
+    pub fn connect_envoys_to(&mut self, xds_ports: &[u16]) {
+        assert!(
+            self.envoys.is_empty(),
+            "the Envoys are already running: choose their replicas before the first operator"
+        );
+        self.envoy_xds_ports = xds_ports.to_vec();
+    }
+
+    /// [`Rig::start_operator`] serving xDS on `xds_port` (e.g. one that Envoys already list,
+    /// see [`Rig::connect_envoys_to`], or the port of a replica that was killed).
+    pub fn start_operator_on(&mut self, name: &str, xds_port: u16, extra: &[&str]) {
+        let operator = Switchyard::start_operator_on(
             &self.work,
             name,
             &self.api.kubeconfig,
             &format!("{FLEET_NAMESPACE}/{}", self.fleet_service()),
             self.ports,
+            xds_port,
             &[
                 &[
                     "--namespaces",
                     &self.namespace,
                     "--lease-name",
-                    &format!("switchyard-{}", self.namespace),
+                    &self.lease_name(),
                 ],
                 extra,
             ]
             .concat(),
         );
         if self.envoys.is_empty() {
-            for (i, address) in self.envoy_addresses.iter().enumerate() {
-                let protocol = if i % 3 == 2 {
-                    Protocol::Sotw
-                } else {
-                    Protocol::Delta
-                };
-                self.envoys.push(Envoy::start(
-                    &self.work,
-                    &format!("envoy-{i}"),
-                    address,
-                    operator.xds_port,
-                    protocol,
-                ));
+            if self.envoy_xds_ports.is_empty() {
+                self.envoy_xds_ports = vec![operator.xds_port];
+            }
+            for i in 0..self.envoy_addresses.len() {
+                let envoy = self.spawn_envoy(i);
+                self.envoys.push(envoy);
             }
         }
         self.operators.push(operator);
+    }
+
+    /// Envoy `i` of the fleet: its name, address, protocol and replicas never change.
+    fn spawn_envoy(&self, i: usize) -> Envoy {
+        let protocol = if i % 3 == 2 {
+            Protocol::Sotw
+        } else {
+            Protocol::Delta
+        };
+        Envoy::start_with_replicas(
+            &self.work,
+            &format!("envoy-{i}"),
+            &self.envoy_addresses[i],
+            &self.envoy_xds_ports,
+            protocol,
+        )
+    }
+
+    /// The operator started under `name`.
+    pub fn operator(&self, name: &str) -> &Switchyard {
+        self.operators
+            .iter()
+            .find(|o| o.process.name == name)
+            .unwrap_or_else(|| panic!("no operator {name}"))
+    }
+
+    /// SIGKILLs the operator `name`; its handle (and log) stays in [`Rig::operators`].
+    pub fn kill_operator(&mut self, name: &str) {
+        self.operators
+            .iter_mut()
+            .find(|o| o.process.name == name)
+            .unwrap_or_else(|| panic!("no operator {name}"))
+            .process
+            .kill();
+    }
+
+    /// SIGKILLs Envoy `i` (its address stays in the fleet Service, as a pod's would until
+    /// its readiness probe fails).
+    pub fn kill_envoy(&mut self, i: usize) {
+        self.envoys[i].process.kill();
+    }
+
+    /// Starts Envoy `i` again (killing it first if it runs): same node name, address,
+    /// protocol and replicas, fresh state; the previous run's log is kept as
+    /// `envoy-<i>.log.<n>`.
+    pub fn restart_envoy(&mut self, i: usize) {
+        self.envoys[i].process.kill();
+        self.envoy_restarts += 1;
+        let log = &self.envoys[i].process.log;
+        let _ = std::fs::rename(
+            log,
+            log.with_extension(format!("log.{}", self.envoy_restarts)),
+        );
+        self.envoys[i] = self.spawn_envoy(i);
+    }
+
+    /// The leader Lease of this rig's operators (namespace `default`).
+    pub fn lease_name(&self) -> String {
+        format!("switchyard-{}", self.namespace)
+    }
+
+    /// Who holds the leader Lease (`spec.holderIdentity`), if anyone.
+    pub async fn lease_holder(&self) -> Option<String> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "default");
+        leases
+            .get_opt(&self.lease_name())
+            .await
+            .unwrap_or_else(|e| panic!("get lease {}: {e}", self.lease_name()))
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    }
+
+    /// Waits until the Lease holder satisfies `accept`; returns it and how long it took.
+    pub async fn wait_lease_holder(
+        &self,
+        within: Duration,
+        accept: impl Fn(Option<&str>) -> bool,
+    ) -> (Option<String>, Duration) {
+        let started = Instant::now();
+        loop {
+            let holder = self.lease_holder().await;
+            if accept(holder.as_deref()) {
+                return (holder, started.elapsed());
+            }
+            assert!(
+                started.elapsed() < within,
+                "lease {}: holder {holder:?} still not accepted after {within:?}",
+                self.lease_name()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The route's ProxyConfig of `role` (`live` or `probe`), if the leader wrote one.
+    pub async fn proxy_config(&self, route: &str, role: &str) -> Option<ProxyConfig> {
+        Api::<ProxyConfig>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&format!("{route}-{role}"))
+            .await
+            .unwrap_or_else(|e| panic!("get ProxyConfig {route}-{role}: {e}"))
     }
 
     /// A backend answering with its name, behind Service `name` (port 80 → the backend).

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct TrafficRouteSpec {
     /// Host names this route serves (exact, or "*.example.com").
-    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(o, o == h))").message("hosts must be unique"))]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(o, o == h))").message(Message::Expression("'hosts must be unique: ' + self.filter(h, !self.exists_one(o, o == h))[0] + ' is repeated'".into())))]
     #[schemars(
         length(min = 1, max = 16),
         inner(
@@ -63,7 +63,10 @@ pub struct TrafficRouteSpec {
 #[serde(rename_all = "camelCase")]
 pub struct RouteTls {
     /// A `kubernetes.io/tls` Secret in the route's namespace.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub secret_name: String,
     /// Redirect plain-HTTP requests for these hosts to HTTPS (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,10 +154,14 @@ pub struct HeaderMatch {
     )]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub exact: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub prefix: Option<String>,
+    /// RE2 syntax.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
     pub regex: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub present: Option<bool>,
@@ -177,9 +184,13 @@ pub struct Backend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
-    /// ...or by name.
+    /// ...or by name. A Service port's name is a DNS label (up to 63 characters; the
+    /// 15-character limit is for container ports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 15))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub port_name: Option<String>,
     /// Relative share of traffic (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,9 +203,13 @@ pub struct Backend {
 pub struct Retries {
     #[schemars(range(min = 0, max = 10))]
     pub attempts: i32,
-    /// Envoy retry conditions (default: connect-failure, refused-stream).
+    /// Envoy retry conditions, one per item (default: connect-failure, refused-stream).
+    /// Quote the key in YAML: a bare `on` is read as `true` by YAML 1.1 parsers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9-]+$"))
+    )]
     pub on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
@@ -206,12 +221,21 @@ pub struct Retries {
 pub struct HeaderEdits {
     /// Replace or add.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
     pub set: std::collections::BTreeMap<String, String>,
     /// Append, keeping existing values.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
     pub add: std::collections::BTreeMap<String, String>,
+    /// Header names to remove.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+        )
+    )]
     pub remove: Vec<String>,
 }
 

@@ -1,0 +1,78 @@
+//! The permissions Switchyard needs, kept next to the code that uses them. `switchyard rbac`
+//! prints them as a ClusterRole; an end-to-end test runs the operator with nothing more.
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use kube::api::ObjectMeta;
+
+/// (API group, resource, verbs, why).
+pub const RULES: &[(&str, &str, &[&str], &str)] = &[
+    (
+        "switchyard.dev",
+        "trafficroutes",
+        &["get", "list", "watch"],
+        "the leader reconciles them",
+    ),
+    (
+        "switchyard.dev",
+        "trafficroutes/status",
+        &["patch"],
+        "status, by server-side apply",
+    ),
+    (
+        "switchyard.dev",
+        "proxyconfigs",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        "every replica serves them; the leader writes them (server-side apply creates) and collects probe configs",
+    ),
+    (
+        "",
+        "services",
+        &["get", "list", "watch"],
+        "resolving backends",
+    ),
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        &["list", "watch"],
+        "endpoints of backends and of the Envoy fleet",
+    ),
+    (
+        "",
+        "secrets",
+        &["get", "list", "watch"],
+        "TLS Secrets: metadata watched, referenced ones read",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["get", "list", "watch", "create", "patch", "update"],
+        "leader election",
+    ),
+    (
+        "events.k8s.io",
+        "events",
+        &["create", "patch"],
+        "Events on rollout transitions",
+    ),
+];
+
+pub fn cluster_role(name: &str) -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        rules: Some(
+            RULES
+                .iter()
+                .map(|(group, resource, verbs, _)| PolicyRule {
+                    api_groups: Some(vec![group.to_string()]),
+                    resources: Some(vec![resource.to_string()]),
+                    verbs: verbs.iter().map(|v| v.to_string()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}

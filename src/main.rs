@@ -237,6 +237,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let metrics = Metrics::register(&mut registry);
     let desired = Arc::new(Desired::new());
     let nodes = Nodes::default();
+    let problems = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
     let builder = Builder {
         index: Index::start(&client, &scope),
         address_map: args.endpoint_address_map,
@@ -250,7 +251,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         },
         desired: desired.clone(),
         metrics: metrics.clone(),
-        problems: tokio::sync::watch::channel(Vec::new()).0,
+        problems: problems.clone(),
     };
     tokio::spawn(builder.run());
 
@@ -275,6 +276,8 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let address_map = args.endpoint_address_map;
         let two_phase = !args.one_phase;
         let status_qps = args.status_qps;
+        let problems = problems.clone();
+        let nodes = nodes.clone();
         move || {
             controller::run(
                 client.clone(),
@@ -285,6 +288,8 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     prober: prober.clone(),
                     status_qps,
                     two_phase,
+                    problems: problems.subscribe(),
+                    nodes: nodes.clone(),
                 },
             )
         }

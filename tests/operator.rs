@@ -34,3 +34,102 @@ async fn a_route_becomes_ready_and_shifts_to_a_new_service_without_drops() {
     );
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
 }
+
+fn condition<'a>(
+    status: &'a switchyard::api::TrafficRouteStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[tokio::test]
+async fn bad_routes_are_reported_and_contained_and_status_does_not_churn() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let cases = [
+        (
+            "no-service",
+            "hosts: [\"a.test\"]\nrules:\n- backends: [ { service: missing, port: 80 } ]\n",
+            "ServiceNotFound",
+            "Service \"missing\" does not exist",
+        ),
+        (
+            "no-port",
+            "hosts: [\"b.test\"]\nrules:\n- backends: [ { service: blue, portName: admin } ]\n",
+            "PortNotFound",
+            "no port named \"admin\"",
+        ),
+        (
+            "thief",
+            &format!(
+                "hosts: [\"{HOST}\"]\nrules:\n- backends: [ {{ service: blue, port: 80 }} ]\n"
+            ),
+            "HostConflict",
+            "already served by route",
+        ),
+        (
+            "lookahead",
+            "hosts: [\"c.test\"]\nrules:\n- match: { pathRegex: \"/(?=x)\" }\n  backends: [ { service: blue, port: 80 } ]\n",
+            "Rejected",
+            "cannot be served",
+        ),
+    ];
+    for (name, spec, _, _) in &cases {
+        rig.apply_route(name, spec).await;
+    }
+    for (name, _, reason, message) in &cases {
+        let status = rig
+            .wait_status(name, Duration::from_secs(20), |s| {
+                condition(s, "Accepted").is_some_and(|c| c.status == "False")
+            })
+            .await;
+        let accepted = condition(&status, "Accepted").expect("Accepted");
+        let ready = condition(&status, "Ready").expect("Ready");
+        eprintln!(
+            "{name}: Accepted=False {} \"{}\"",
+            accepted.reason, accepted.message
+        );
+        assert_eq!(accepted.reason, *reason);
+        assert!(accepted.message.contains(message), "{}", accepted.message);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", *reason)
+        );
+    }
+    // Every other route keeps serving, still Ready.
+    assert_eq!(rig.answers().await, ["blue", "blue", "blue"]);
+    rig.wait_ready("web", Duration::from_secs(1)).await;
+    let events = rig
+        .api
+        .kubectl_ok([
+            "get",
+            "events",
+            "-n",
+            &rig.namespace,
+            "--field-selector",
+            "involvedObject.name=no-service",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(!events.trim().is_empty(), "no Event for the rejected route");
+
+    // No status churn: a reconcile that changes nothing writes nothing.
+    let before = rig.route("web").await.metadata.resource_version;
+    rig.add_backend("noise").await; // a Service change reconciles every route of the namespace
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        rig.route("web").await.metadata.resource_version,
+        before,
+        "status rewritten without a change"
+    );
+
+    // Fixing the cause completes the rollout by itself.
+    rig.add_backend("missing").await;
+    rig.wait_ready("no-service", Duration::from_secs(30)).await;
+}

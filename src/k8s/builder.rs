@@ -19,7 +19,7 @@ use super::to_model::{self, Inputs, TlsData};
 use crate::api::ProxyConfigRole;
 use crate::metrics::{Metrics, TypeLabel};
 use crate::model::ListenerSettings;
-use crate::translate;
+use crate::translate::{self, Problem};
 use crate::xds::Desired;
 
 /// Changes arriving within this window are built into one snapshot.
@@ -33,7 +33,7 @@ pub struct Builder {
     pub desired: Arc<Desired>,
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
-    pub problems: watch::Sender<Vec<String>>,
+    pub problems: Arc<watch::Sender<Vec<Problem>>>,
 }
 
 impl Builder {
@@ -97,7 +97,7 @@ impl Builder {
         self.metrics
             .snapshot_build_seconds
             .observe(elapsed.as_secs_f64());
-        problems.extend(translation.problems.iter().map(ToString::to_string));
+        problems.extend(translation.problems.iter().cloned());
         for problem in &problems {
             warn!(%problem, "left out of the configuration");
         }

@@ -20,14 +20,18 @@ use tracing::{info, warn};
 
 use super::address_map::AddressMap;
 use super::index::{Scope, reflect};
-use super::resolve::{ResolveError, resolve_route};
+use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec, resolve_route};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::status::{StatusWriter, condition};
+use super::to_model::{self, Inputs, TlsData};
 use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
 use crate::api::traffic_route::EnvoyProgress;
-use crate::api::{ProxyConfig, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
+use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
+use crate::model::ListenerSettings;
 use crate::prober::{FleetResult, Prober};
 use crate::standalone::file::duration_text;
+use crate::translate::{Problem, translate};
+use crate::xds::Nodes;
 
 pub const FIELD_MANAGER: &str = "switchyard";
 const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
@@ -44,10 +48,16 @@ pub struct Settings {
     pub status_qps: f64,
     /// Off only for tests that prove the two phases matter.
     pub two_phase: bool,
+    /// What this replica's snapshot builder left out, to explain stuck rollouts.
+    pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
+    /// Envoys connected to this replica, to report their NACKs.
+    pub nodes: Nodes,
 }
 
 struct Context {
     client: Client,
+    /// Every ProxyConfig, to keep a route from taking a host another route serves.
+    proxy_configs: Store<ProxyConfig>,
     settings: Settings,
     status: StatusWriter,
     services: Store<Service>,
@@ -87,6 +97,12 @@ pub async fn run(client: Client, settings: Settings) {
         Scope::Namespaces(_) => Api::all(client.clone()),
     };
     let proxy_configs: Api<ProxyConfig> = Api::all(client.clone());
+    let proxy_config_store = reflect_all::<ProxyConfig>(
+        &client,
+        &settings.scope,
+        watcher::Config::default(),
+        &changes,
+    );
     let service_api: Api<Service> = Api::all(client.clone());
     let recorder = Recorder::new(
         client.clone(),
@@ -96,6 +112,7 @@ pub async fn run(client: Client, settings: Settings) {
         },
     );
     let context = Arc::new(Context {
+        proxy_configs: proxy_config_store,
         status: StatusWriter::start(client.clone(), settings.status_qps),
         client,
         settings,
@@ -205,7 +222,8 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
         .map(Arc::as_ref)
         .collect();
-    let resolved = resolve_route(&route, &in_namespace);
+    let resolved =
+        resolve_route(&route, &in_namespace).and_then(|r| admit(&ctx, &namespace, &name, r));
 
     let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
     let read = |e| Error::Read {
@@ -263,6 +281,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     "new clusters not ready on every Envoy",
                     &result,
                 );
+                report.explain(&ctx.troubles(&key));
                 publish(&ctx, &route, &report, None).await;
                 return Ok(Action::requeue(ctx.backoff(&key)));
             }
@@ -297,6 +316,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     "new routes not served by every Envoy yet",
                     &result,
                 );
+                report.explain(&ctx.troubles(&key));
                 publish(&ctx, &route, &report, None).await;
                 return Ok(Action::requeue(ctx.backoff(&key)));
             }
@@ -340,6 +360,100 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
     }
     publish(&ctx, &route, &report, None).await;
     Ok(Action::requeue(Duration::from_millis(20)))
+}
+
+/// Checks that need more than the route's own spec: no host taken from another route, and
+/// nothing Envoy would refuse (the translator's verdict on the route alone).
+fn admit(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    resolved: ResolvedRoute,
+) -> Result<ResolvedRoute, ResolveError> {
+    for pc in ctx.proxy_configs.state() {
+        let other_ns = pc.namespace().unwrap_or_default();
+        if pc.spec.role != ProxyConfigRole::Live || (other_ns == namespace && pc.spec.route == name)
+        {
+            continue;
+        }
+        let Some(vh) = &pc.spec.virtual_host else {
+            continue;
+        };
+        if let Some(host) = resolved
+            .virtual_host
+            .hosts
+            .iter()
+            .find(|h| vh.hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
+        {
+            return Err(ResolveError::HostConflict {
+                host: host.clone(),
+                route: format!("{other_ns}/{}", pc.spec.route),
+            });
+        }
+    }
+    let spec = proxy_config_spec(name, 0, ProxyConfigRole::Live, &resolved, &[]);
+    let mut pc = ProxyConfig::new(&live_name(name), spec);
+    pc.metadata.namespace = Some(namespace.to_string());
+    // Secrets are checked where they are read; here only the spec is judged.
+    let secrets = resolved
+        .virtual_host
+        .tls
+        .iter()
+        .map(|t| {
+            let pem = TlsData {
+                certificate_chain: "-".into(),
+                private_key: "-".into(),
+            };
+            ((namespace.to_string(), t.secret_name.clone()), pem)
+        })
+        .collect();
+    let (config, mut problems) = to_model::build(&Inputs {
+        listeners: ListenerSettings {
+            probe_token: "admission".into(),
+            ..ListenerSettings::default()
+        },
+        address_map: None,
+        proxy_configs: vec![&pc],
+        endpoint_slices: Vec::new(),
+        secrets: &secrets,
+    });
+    problems.extend(translate(&config).problems);
+    let id = format!("{namespace}/{name}");
+    match problems.into_iter().find(|p| p.virtual_host == id) {
+        Some(problem) => Err(ResolveError::Rejected {
+            message: problem.message,
+        }),
+        None => Ok(resolved),
+    }
+}
+
+impl Context {
+    /// Why a rollout may be stuck: what the snapshot builder left out of this route, and
+    /// Envoys (connected here) that rejected their configuration.
+    fn troubles(&self, key: &(String, String)) -> Vec<String> {
+        let id = format!("{}/{}", key.0, key.1);
+        let mut out: Vec<String> = self
+            .settings
+            .problems
+            .borrow()
+            .iter()
+            .filter(|p| p.virtual_host == id)
+            .map(|p| format!("left out: {}", p.message))
+            .collect();
+        for node in self.settings.nodes.list() {
+            for (kind, t) in &node.status.types {
+                if let Some(nack) = &t.last_nack
+                    && node.status.blocked_by_nack
+                {
+                    out.push(format!(
+                        "Envoy {} rejected {kind}: {}",
+                        node.node_id, nack.error
+                    ));
+                }
+            }
+        }
+        out
+    }
 }
 
 fn live_name(route: &str) -> String {
@@ -436,6 +550,19 @@ impl Report {
         );
         self.phase(phase, &detail);
         self.status.envoys = Some(progress(result, lagging));
+    }
+
+    /// Adds reasons a rollout is stuck; an Envoy's NACK becomes the condition's reason.
+    fn explain(&mut self, troubles: &[String]) {
+        if troubles.is_empty() {
+            return;
+        }
+        let detail = format!("{}; {}", self.ready.2, troubles.join("; "));
+        if troubles.iter().any(|t| t.starts_with("Envoy ")) {
+            self.ready.1 = "EnvoyRejected".into();
+        }
+        self.ready.2 = detail.clone();
+        self.progressing.2 = detail;
     }
 
     fn rejected(&mut self, error: &ResolveError, live: Option<&ProxyConfig>) {

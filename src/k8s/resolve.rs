@@ -51,6 +51,12 @@ pub enum ResolveError {
     /// Something the API server's schema should have refused.
     #[error("invalid spec: {message}")]
     InvalidSpec { message: String },
+    /// Another route already serves one of the hosts; the route that was there first keeps it.
+    #[error("host {host:?} is already served by route {route}")]
+    HostConflict { host: String, route: String },
+    /// Envoy would refuse what the spec asks for (the translator says why).
+    #[error("cannot be served: {message}")]
+    Rejected { message: String },
 }
 
 impl ResolveError {
@@ -61,6 +67,8 @@ impl ResolveError {
             Self::PortNotFound { .. } => "PortNotFound",
             Self::UnsupportedBackend { .. } => "UnsupportedBackend",
             Self::InvalidSpec { .. } => "InvalidSpec",
+            Self::HostConflict { .. } => "HostConflict",
+            Self::Rejected { .. } => "Rejected",
         }
     }
 }

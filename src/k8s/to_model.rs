@@ -18,6 +18,7 @@ use crate::model::{
     VersionProbe, VirtualHost, VirtualHostTls,
 };
 use crate::standalone::file::duration_text;
+use crate::translate::Problem;
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -38,7 +39,7 @@ pub struct Inputs<'a> {
 }
 
 /// The model, and what was left out (with why).
-pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
+pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<Problem>) {
     let mut problems = Vec::new();
     let mut config = model::Config {
         listeners: inputs.listeners.clone(),
@@ -67,9 +68,9 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
             }),
             ProxyConfigRole::Live => {
                 let Some(vh) = &spec.virtual_host else {
-                    problems.push(format!(
-                        "{id}: live ProxyConfig {} has no virtual host",
-                        pc.name_any()
+                    problems.push(Problem::new(
+                        &id,
+                        format!("live ProxyConfig {} has no virtual host", pc.name_any()),
                     ));
                     continue;
                 };
@@ -78,7 +79,7 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
                 let routes = match routes {
                     Ok(routes) => routes,
                     Err(e) => {
-                        problems.push(format!("{id}: {e}"));
+                        problems.push(Problem::new(&id, e));
                         continue;
                     }
                 };
@@ -127,8 +128,9 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<String>) {
                 private_key: data.private_key.clone(),
             }),
             // The translator leaves out the virtual host and says why.
-            None => problems.push(format!(
-                "secret {namespace}/{name} not found or not a TLS Secret"
+            None => problems.push(Problem::new(
+                format!("secret/{namespace}/{name}"),
+                "not found or not a TLS Secret",
             )),
         }
     }
@@ -479,7 +481,13 @@ mod tests {
         let pcs = [pc];
         let empty = BTreeMap::new();
         let (_, problems) = build(&inputs(&pcs, &[], &empty));
-        assert_eq!(problems, ["secret shop/cert not found or not a TLS Secret"]);
+        assert_eq!(
+            problems,
+            [Problem::new(
+                "secret/shop/cert",
+                "not found or not a TLS Secret"
+            )]
+        );
         let secrets: BTreeMap<_, _> = [(
             ("shop".to_string(), "cert".to_string()),
             TlsData {

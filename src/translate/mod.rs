@@ -75,7 +75,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(virtual_host: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(virtual_host: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             virtual_host: virtual_host.into(),
             message: message.into(),

@@ -119,6 +119,28 @@ async fn bad_routes_are_reported_and_contained_and_status_does_not_churn() {
         .await;
     assert!(!events.trim().is_empty(), "no Event for the rejected route");
 
+    // Hands off user intent: only the user manages the spec; Switchyard only the status.
+    let web = rig.route("web").await;
+    let managers: Vec<(String, String)> = web
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.subresource.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    eprintln!("managed fields of web: {managers:?}");
+    for (manager, subresource) in &managers {
+        assert!(
+            manager == "rig-user" || subresource == "status",
+            "{manager} manages more than status: {managers:?}"
+        );
+    }
+
     // No status churn: a reconcile that changes nothing writes nothing.
     let before = rig.route("web").await.metadata.resource_version;
     rig.add_backend("noise").await; // a Service change reconciles every route of the namespace

@@ -389,6 +389,8 @@ pub struct LoadReport {
     pub elapsed: Duration,
     pub by_status: BTreeMap<String, usize>,
     pub by_backend: BTreeMap<String, usize>,
+    /// Requests sent through each target.
+    pub by_target: BTreeMap<String, usize>,
     pub failures: Vec<Failure>,
 }
 
@@ -460,6 +462,7 @@ impl Load {
                     let key = status.map_or("error".to_string(), |s| s.to_string());
                     *report.by_status.entry(key).or_default() += 1;
                     *report.by_backend.entry(backend).or_default() += 1;
+                    *report.by_target.entry(target.clone()).or_default() += 1;
                     if !status.is_some_and(|s| (200..300).contains(&s)) {
                         report.failures.push(Failure {
                             at,

@@ -41,9 +41,11 @@ pub struct Rig {
     pub backends: BTreeMap<String, Backend>,
     pub work: PathBuf,
     next_ip: u8,
-    /// The xDS ports (Switchyard replicas) every Envoy connects to: set by
-    /// [`Rig::connect_envoys_to`], else the first operator's.
+    /// The xDS ports (Switchyard replicas) the Envoys connect to: the first operator's, or
+    /// those given to [`Rig::connect_envoys_to`].
     envoy_xds_ports: Vec<u16>,
+    /// Set by [`Rig::connect_envoys_to`]: the test starts the Envoys, not the first operator.
+    envoys_by_test: bool,
     /// Envoy restarts so far, to keep each run's log.
     envoy_restarts: usize,
     _dir: tempfile::TempDir,
@@ -88,6 +90,7 @@ impl Rig {
             work,
             next_ip: 0,
             envoy_xds_ports: Vec::new(),
+            envoys_by_test: false,
             envoy_restarts: 0,
             _dir: dir,
         };
@@ -121,15 +124,32 @@ impl Rig {
         self.start_operator_on(name, crate::free_port(), extra);
     }
 
-    /// Envoys started from now on connect to these Switchyard replicas (xDS ports on
-    /// 127.0.0.1, chosen up front with [`crate::free_port`]) and fail over between them,
-    /// instead of connecting to the first operator only. Call before the first operator.
+    /// The Envoys will connect to these Switchyard replicas (xDS ports on 127.0.0.1, chosen
+    /// up front with [`crate::free_port`]) and fail over between them. Envoy `i` lists them
+    /// rotated by `i`: Envoy connects to the first listed replica that accepts, so with
+    /// every replica up the fleet spreads over them. Operators then no longer start the
+    /// Envoys: call [`Rig::start_envoys`].
     pub fn connect_envoys_to(&mut self, xds_ports: &[u16]) {
         assert!(
             self.envoys.is_empty(),
-            "the Envoys are already running: choose their replicas before the first operator"
+            "the Envoys are already running: choose their replicas before they start"
         );
+        assert!(!xds_ports.is_empty(), "at least one replica");
         self.envoy_xds_ports = xds_ports.to_vec();
+        self.envoys_by_test = true;
+    }
+
+    /// Starts the fleet's Envoys (after [`Rig::connect_envoys_to`]).
+    pub fn start_envoys(&mut self) {
+        assert!(self.envoys.is_empty(), "the Envoys are already running");
+        assert!(
+            !self.envoy_xds_ports.is_empty(),
+            "no replicas to connect to: Rig::connect_envoys_to first"
+        );
+        for i in 0..self.envoy_addresses.len() {
+            let envoy = self.spawn_envoy(i);
+            self.envoys.push(envoy);
+        }
     }
 
     /// [`Rig::start_operator`] serving xDS on `xds_port` (e.g. one that Envoys already list,
@@ -153,16 +173,11 @@ impl Rig {
             ]
             .concat(),
         );
-        if self.envoys.is_empty() {
-            if self.envoy_xds_ports.is_empty() {
-                self.envoy_xds_ports = vec![operator.xds_port];
-            }
-            for i in 0..self.envoy_addresses.len() {
-                let envoy = self.spawn_envoy(i);
-                self.envoys.push(envoy);
-            }
-        }
         self.operators.push(operator);
+        if self.envoys.is_empty() && !self.envoys_by_test {
+            self.envoy_xds_ports = vec![xds_port];
+            self.start_envoys();
+        }
     }
 
     /// Envoy `i` of the fleet: its name, address, protocol and replicas never change.
@@ -172,11 +187,14 @@ impl Rig {
         } else {
             Protocol::Delta
         };
+        let mut replicas = self.envoy_xds_ports.clone();
+        let first = i % replicas.len();
+        replicas.rotate_left(first);
         Envoy::start_with_replicas(
             &self.work,
             &format!("envoy-{i}"),
             &self.envoy_addresses[i],
-            &self.envoy_xds_ports,
+            &replicas,
             protocol,
         )
     }

@@ -228,10 +228,17 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let scope = if args.namespaces.is_empty() {
+    // An empty SWITCHYARD_NAMESPACES means all of them.
+    let namespaces: Vec<String> = args
+        .namespaces
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    let scope = if namespaces.is_empty() {
         Scope::All
     } else {
-        Scope::Namespaces(args.namespaces.clone())
+        Scope::Namespaces(namespaces)
     };
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);

@@ -568,7 +568,6 @@ async fn leader_failover_with_two_replicas() {
 /// have their initial lists, and an empty fleet verifies vacuously (`envoys.is_empty()`),
 /// so the new leader promotes at once ("served by every Envoy (0/0)").
 #[tokio::test]
-#[ignore = "fails until the leader waits for its stores before reconciling (src/k8s/controller.rs)"]
 async fn a_new_leader_verifies_against_a_slowly_listed_fleet() {
     use std::collections::BTreeMap;
 

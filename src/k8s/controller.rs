@@ -13,13 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::address_map::AddressMap;
-use super::index::{Scope, reflect};
+use super::index::{Scope, Watched};
 use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec, resolve_route};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::status::{StatusWriter, condition};
@@ -57,11 +57,11 @@ pub struct Settings {
 struct Context {
     client: Client,
     /// Every ProxyConfig, to keep a route from taking a host another route serves.
-    proxy_configs: Store<ProxyConfig>,
+    proxy_configs: Watched<ProxyConfig>,
     settings: Settings,
     status: StatusWriter,
-    services: Store<Service>,
-    fleet: Store<EndpointSlice>,
+    services: Watched<Service>,
+    fleet: Watched<EndpointSlice>,
     recorder: Recorder,
     /// Consecutive unsuccessful verifications per route, for the requeue backoff.
     attempts: Mutex<HashMap<(String, String), u32>>,
@@ -78,32 +78,33 @@ pub enum Error {
 /// Runs until the returned future is dropped (when leadership is lost).
 pub async fn run(client: Client, settings: Settings) {
     let changes = Arc::new(tokio::sync::watch::channel(0).0);
-    let services = reflect_all::<Service>(
-        &client,
-        &settings.scope,
+    let services = Watched::start(
+        settings.scope.apis(&client),
+        watcher::Config::default(),
+        &changes,
+    );
+    let proxy_configs = Watched::start(
+        settings.scope.apis(&client),
         watcher::Config::default(),
         &changes,
     );
     let (fleet_ns, fleet_name) = settings.envoy_service.clone();
-    let fleet = reflect(
-        Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns),
+    let fleet = Watched::start(
+        vec![Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns)],
         watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
-        changes.clone(),
-    );
-    let routes: Api<TrafficRoute> = match &settings.scope {
-        Scope::All => Api::all(client.clone()),
-        // Namespaced controllers would need one per namespace; the list is short.
-        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
-        Scope::Namespaces(_) => Api::all(client.clone()),
-    };
-    let proxy_configs: Api<ProxyConfig> = Api::all(client.clone());
-    let proxy_config_store = reflect_all::<ProxyConfig>(
-        &client,
-        &settings.scope,
-        watcher::Config::default(),
         &changes,
     );
-    let service_api: Api<Service> = Api::all(client.clone());
+    // Deciding on empty stores would resolve against no Services and verify against no
+    // Envoys: wait for every initial list first.
+    if !(services.ready().await && proxy_configs.ready().await && fleet.ready().await) {
+        warn!("a watcher stopped before its initial list; not reconciling");
+        return;
+    }
+    let routes: Api<TrafficRoute> = match &settings.scope {
+        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
+        // One controller for several namespaces watches them all; the list is short.
+        _ => Api::all(client.clone()),
+    };
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -112,9 +113,9 @@ pub async fn run(client: Client, settings: Settings) {
         },
     );
     let context = Arc::new(Context {
-        proxy_configs: proxy_config_store,
+        proxy_configs,
         status: StatusWriter::start(client.clone(), settings.status_qps),
-        client,
+        client: client.clone(),
         settings,
         services,
         fleet,
@@ -124,17 +125,24 @@ pub async fn run(client: Client, settings: Settings) {
     let controller = Controller::new(routes, watcher::Config::default());
     let route_store = controller.store();
     controller
-        .owns(proxy_configs, watcher::Config::default())
+        .owns(
+            Api::<ProxyConfig>::all(client.clone()),
+            watcher::Config::default(),
+        )
         // A Service change may resolve (or break) every route of its namespace.
-        .watches(service_api, watcher::Config::default(), move |service| {
-            let namespace = service.namespace();
-            route_store
-                .state()
-                .into_iter()
-                .filter(move |r| r.namespace() == namespace)
-                .map(|r| ObjectRef::from_obj(r.as_ref()))
-                .collect::<Vec<_>>()
-        })
+        .watches(
+            Api::<Service>::all(client),
+            watcher::Config::default(),
+            move |service| {
+                let namespace = service.namespace();
+                route_store
+                    .state()
+                    .into_iter()
+                    .filter(move |r| r.namespace() == namespace)
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(error) = result {
@@ -142,29 +150,6 @@ pub async fn run(client: Client, settings: Settings) {
             }
         })
         .await;
-}
-
-fn reflect_all<K>(
-    client: &Client,
-    scope: &Scope,
-    config: watcher::Config,
-    changes: &Arc<tokio::sync::watch::Sender<u64>>,
-) -> Store<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
-{
-    let api = match scope {
-        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
-        _ => Api::all(client.clone()),
-    };
-    reflect(api, config, changes.clone())
 }
 
 fn error_policy(_route: Arc<TrafficRoute>, error: &Error, _context: Arc<Context>) -> Action {
@@ -599,10 +584,8 @@ impl Report {
 
     fn done(&mut self) {
         self.status.phase = Some("Ready".into());
-        self.ready.0 = true;
-        self.ready.1 = "Ready".into();
-        if !self.ready.2.starts_with("served") {
-            self.ready.2 = "served by every Envoy".into();
+        if !self.ready.0 {
+            self.ready = (true, "Ready".into(), "served by every Envoy".into());
         }
         self.progressing = (false, "Ready".into(), "rollout complete".into());
     }

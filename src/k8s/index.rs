@@ -29,7 +29,7 @@ pub enum Scope {
 }
 
 impl Scope {
-    fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
+    pub fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         <K as Resource>::DynamicType: Default,
@@ -50,18 +50,35 @@ where
     K::DynamicType: std::hash::Hash + Eq,
 {
     stores: Vec<Store<K>>,
+    _reflectors: Vec<TaskGuard>,
 }
 
 impl<K> Watched<K>
 where
-    K: Resource + Clone + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
+    /// Reflects every API (one per namespace) until this is dropped.
+    pub fn start(
+        apis: Vec<Api<K>>,
+        config: watcher::Config,
+        changes: &Arc<watch::Sender<u64>>,
+    ) -> Self {
+        let (stores, reflectors) = apis
+            .into_iter()
+            .map(|api| reflect(api, config.clone(), changes.clone()))
+            .unzip();
+        Self {
+            stores,
+            _reflectors: reflectors,
+        }
+    }
+
     pub fn state(&self) -> Vec<Arc<K>> {
         self.stores.iter().flat_map(|s| s.state()).collect()
     }
 
-    async fn ready(&self) -> bool {
+    pub async fn ready(&self) -> bool {
         for store in &self.stores {
             if store.wait_until_ready().await.is_err() {
                 return false;
@@ -71,19 +88,29 @@ where
     }
 }
 
+/// Aborts a background task when dropped.
+pub struct TaskGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Starts a reflector for `api` and returns its store; every event bumps `changes`.
+/// The reflector runs until the returned guard drops.
 pub(super) fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     changes: Arc<watch::Sender<u64>>,
-) -> Store<K>
+) -> (Store<K>, TaskGuard)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let (store, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).to_string();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut events = watcher(api, config)
             .default_backoff()
             .reflect(writer)
@@ -95,7 +122,7 @@ where
             }
         }
     });
-    store
+    (store, TaskGuard(task))
 }
 
 /// What every replica watches to build its snapshot.
@@ -114,28 +141,14 @@ impl Index {
         let slices = watcher::Config::default().labels(SERVICE_NAME_LABEL);
         let secrets = watcher::Config::default().fields("type=kubernetes.io/tls");
         Self {
-            proxy_configs: Watched {
-                stores: scope
-                    .apis(client)
-                    .into_iter()
-                    .map(|api| reflect(api, watcher::Config::default(), changes.clone()))
-                    .collect(),
-            },
-            endpoint_slices: Watched {
-                stores: scope
-                    .apis(client)
-                    .into_iter()
-                    .map(|api| reflect(api, slices.clone(), changes.clone()))
-                    .collect(),
-            },
-            tls_secrets: Watched {
-                // Api<PartialObjectMeta<_>> asks for metadata only.
-                stores: scope
-                    .apis::<PartialObjectMeta<Secret>>(client)
-                    .into_iter()
-                    .map(|api| reflect(api, secrets.clone(), changes.clone()))
-                    .collect(),
-            },
+            proxy_configs: Watched::start(scope.apis(client), watcher::Config::default(), &changes),
+            endpoint_slices: Watched::start(scope.apis(client), slices, &changes),
+            // Api<PartialObjectMeta<_>> asks for metadata only.
+            tls_secrets: Watched::start(
+                scope.apis::<PartialObjectMeta<Secret>>(client),
+                secrets,
+                &changes,
+            ),
             changes,
         }
     }

@@ -9,6 +9,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod model;
 pub mod prober;
+pub mod proxy_status;
 pub mod standalone;
 pub mod translate;
 pub mod xds;

@@ -39,6 +39,12 @@ enum Command {
     /// Run in Kubernetes: watch ProxyConfigs, EndpointSlices and TLS Secrets, serve them
     /// over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes status.
     Operator(OperatorArgs),
+    /// Show every Envoy connected to the given replicas: ACKed versus desired, and NACKs.
+    Status {
+        /// Admin address of a replica (repeat for each), e.g. 127.0.0.1:9000.
+        #[arg(long = "admin", default_value = "127.0.0.1:9000")]
+        admins: Vec<String>,
+    },
     /// Print the ClusterRole the operator needs (YAML).
     Rbac {
         #[arg(long, default_value = "switchyard")]
@@ -178,12 +184,40 @@ async fn main() -> anyhow::Result<()> {
         Command::Standalone(args) => run_standalone(args).await,
         Command::Operator(args) => run_operator(args).await,
         Command::Crdgen { out } => crdgen(&out),
+        Command::Status { admins } => proxy_status(&admins).await,
         Command::Rbac { name } => {
             let role = switchyard::k8s::rbac::cluster_role(&name);
             print!("{}", serde_saphyr::to_string(&role)?);
             Ok(())
         }
     }
+}
+
+async fn proxy_status(admins: &[String]) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let mut views = Vec::new();
+    for admin in admins {
+        let url = if admin.starts_with("http") {
+            format!("{admin}/debug/nodes")
+        } else {
+            format!("http://{admin}/debug/nodes")
+        };
+        let text = client
+            .get(&url)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .with_context(|| format!("asking {url}"))?
+            .text()
+            .await?;
+        let view: switchyard::proxy_status::NodesView =
+            serde_json::from_str(&text).with_context(|| format!("reading {url}"))?;
+        views.push((admin.clone(), view));
+    }
+    print!("{}", switchyard::proxy_status::render(&views));
+    Ok(())
 }
 
 fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {

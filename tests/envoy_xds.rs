@@ -92,6 +92,21 @@ async fn serves_and_follows_changes(protocol: Protocol, ip: &str) {
         "old cluster collected: {clusters}"
     );
 
+    // `switchyard status` shows the Envoy in sync, like `istioctl proxy-status`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "status",
+            "--admin",
+            &format!("127.0.0.1:{}", switchyard.admin_port),
+        ])
+        .output()
+        .expect("switchyard status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("envoy-1") && text.contains("SYNCED"),
+        "{text}"
+    );
+
     // A host nobody routes is a 404, not someone else's backend.
     assert_eq!(get(&url, "other.test").await.map(|r| r.0), Ok(404));
 }

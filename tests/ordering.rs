@@ -10,8 +10,8 @@ use std::time::Duration;
 use switchyard::xds::Protocol;
 use switchyard_e2e::{Backend, Envoy, Load, Switchyard, free_port, write_route};
 
-const SWITCHES: usize = 12;
-const RATE: u32 = 300;
+const SWITCHES: usize = 30;
+const RATE: u32 = 400;
 
 async fn repoint_under_load(
     protocol: Protocol,
@@ -59,7 +59,7 @@ async fn repoint_under_load(
             &[(&service, &backends[i % 2])],
         );
         switchyard.wait_synced(1, Duration::from_secs(10)).await;
-        tokio::time::sleep(Duration::from_millis(900)).await;
+        tokio::time::sleep(Duration::from_millis(330)).await;
     }
     let report = load.finish().await;
     eprintln!(

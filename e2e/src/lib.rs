@@ -296,8 +296,37 @@ impl Envoy {
         xds_ports: &[u16],
         protocol: Protocol,
     ) -> Envoy {
+        Self::start_with_bootstrap(work, name, address, xds_ports, protocol, |b| b.to_yaml())
+    }
+
+    /// [`Envoy::start`] with mutual TLS to Switchyard: Envoy presents `tls.cert`/`tls.key`
+    /// and trusts server certificates that `tls.ca` signed for 127.0.0.1.
+    pub fn start_with_tls(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_port: u16,
+        protocol: Protocol,
+        tls: switchyard::bootstrap::XdsTls,
+    ) -> Envoy {
+        Self::start_with_bootstrap(work, name, address, &[xds_port], protocol, |mut b| {
+            b.tls = Some(tls);
+            b.to_yaml()
+        })
+    }
+
+    /// Starts Envoy with the YAML that `bootstrap` makes of the rig's [`Bootstrap`] (node
+    /// id `name`, listeners on `address`, the given replicas on 127.0.0.1).
+    pub fn start_with_bootstrap(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+        bootstrap: impl FnOnce(Bootstrap) -> String,
+    ) -> Envoy {
         let admin_port = free_port();
-        let bootstrap = Bootstrap {
+        let config = Bootstrap {
             node_id: name.to_string(),
             node_cluster: "switchyard-test".to_string(),
             xds: xds_ports
@@ -308,9 +337,10 @@ impl Envoy {
             admin_address: "127.0.0.1".to_string(),
             admin_port,
             listen_address: Some(address.to_string()),
+            tls: None,
         };
         let path = work.join(format!("{name}.yaml"));
-        std::fs::write(&path, bootstrap.to_yaml()).expect("write bootstrap");
+        std::fs::write(&path, bootstrap(config)).expect("write bootstrap");
         let mut command = Command::new(envoy_binary());
         command
             .arg("-c")
@@ -343,7 +373,17 @@ impl Envoy {
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
+    behaviour: Arc<Behaviour>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// How a backend answers: told to fail a number of requests, or to be slow.
+#[derive(Default)]
+struct Behaviour {
+    /// Requests still to answer with `fail_status`.
+    fail_next: std::sync::atomic::AtomicUsize,
+    fail_status: std::sync::atomic::AtomicU16,
+    delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Backend {
@@ -352,10 +392,30 @@ impl Backend {
             .await
             .expect("bind backend");
         let address = listener.local_addr().expect("backend address");
+        let behaviour = Arc::new(Behaviour::default());
         let body = name.to_string();
+        let state = behaviour.clone();
         let app = axum::Router::new().fallback(move || {
             let body = body.clone();
-            async move { ([("x-backend", body.clone())], body) }
+            let state = state.clone();
+            async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let delay = state.delay_ms.load(SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                let failing = state
+                    .fail_next
+                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let status = if failing {
+                    axum::http::StatusCode::from_u16(state.fail_status.load(SeqCst))
+                        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+                } else {
+                    axum::http::StatusCode::OK
+                };
+                (status, [("x-backend", body.clone())], body)
+            }
         });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -363,8 +423,24 @@ impl Backend {
         Backend {
             name: name.to_string(),
             address,
+            behaviour,
             task,
         }
+    }
+
+    /// The next `count` requests get `status` (then it answers 200 again).
+    pub fn fail_next(&self, count: usize, status: u16) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.behaviour.fail_status.store(status, SeqCst);
+        self.behaviour.fail_next.store(count, SeqCst);
+    }
+
+    /// Every answer waits this long first (zero: answer at once).
+    pub fn slow_down(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.behaviour
+            .delay_ms
+            .store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -381,6 +457,8 @@ pub struct Failure {
     pub target: String,
     pub status: Option<u16>,
     pub body: String,
+    /// Response headers (empty when there was no response).
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -444,7 +522,7 @@ impl Load {
                         .send()
                         .await;
                     let at = started.elapsed();
-                    let (status, backend, body) = match result {
+                    let (status, backend, headers, body) = match result {
                         Ok(r) => {
                             let status = r.status().as_u16();
                             let backend = r
@@ -453,9 +531,21 @@ impl Load {
                                 .and_then(|v| v.to_str().ok())
                                 .unwrap_or("-")
                                 .to_string();
-                            (Some(status), backend, r.text().await.unwrap_or_default())
+                            let headers = r
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| {
+                                    (k.to_string(), v.to_str().unwrap_or("?").to_string())
+                                })
+                                .collect();
+                            (
+                                Some(status),
+                                backend,
+                                headers,
+                                r.text().await.unwrap_or_default(),
+                            )
                         }
-                        Err(e) => (None, "-".to_string(), e.to_string()),
+                        Err(e) => (None, "-".to_string(), Vec::new(), e.to_string()),
                     };
                     let mut report = report.lock().unwrap_or_else(|p| p.into_inner());
                     report.sent += 1;
@@ -469,6 +559,7 @@ impl Load {
                             target: target.clone(),
                             status,
                             body,
+                            headers,
                         });
                     }
                 }
@@ -487,6 +578,12 @@ impl Load {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Lets the load run for `duration`, then finishes it.
+    pub async fn finish_after(self, duration: Duration) -> LoadReport {
+        tokio::time::sleep(duration.saturating_sub(self.started.elapsed())).await;
+        self.finish().await
     }
 
     pub async fn finish(self) -> LoadReport {

@@ -114,7 +114,7 @@ async fn the_generated_cluster_role_is_enough_for_a_rollout() {
     let log = std::fs::read_to_string(&rig.operators[0].process.log).unwrap_or_default();
     let denied: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("403") || l.contains("forbidden") || l.contains("Forbidden"))
+        .filter(|l| l.contains("code: 403") || l.contains("forbidden") || l.contains("Forbidden"))
         .collect();
     assert!(
         denied.is_empty(),

@@ -28,3 +28,19 @@ fn checked_in_crds_match_the_code() {
         "stale CRDs: {stale:?}; run `cargo run -- crdgen` and commit"
     );
 }
+
+#[test]
+fn crd_reference_matches_the_code() {
+    if std::env::var_os("UPDATE_CRD_DOCS").is_some() {
+        std::fs::write(
+            "docs/crd-reference.md",
+            switchyard::api::reference::markdown(),
+        )
+        .expect("write");
+    }
+    let on_disk = std::fs::read_to_string("docs/crd-reference.md").unwrap_or_default();
+    assert!(
+        on_disk == switchyard::api::reference::markdown(),
+        "docs/crd-reference.md is stale; run `UPDATE_CRD_DOCS=1 cargo test --test crds` and commit"
+    );
+}

@@ -4,6 +4,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod proxy_config;
+pub mod reference;
 pub mod traffic_route;
 
 pub use proxy_config::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};

@@ -12,8 +12,9 @@ step "provisioning Envoy, kube-apiserver, etcd, kubectl, helm (cached after the 
 # modules: about 10-15 minutes on 2 cores. Later runs take about a second.
 e2e/provision.sh
 
-step "rustfmt and clippy components"
-rustup component add rustfmt clippy >/dev/null 2>&1 || true
+for tool in rustfmt clippy-driver; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: rustup component add ${tool%-driver}" >&2; exit 1; }
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

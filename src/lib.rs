@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod api;
 pub mod bootstrap;
+pub mod certgen;
 pub mod hash;
 pub mod k8s;
 pub mod metrics;

@@ -50,12 +50,55 @@ enum Command {
         #[arg(long, default_value = "switchyard")]
         name: String,
     },
+    /// Make a CA, a server certificate for the xDS port and a client certificate for
+    /// Envoy (mutual TLS for xDS): PEM files in --out, or Secrets with --kubernetes.
+    Certgen(CertgenArgs),
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {
         /// Directory to write into.
         #[arg(long, default_value = "crds")]
         out: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct CertgenArgs {
+    /// Directory to write ca.crt, ca.key, server.crt, server.key, client.crt and
+    /// client.key into (keys readable by the owner only).
+    #[arg(
+        long,
+        required_unless_present = "kubernetes",
+        conflicts_with = "kubernetes"
+    )]
+    out: Option<PathBuf>,
+    /// Print two kubernetes.io/tls Secrets (tls.crt, tls.key, ca.crt) for this namespace
+    /// instead of writing files; the CA key is not kept.
+    #[arg(long, value_name = "NAMESPACE")]
+    kubernetes: Option<String>,
+    /// A DNS name or IP address of the server certificate (repeat for each). Default:
+    /// localhost, 127.0.0.1, ::1 and the names of the chart's xDS Service
+    /// (--xds-service, in --namespace).
+    #[arg(long = "dns", value_name = "NAME")]
+    names: Vec<String>,
+    /// Validity of every certificate, in days.
+    #[arg(long, default_value_t = 365)]
+    days: u32,
+    /// The chart's xDS Service (<release>-xds), for the default names.
+    #[arg(long, default_value = switchyard::certgen::DEFAULT_XDS_SERVICE)]
+    xds_service: String,
+    /// Its namespace, for the default names (default: the --kubernetes namespace, else
+    /// switchyard-system).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// With --kubernetes: the operator's Secret (the chart's xds.tls.serverSecret).
+    #[arg(long, default_value = "switchyard-xds-server-tls")]
+    server_secret: String,
+    /// With --kubernetes: Envoy's Secret (the chart's xds.tls.clientSecret).
+    #[arg(long, default_value = "switchyard-xds-client-tls")]
+    client_secret: String,
+    /// Replace existing files in --out.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(clap::Args)]
@@ -157,6 +200,16 @@ struct ServeArgs {
         default_value = "127.0.0.1:9000"
     )]
     admin_address: SocketAddr,
+    /// Serve xDS over TLS with this certificate (PEM). With --xds-tls-key and
+    /// --xds-client-ca; read once at startup (restart to rotate).
+    #[arg(long, env = "SWITCHYARD_XDS_TLS_CERT", value_name = "PEM")]
+    xds_tls_cert: Option<PathBuf>,
+    /// The private key of --xds-tls-cert (PEM).
+    #[arg(long, env = "SWITCHYARD_XDS_TLS_KEY", value_name = "PEM")]
+    xds_tls_key: Option<PathBuf>,
+    /// Accept only Envoys whose client certificate this CA signed (PEM).
+    #[arg(long, env = "SWITCHYARD_XDS_CLIENT_CA", value_name = "PEM")]
+    xds_client_ca: Option<PathBuf>,
     /// Secret that probe requests must carry. Every replica must use the same one.
     #[arg(long, env = "SWITCHYARD_PROBE_TOKEN", default_value = "")]
     probe_token: String,
@@ -184,6 +237,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Standalone(args) => run_standalone(args).await,
         Command::Operator(args) => run_operator(args).await,
         Command::Crdgen { out } => crdgen(&out),
+        Command::Certgen(args) => certgen(args),
         Command::Status { admins } => proxy_status(&admins).await,
         Command::Rbac { name } => {
             let role = switchyard::k8s::rbac::cluster_role(&name);
@@ -226,6 +280,38 @@ fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
         let path = out.join(file);
         std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn certgen(args: CertgenArgs) -> anyhow::Result<()> {
+    let names = if args.names.is_empty() {
+        let namespace = args
+            .namespace
+            .as_deref()
+            .or(args.kubernetes.as_deref())
+            .unwrap_or(switchyard::certgen::DEFAULT_NAMESPACE);
+        switchyard::certgen::default_server_names(&args.xds_service, namespace)
+    } else {
+        args.names.clone()
+    };
+    let bundle = switchyard::certgen::generate(&names, args.days)?;
+    if let Some(namespace) = &args.kubernetes {
+        print!(
+            "{}",
+            bundle.kubernetes_secrets(namespace, &args.server_secret, &args.client_secret)?
+        );
+        eprintln!(
+            "Secrets {} and {} for namespace {namespace}; server names: {}",
+            args.server_secret,
+            args.client_secret,
+            names.join(", ")
+        );
+    } else if let Some(out) = &args.out {
+        for path in bundle.write(out, args.force)? {
+            println!("wrote {}", path.display());
+        }
+        println!("server names: {}", names.join(", "));
     }
     Ok(())
 }
@@ -335,6 +421,13 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             )
         }
     };
+    if args.serve.xds_tls_cert.is_none() {
+        tracing::warn!(
+            "xDS is served in plaintext: any pod that reaches the xDS port can read the \
+             configuration (TLS keys included); set --xds-tls-cert, --xds-tls-key and \
+             --xds-client-ca (chart: xds.tls.enabled)"
+        );
+    }
     if args.one_phase {
         tracing::warn!(
             "two-phase rollout is OFF: live routes change before new clusters are proven ready"
@@ -365,8 +458,20 @@ async fn serve(
         nodes,
         registry: Arc::new(registry),
     };
-    info!(xds = %args.xds_address, admin = %args.admin_address, "starting");
-    let xds = tonic::transport::Server::builder()
+    let tls = xds_tls(&args)?;
+    info!(
+        xds = %args.xds_address,
+        admin = %args.admin_address,
+        xds_tls = if tls.is_some() { "mutual TLS" } else { "plaintext" },
+        "starting"
+    );
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server
+            .tls_config(tls)
+            .context("the xDS TLS certificate, key or client CA")?;
+    }
+    let xds = server
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_service(ads.into_service())
         .serve(args.xds_address);
@@ -378,6 +483,30 @@ async fn serve(
             Ok(())
         }
     }
+}
+
+/// The ADS server's TLS: its certificate and key, and a client certificate signed by the
+/// client CA required of every Envoy. None without the flags (plaintext). The files are
+/// read once: rotating them takes a restart.
+fn xds_tls(args: &ServeArgs) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (cert, key, ca) = match (&args.xds_tls_cert, &args.xds_tls_key, &args.xds_client_ca) {
+        (None, None, None) => return Ok(None),
+        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
+        _ => anyhow::bail!(
+            "--xds-tls-cert, --xds-tls-key and --xds-client-ca go together: \
+             Switchyard serves xDS with mutual TLS or not at all"
+        ),
+    };
+    let read =
+        |path: &PathBuf| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
+    let client_ca = tonic::transport::Certificate::from_pem(read(ca)?);
+    Ok(Some(
+        tonic::transport::ServerTlsConfig::new()
+            .identity(identity)
+            .client_ca_root(client_ca)
+            .timeout(Duration::from_secs(10)),
+    ))
 }
 
 async fn shutdown_signal() {

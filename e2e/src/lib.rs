@@ -299,6 +299,22 @@ impl Envoy {
         Self::start_with_bootstrap(work, name, address, xds_ports, protocol, |b| b.to_yaml())
     }
 
+    /// [`Envoy::start`] with mutual TLS to Switchyard: Envoy presents `tls.cert`/`tls.key`
+    /// and trusts server certificates that `tls.ca` signed for 127.0.0.1.
+    pub fn start_with_tls(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_port: u16,
+        protocol: Protocol,
+        tls: switchyard::bootstrap::XdsTls,
+    ) -> Envoy {
+        Self::start_with_bootstrap(work, name, address, &[xds_port], protocol, |mut b| {
+            b.tls = Some(tls);
+            b.to_yaml()
+        })
+    }
+
     /// Starts Envoy with the YAML that `bootstrap` makes of the rig's [`Bootstrap`] (node
     /// id `name`, listeners on `address`, the given replicas on 127.0.0.1).
     pub fn start_with_bootstrap(
@@ -321,6 +337,7 @@ impl Envoy {
             admin_address: "127.0.0.1".to_string(),
             admin_port,
             listen_address: Some(address.to_string()),
+            tls: None,
         };
         let path = work.join(format!("{name}.yaml"));
         std::fs::write(&path, bootstrap(config)).expect("write bootstrap");

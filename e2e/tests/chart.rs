@@ -2,7 +2,8 @@
 //! the ClusterRole the code needs; `helm lint --strict` and `helm template` pass for every
 //! variant; what it renders keeps its promises (the probe port stays internal, operator and
 //! Envoy agree on ports, the bootstrap is the one `src/bootstrap.rs` writes and Envoy
-//! accepts it, restrictive security contexts); and a real API server accepts the rendered
+//! accepts it, with and without mutual TLS for xDS, restrictive security contexts); and a
+//! real API server accepts the rendered
 //! manifests (`kubectl apply --server-side --dry-run=server`).
 //!
 //! `UPDATE_CHART=1 cargo test -p switchyard-e2e --test chart` copies `crds/` into the chart
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
-use switchyard::bootstrap::Bootstrap;
+use switchyard::bootstrap::{Bootstrap, XdsTls};
 use switchyard::xds::Protocol;
 use switchyard_e2e::kube::{self as rig, KubeApi};
 
@@ -26,6 +27,8 @@ const CRDS: &[&str] = &[
     "proxyconfigs.switchyard.dev",
 ];
 const WITHIN: Duration = Duration::from_secs(30);
+/// Where both pods mount their xDS TLS Secret (xds.tls.enabled).
+const TLS_PATH: &str = "/etc/switchyard/xds-tls";
 /// An image digest (a macro, so that `concat!` can use it in a `--set`).
 macro_rules! digest {
     () => {
@@ -58,6 +61,14 @@ const VARIANTS: &[Variant] = &[
             assert_eq!(r.env("SWITCHYARD_HTTPS_PORT"), "8443");
             assert_eq!(r.env("SWITCHYARD_PROBE_PORT"), "8090");
             assert!(!r.has_env("SWITCHYARD_NAMESPACES"), "all namespaces");
+            assert!(
+                !r.has_env("SWITCHYARD_XDS_TLS_CERT"),
+                "plaintext xDS by default"
+            );
+            assert_eq!(
+                r.xds_service()["spec"]["ports"][0]["appProtocol"],
+                "kubernetes.io/h2c"
+            );
             assert_eq!(r.count("PodDisruptionBudget"), 2);
             assert_eq!(r.count("Secret"), 1);
             assert_eq!(r.count("ServiceAccount"), 2);
@@ -142,6 +153,58 @@ const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
+        name: "mutual TLS for xDS",
+        set: &["xds.tls.enabled=true"],
+        check: |r| {
+            assert_eq!(
+                r.env("SWITCHYARD_XDS_TLS_CERT"),
+                format!("{TLS_PATH}/tls.crt")
+            );
+            assert_eq!(
+                r.env("SWITCHYARD_XDS_TLS_KEY"),
+                format!("{TLS_PATH}/tls.key")
+            );
+            assert_eq!(
+                r.env("SWITCHYARD_XDS_CLIENT_CA"),
+                format!("{TLS_PATH}/ca.crt")
+            );
+            assert_eq!(
+                r.tls_secret(r.operator_pod()),
+                Some(format!("{RELEASE}-switchyard-xds-server-tls"))
+            );
+            assert_eq!(
+                r.tls_secret(r.envoy_pod()),
+                Some(format!("{RELEASE}-switchyard-xds-client-tls"))
+            );
+            assert_eq!(r.count("Secret"), 1, "the TLS Secrets are the user's");
+            assert!(
+                r.xds_service()["spec"]["ports"][0]
+                    .get("appProtocol")
+                    .is_none(),
+                "not h2c: TLS"
+            );
+        },
+    },
+    Variant {
+        name: "mutual TLS for xDS, own Secrets, sotw, DaemonSet",
+        set: &[
+            "xds.tls.enabled=true",
+            "xds.tls.serverSecret=xds-server",
+            "xds.tls.clientSecret=xds-client",
+            "xds.protocol=sotw",
+            "envoy.kind=DaemonSet",
+            "fullnameOverride=edge",
+        ],
+        check: |r| {
+            assert_eq!(r.tls_secret(r.operator_pod()), Some("xds-server".into()));
+            assert_eq!(r.tls_secret(r.envoy_pod()), Some("xds-client".into()));
+            assert_eq!(
+                r.bootstrap()["dynamic_resources"]["ads_config"]["api_type"],
+                "GRPC"
+            );
+        },
+    },
+    Variant {
         name: "LoadBalancer options, pinned images",
         set: &[
             "envoy.service.loadBalancerClass=example.com/lb",
@@ -179,6 +242,8 @@ const INVALID: &[(&[&str], &str)] = &[
     (&["tyop=1"], "additional properties"),
     (&["envoy.ports.probe=8080"], "must differ"),
     (&["envoy.preStopSleepSeconds=30"], "must be shorter"),
+    (&["xds.tls.enabled=maybe"], "/xds/tls/enabled"),
+    (&["xds.tls.secret=x"], "additional properties"),
 ];
 
 // ------------------------------------------------------------------------------ tests --
@@ -295,11 +360,27 @@ fn helm_lint_and_template_pass_for_every_variant() {
 /// it with the arguments the chart gives it.
 #[test]
 fn envoy_bootstrap_is_the_code_s_and_envoy_accepts_it() {
-    let cases: [(&[&str], Protocol); 2] = [
-        (&[], Protocol::Delta),
-        (&["xds.protocol=sotw"], Protocol::Sotw),
+    let cases: [(&[&str], Protocol, bool); 4] = [
+        (&[], Protocol::Delta, false),
+        (&["xds.protocol=sotw"], Protocol::Sotw, false),
+        (&["xds.tls.enabled=true"], Protocol::Delta, true),
+        (
+            &["xds.tls.enabled=true", "xds.protocol=sotw"],
+            Protocol::Sotw,
+            true,
+        ),
     ];
-    for (set, protocol) in cases {
+    // Envoy reads the TLS files when it validates: real ones, from certgen.
+    let certs = tempfile::tempdir().expect("a temporary folder");
+    let bundle = switchyard::certgen::generate(&["localhost".to_string()], 1).expect("certgen");
+    for (file, text) in [
+        ("tls.crt", &bundle.client.cert_pem),
+        ("tls.key", &bundle.client.key_pem),
+        ("ca.crt", &bundle.ca.cert_pem),
+    ] {
+        std::fs::write(certs.path().join(file), text).expect("write a certificate");
+    }
+    for (set, protocol, tls) in cases {
         let namespace = "edge";
         let rendered = render(namespace, set);
         let xds = rendered.one_named("Service", &format!("{RELEASE}-switchyard-xds"));
@@ -315,6 +396,11 @@ fn envoy_bootstrap_is_the_code_s_and_envoy_accepts_it() {
             admin_address: "127.0.0.1".to_string(),
             admin_port: 9901,
             listen_address: None,
+            tls: tls.then(|| XdsTls {
+                cert: format!("{TLS_PATH}/tls.crt"),
+                key: format!("{TLS_PATH}/tls.key"),
+                ca: format!("{TLS_PATH}/ca.crt"),
+            }),
         };
         let mut expected: Value =
             serde_saphyr::from_str(&expected.to_yaml()).expect("the code's bootstrap");
@@ -323,7 +409,11 @@ fn envoy_bootstrap_is_the_code_s_and_envoy_accepts_it() {
 
         let dir = tempfile::tempdir().expect("a temporary folder");
         let path = dir.path().join("bootstrap.yaml");
-        std::fs::write(&path, rendered.bootstrap_text()).expect("write the bootstrap");
+        let text = rendered
+            .bootstrap_text()
+            .replace(TLS_PATH, &certs.path().display().to_string());
+        assert_eq!(text.contains("transport_socket"), tls, "{set:?}");
+        std::fs::write(&path, text).expect("write the bootstrap");
         let args: Vec<String> = rendered
             .envoy_args()
             .iter()
@@ -410,6 +500,47 @@ async fn rendered_manifests_apply_to_a_real_api_server() {
             "every object is accepted: {stdout}"
         );
     }
+
+    // The Secrets `switchyard certgen --kubernetes` prints for the TLS variant's defaults.
+    let secrets = switchyard::certgen::generate(
+        &switchyard::certgen::default_server_names(
+            &format!("{RELEASE}-switchyard-xds"),
+            &namespace,
+        ),
+        1,
+    )
+    .expect("certgen")
+    .kubernetes_secrets(
+        &namespace,
+        &format!("{RELEASE}-switchyard-xds-server-tls"),
+        &format!("{RELEASE}-switchyard-xds-client-tls"),
+    )
+    .expect("the Secrets");
+    let out = api
+        .kubectl_input(
+            [
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                &format!("--field-manager={FIELD_MANAGER}"),
+                "-f",
+                "-",
+            ],
+            &secrets,
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "certgen's Secrets: {stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("secret/") && l.contains("(server dry run)"))
+            .count(),
+        2
+    );
     rig::delete_namespace(&client, &namespace).await;
 }
 
@@ -627,6 +758,48 @@ fn check_invariants(r: &Rendered, namespace: &str) {
             .any(|v| v["configMap"]["name"] == r.one("ConfigMap")["metadata"]["name"])
     );
 
+    // xDS TLS: both sides or neither. The operator reads its files from its Secret's
+    // mount; the bootstrap reads Envoy's from its mount, and checks the Service's name.
+    let transport_socket = cluster.get("transport_socket");
+    if r.has_env("SWITCHYARD_XDS_TLS_CERT") {
+        for (name, file) in [
+            ("SWITCHYARD_XDS_TLS_CERT", "tls.crt"),
+            ("SWITCHYARD_XDS_TLS_KEY", "tls.key"),
+            ("SWITCHYARD_XDS_CLIENT_CA", "ca.crt"),
+        ] {
+            assert_eq!(
+                r.env(name),
+                format!("{}/{file}", r.tls_mount(r.operator_pod())),
+                "{name}"
+            );
+        }
+        let socket = transport_socket.expect("the bootstrap's xDS cluster speaks TLS");
+        let context = &socket["typed_config"];
+        assert_eq!(
+            context["@type"],
+            "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+        );
+        assert_eq!(context["sni"], address["address"]);
+        let common = &context["common_tls_context"];
+        let mount = r.tls_mount(r.envoy_pod());
+        let files = [
+            &common["tls_certificates"][0]["certificate_chain"]["filename"],
+            &common["tls_certificates"][0]["private_key"]["filename"],
+            &common["validation_context"]["trusted_ca"]["filename"],
+        ];
+        for (file, name) in files.into_iter().zip(["tls.crt", "tls.key", "ca.crt"]) {
+            assert_eq!(*file, format!("{mount}/{name}"));
+        }
+        assert_eq!(
+            common["validation_context"]["match_typed_subject_alt_names"],
+            serde_json::json!([{ "san_type": "DNS", "matcher": { "exact": address["address"] } }])
+        );
+    } else {
+        assert!(transport_socket.is_none(), "plaintext on both sides");
+        assert!(r.tls_secret(r.operator_pod()).is_none());
+        assert!(r.tls_secret(r.envoy_pod()).is_none());
+    }
+
     // The probe token: the generated Secret, or the user's.
     let token = r.operator_pod()["containers"][0]["env"]
         .as_array()
@@ -839,6 +1012,41 @@ impl Rendered {
             .collect();
         assert_eq!(all.len(), 1, "one headless fleet Service");
         all[0]
+    }
+
+    fn xds_service(&self) -> &Value {
+        self.objects
+            .iter()
+            .find(|o| o["kind"] == "Service" && component(o) == "operator")
+            .expect("the xDS Service")
+    }
+
+    /// The Secret behind the pod's `xds-tls` volume, if it has one.
+    fn tls_secret(&self, pod: &Value) -> Option<String> {
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "xds-tls")
+            .map(|v| {
+                v["secret"]["secretName"]
+                    .as_str()
+                    .expect("a Secret volume")
+                    .to_string()
+            })
+    }
+
+    /// Where the pod's first container mounts the `xds-tls` volume (read-only).
+    fn tls_mount(&self, pod: &Value) -> String {
+        let mount = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == "xds-tls")
+            .expect("the xds-tls volume is mounted");
+        assert_eq!(mount["readOnly"], true);
+        assert!(self.tls_secret(pod).is_some(), "from a Secret");
+        mount["mountPath"].as_str().expect("a path").to_string()
     }
 
     fn has_env(&self, name: &str) -> bool {

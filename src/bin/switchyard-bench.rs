@@ -267,6 +267,7 @@ async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Result
         admin_address: "127.0.0.1".into(),
         admin_port: 0,
         listen_address: Some("127.0.0.31".into()),
+        tls: None,
     };
     let bootstrap_path = work.join("envoy.yaml");
     std::fs::write(&bootstrap_path, bootstrap.to_yaml())?;

@@ -680,13 +680,34 @@ mod tests {
             ready: vec!["10.0.0.1".into()],
             lagging: vec![("10.0.0.2".into(), "serves version \"old\"".into())],
         };
-        report.waiting("VerifyingLive", "new routes not served by every Envoy yet", &result);
+        report.waiting(
+            "VerifyingLive",
+            "new routes not served by every Envoy yet",
+            &result,
+        );
         report.explain(&["Envoy envoy-b rejected RouteConfiguration: bad route".to_string()]);
         let status = report.build();
-        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "EnvoyRejected"));
-        assert!(ready.message.contains("Envoys ready 1/2"), "{}", ready.message);
-        assert!(ready.message.contains("envoy-b rejected RouteConfiguration: bad route"), "{}", ready.message);
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "EnvoyRejected")
+        );
+        assert!(
+            ready.message.contains("Envoys ready 1/2"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready
+                .message
+                .contains("envoy-b rejected RouteConfiguration: bad route"),
+            "{}",
+            ready.message
+        );
         assert_eq!(status.envoys.map(|e| (e.ready, e.total)), Some((1, 2)));
     }
 }

@@ -161,10 +161,11 @@ pub fn translate(config: &model::Config) -> Translation {
     let catch_all = probe::catch_all_virtual_host();
     claimed.claim(&catch_all.name, &catch_all.domains);
     let mut virtual_hosts = vec![catch_all];
+    let mut version_vhosts = Vec::new();
     for vp in &version_probes {
         let vhost = probe::version_probe_virtual_host(vp, token);
         claimed.claim(&vhost.name, &vhost.domains);
-        virtual_hosts.push(vhost);
+        version_vhosts.push((vp.id.as_str(), vhost));
     }
 
     // User virtual hosts, in name order: the first one to claim a host keeps it.
@@ -194,11 +195,16 @@ pub fn translate(config: &model::Config) -> Translation {
     }
     // A version probe must never report a version whose routes are not served: the
     // probe of a virtual host that was left out goes too.
-    virtual_hosts.retain(|v| {
-        v.name
-            .strip_prefix(VERSION_PROBE_VHOST_PREFIX)
-            .is_none_or(|id| !dropped.contains(id))
-    });
+    for (id, vhost) in version_vhosts {
+        if dropped.contains(id) {
+            problems.push(Problem::new(
+                format!("version-probe/{id}"),
+                "left out with its virtual host",
+            ));
+        } else {
+            virtual_hosts.push(vhost);
+        }
+    }
     virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
 
     let endpoint_probes = if token_ok {

@@ -86,6 +86,19 @@ app.kubernetes.io/component: envoy
 {{- printf "%s-envoy-fleet" (include "switchyard.fullname" .) -}}
 {{- end -}}
 
+{{/* Secrets and mount path of mutual TLS for xDS (xds.tls). */}}
+{{- define "switchyard.xdsTlsServerSecretName" -}}
+{{- default (printf "%s-xds-server-tls" (include "switchyard.fullname" .)) .Values.xds.tls.serverSecret -}}
+{{- end -}}
+
+{{- define "switchyard.xdsTlsClientSecretName" -}}
+{{- default (printf "%s-xds-client-tls" (include "switchyard.fullname" .)) .Values.xds.tls.clientSecret -}}
+{{- end -}}
+
+{{- define "switchyard.xdsTlsPath" -}}
+/etc/switchyard/xds-tls
+{{- end -}}
+
 {{- define "switchyard.probeTokenSecretName" -}}
 {{- default (printf "%s-probe-token" (include "switchyard.fullname" .)) .Values.probeToken.existingSecret -}}
 {{- end -}}

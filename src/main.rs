@@ -281,6 +281,13 @@ fn crdgen(out: &std::path::Path) -> anyhow::Result<()> {
         std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    // The reference lives in docs/ when crds/ is the repository's.
+    let docs = out.join("../docs/crd-reference.md");
+    if docs.parent().is_some_and(|d| d.is_dir()) {
+        std::fs::write(&docs, switchyard::api::reference::markdown())
+            .with_context(|| format!("writing {}", docs.display()))?;
+        println!("wrote {}", docs.display());
+    }
     Ok(())
 }
 

@@ -41,6 +41,6 @@ fn crd_reference_matches_the_code() {
     let on_disk = std::fs::read_to_string("docs/crd-reference.md").unwrap_or_default();
     assert!(
         on_disk == switchyard::api::reference::markdown(),
-        "docs/crd-reference.md is stale; run `UPDATE_CRD_DOCS=1 cargo test --test crds` and commit"
+        "docs/crd-reference.md is stale; run `cargo run -- crdgen` and commit"
     );
 }

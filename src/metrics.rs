@@ -86,3 +86,15 @@ impl Metrics {
         metrics
     }
 }
+
+impl Metrics {
+    /// Records a freshly built snapshot: its size per type and how long it took.
+    pub fn record_snapshot(&self, snapshot: &crate::xds::Snapshot, built_in: std::time::Duration) {
+        self.snapshot_build_seconds.observe(built_in.as_secs_f64());
+        for (type_url, resources) in snapshot.types() {
+            self.snapshot_resources
+                .get_or_create(&TypeLabel::of(type_url))
+                .set(resources.len() as i64);
+        }
+    }
+}

@@ -17,7 +17,7 @@ use super::address_map::AddressMap;
 use super::index::Index;
 use super::to_model::{self, Inputs, TlsData};
 use crate::api::ProxyConfigRole;
-use crate::metrics::{Metrics, TypeLabel};
+use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
 use crate::translate::{self, Problem};
 use crate::xds::Desired;
@@ -94,20 +94,12 @@ impl Builder {
         });
         let translation = translate::translate(&config);
         let elapsed = started.elapsed();
-        self.metrics
-            .snapshot_build_seconds
-            .observe(elapsed.as_secs_f64());
         problems.extend(translation.problems.iter().cloned());
         for problem in &problems {
             warn!(%problem, "left out of the configuration");
         }
         let snapshot = Arc::new(translation.snapshot);
-        for (type_url, resources) in snapshot.types() {
-            self.metrics
-                .snapshot_resources
-                .get_or_create(&TypeLabel::of(type_url))
-                .set(resources.len() as i64);
-        }
+        self.metrics.record_snapshot(&snapshot, elapsed);
         info!(
             version = snapshot.version(),
             proxy_configs = proxy_configs.len(),
@@ -117,8 +109,7 @@ impl Builder {
             "snapshot built"
         );
         self.problems.send_replace(problems);
-        self.desired.publish(snapshot);
-        if !self.desired.is_open() && self.desired.open() {
+        if self.desired.publish_and_open(snapshot) {
             info!("first full snapshot built: serving xDS");
         }
     }

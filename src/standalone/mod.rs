@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
 use crate::hash;
-use crate::metrics::{Metrics, TypeLabel};
+use crate::metrics::Metrics;
 use crate::translate;
 use crate::xds::Desired;
 use file::File;
@@ -194,9 +194,6 @@ impl Watcher {
         let resolved = resolve::resolve(&loaded.file, &loaded.secrets, &self.probe_token);
         let translation = translate::translate(&resolved.config);
         let elapsed = started.elapsed();
-        self.metrics
-            .snapshot_build_seconds
-            .observe(elapsed.as_secs_f64());
         let problems: Vec<String> = resolved
             .problems
             .into_iter()
@@ -209,12 +206,7 @@ impl Watcher {
             self.metrics.config_errors.inc();
         }
         let snapshot = Arc::new(translation.snapshot);
-        for (type_url, resources) in snapshot.types() {
-            self.metrics
-                .snapshot_resources
-                .get_or_create(&TypeLabel::of(type_url))
-                .set(resources.len() as i64);
-        }
+        self.metrics.record_snapshot(&snapshot, elapsed);
         info!(
             version = snapshot.version(),
             resources = snapshot.len(),
@@ -223,8 +215,7 @@ impl Watcher {
             build_ms = elapsed.as_secs_f64() * 1000.0,
             "configuration loaded"
         );
-        self.desired.publish(snapshot);
-        if !self.desired.is_open() && self.desired.open() {
+        if self.desired.publish_and_open(snapshot) {
             info!("first full snapshot built: serving xDS");
         }
     }

@@ -60,6 +60,13 @@ impl Desired {
         true
     }
 
+    /// Publishes, and opens the gate if it is still closed: for owners whose every
+    /// published snapshot is complete. True when this call opened it.
+    pub fn publish_and_open(&self, snapshot: Arc<Snapshot>) -> bool {
+        self.publish(snapshot);
+        !self.is_open() && self.open()
+    }
+
     pub fn is_open(&self) -> bool {
         self.lock().open
     }

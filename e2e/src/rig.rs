@@ -439,23 +439,9 @@ impl Rig {
 
     /// One request through every Envoy; the backend names that answered (or the error).
     pub async fn answers(&self) -> Vec<String> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .expect("client");
         let mut out = Vec::new();
         for target in self.targets() {
-            let answer = match client
-                .get(format!("{target}/"))
-                .header("host", HOST)
-                .send()
-                .await
-            {
-                Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
-                Ok(r) => format!("status {}", r.status()),
-                Err(e) => format!("error {e}"),
-            };
-            out.push(answer);
+            out.push(answer(get(&target).await).await);
         }
         out
     }
@@ -464,18 +450,9 @@ impl Rig {
 impl Rig {
     /// The `x-sentinel` response header through every Envoy.
     pub async fn sentinels(&self) -> Vec<String> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .expect("client");
         let mut out = Vec::new();
         for target in self.targets() {
-            let value = match client
-                .get(format!("{target}/"))
-                .header("host", HOST)
-                .send()
-                .await
-            {
+            out.push(match get(&target).await {
                 Ok(r) => r
                     .headers()
                     .get("x-sentinel")
@@ -483,34 +460,45 @@ impl Rig {
                     .unwrap_or("-")
                     .to_string(),
                 Err(e) => format!("error {e}"),
-            };
-            out.push(value);
+            });
         }
         out
     }
 
     /// `n` requests spread over every Envoy: how many each backend answered.
     pub async fn split(&self, n: usize) -> BTreeMap<String, usize> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .expect("client");
         let targets = self.targets();
         let mut seen = BTreeMap::new();
         for i in 0..n {
-            let answer = match client
-                .get(format!("{}/", targets[i % targets.len()]))
-                .header("host", HOST)
-                .send()
-                .await
-            {
-                Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
-                Ok(r) => format!("status {}", r.status()),
-                Err(e) => format!("error {e}"),
-            };
+            let answer = answer(get(&targets[i % targets.len()]).await).await;
             *seen.entry(answer).or_default() += 1;
         }
         seen
+    }
+}
+
+/// One GET for [`HOST`] through the Envoy at `target`.
+async fn get(target: &str) -> Result<reqwest::Response, reqwest::Error> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client")
+    });
+    client
+        .get(format!("{target}/"))
+        .header("host", HOST)
+        .send()
+        .await
+}
+
+/// The backend's name for a 2xx, else what went wrong.
+async fn answer(response: Result<reqwest::Response, reqwest::Error>) -> String {
+    match response {
+        Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+        Ok(r) => format!("status {}", r.status()),
+        Err(e) => format!("error {e}"),
     }
 }
 

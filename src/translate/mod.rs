@@ -322,19 +322,22 @@ fn unique_by_name<'a, T>(
     content: impl Fn(&T) -> String,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<&'a str, &'a T> {
-    let mut by_name: BTreeMap<&'a str, BTreeMap<String, &'a T>> = BTreeMap::new();
+    let mut by_name: BTreeMap<&'a str, Vec<&'a T>> = BTreeMap::new();
     for item in items {
-        by_name
-            .entry(name(item))
-            .or_default()
-            .entry(content(item))
-            .or_insert(item);
+        by_name.entry(name(item)).or_default().push(item);
     }
-    let count = |key: &str| items.iter().filter(|i| name(i) == key).count();
     let mut unique = BTreeMap::new();
     for (key, defs) in by_name {
-        if defs.len() == 1 {
-            unique.extend(defs.into_values().map(|d| (key, d)));
+        // Contents are compared only for names defined more than once: rendering every
+        // item's content was most of the translation time.
+        let mut distinct: BTreeMap<String, &'a T> = BTreeMap::new();
+        if defs.len() > 1 {
+            for def in &defs {
+                distinct.entry(content(def)).or_insert(def);
+            }
+        }
+        if distinct.len() <= 1 {
+            unique.insert(key, defs[0]);
         } else {
             let prefix = match kind {
                 "virtual host" => String::new(),
@@ -346,8 +349,8 @@ fn unique_by_name<'a, T>(
                 format!("{prefix}{key}"),
                 format!(
                     "{kind} {key:?} is defined {} times with {} different contents; all are left out",
-                    count(key),
-                    defs.len()
+                    defs.len(),
+                    distinct.len()
                 ),
             ));
         }

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 e2e/provision.sh
-cargo build --release --quiet -p switchyard --bin switchyard --bin switchyard-bench -p switchyard-e2e --bin switchyard-rollout-bench
+cargo build --release --quiet -p switchyard --bin switchyard -p switchyard-e2e --bin switchyard-bench --bin switchyard-rollout-bench
 target/release/switchyard-bench "$@"
 echo
 target/release/switchyard-rollout-bench

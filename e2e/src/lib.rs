@@ -5,6 +5,7 @@
 
 pub mod kube;
 pub mod rig;
+pub mod synthetic;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -3,6 +3,7 @@
 //! load generator. Everything binds to 127.0.0.x and every process is killed when its
 //! handle drops, even on panic.
 
+pub mod ads_client;
 pub mod kube;
 pub mod rig;
 pub mod synthetic;

@@ -1,0 +1,741 @@
+//! Simulated Envoys for scale tests and benchmarks: one ADS stream each, SotW or delta,
+//! asking for resources the way Envoy does and ACKing everything.
+//!
+//! A client subscribes to clusters and listeners as wildcards, then to the
+//! ClusterLoadAssignments its clusters name, and to the route configurations and secrets
+//! its listeners name. It keeps what it holds (type → name → version and body) and counts
+//! the responses and bytes it receives per type. Clients are tokio tasks: a thousand of
+//! them share a few HTTP/2 connections ([`connect_channels`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{Node, transport_socket};
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::Any;
+use prost::{Message, Name};
+use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
+use switchyard::xds::{Protocol, Snapshot};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Streams per HTTP/2 connection: the server's default limit is 200 concurrent streams
+/// (hyper's), and a client past it waits for a slot instead of connecting.
+pub const STREAMS_PER_CHANNEL: usize = 100;
+
+/// Large enough for every type of a 10k-route snapshot in one SotW response.
+const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// What a client holds of one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The server's version (delta), or the content hash of the body (SotW, whose
+    /// responses carry no per-resource version); both are the snapshot's version.
+    pub version: String,
+    pub body: Vec<u8>,
+}
+
+/// Responses and their encoded bytes received, of one type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    pub responses: u64,
+    pub bytes: u64,
+}
+
+/// Received counts per type URL.
+pub type Counts = BTreeMap<String, Received>;
+
+/// What `now` has that `mark` had not: the traffic between two reads of [`AdsClient::received`].
+pub fn received_since(now: &Counts, mark: &Counts) -> Counts {
+    now.iter()
+        .map(|(type_url, n)| {
+            let m = mark.get(type_url).copied().unwrap_or_default();
+            let diff = Received {
+                responses: n.responses - m.responses,
+                bytes: n.bytes - m.bytes,
+            };
+            (type_url.clone(), diff)
+        })
+        .filter(|(_, r)| r.responses > 0)
+        .collect()
+}
+
+/// The names and versions a client should hold, per type: a snapshot's, computed once so
+/// that a thousand waiting clients compare against it cheaply.
+pub struct Target {
+    types: BTreeMap<String, TargetType>,
+}
+
+struct TargetType {
+    versions: BTreeMap<String, String>,
+    fingerprint: u64,
+}
+
+impl Target {
+    pub fn of(snapshot: &Snapshot) -> Self {
+        let types = snapshot
+            .types()
+            .map(|(type_url, resources)| {
+                let versions: BTreeMap<String, String> = resources
+                    .values()
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect();
+                let fingerprint = versions
+                    .iter()
+                    .fold(0u64, |sum, (n, v)| sum.wrapping_add(entry_hash(n, v)));
+                let target = TargetType {
+                    versions,
+                    fingerprint,
+                };
+                (type_url.to_string(), target)
+            })
+            .collect();
+        Self { types }
+    }
+}
+
+/// One simulated Envoy. Dropping it closes its stream.
+pub struct AdsClient {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AdsClient {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl AdsClient {
+    /// Opens one ADS stream on `channel` and starts following the server.
+    pub fn spawn(channel: Channel, protocol: Protocol, node_id: impl Into<String>) -> Self {
+        let node = Node {
+            id: node_id.into(),
+            cluster: "simulated".into(),
+            ..Default::default()
+        };
+        let mirror = Mirror {
+            node_id: node.id.clone(),
+            ..Mirror::default()
+        };
+        let shared = Arc::new(Shared {
+            mirror: Mutex::new(mirror),
+            progress: watch::channel(0).0,
+        });
+        let task = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                let result = match protocol {
+                    Protocol::Sotw => run_sotw(channel, node, &shared).await,
+                    Protocol::Delta => run_delta(channel, node, &shared).await,
+                };
+                if let Err(error) = result {
+                    shared.lock().failure = Some(format!("{error:#}"));
+                    shared.progress.send_modify(|n| *n += 1);
+                }
+            }
+        });
+        Self { shared, task }
+    }
+
+    pub fn node_id(&self) -> String {
+        self.shared.lock().node_id.clone()
+    }
+
+    /// Responses and bytes received so far, per type URL.
+    pub fn received(&self) -> Counts {
+        self.shared.lock().received.clone()
+    }
+
+    /// Everything the client holds: type URL → name → version and body.
+    pub fn state(&self) -> BTreeMap<String, BTreeMap<String, Held>> {
+        self.shared
+            .lock()
+            .types
+            .iter()
+            .filter(|(_, held)| !held.resources.is_empty())
+            .map(|(type_url, held)| (type_url.clone(), held.resources.clone()))
+            .collect()
+    }
+
+    /// Why the stream ended, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.lock().failure.clone()
+    }
+
+    /// Waits until the client holds exactly `target` (names and versions of every type)
+    /// and has ACKed it. Returns when it got there, as the client saw it.
+    pub async fn wait_for(&self, target: &Target, timeout: Duration) -> anyhow::Result<Instant> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut progress = self.shared.progress.subscribe();
+        loop {
+            {
+                let mirror = self.shared.lock();
+                if let Some(failure) = &mirror.failure {
+                    bail!("client stream failed: {failure}");
+                }
+                if mirror.holds(target) {
+                    return Ok(mirror.updated_at);
+                }
+            }
+            if tokio::time::timeout_at(deadline, progress.changed())
+                .await
+                .is_err()
+            {
+                bail!(
+                    "client did not reach the target within {timeout:?}; it differs in: {}",
+                    self.shared.lock().differences(target)
+                );
+            }
+        }
+    }
+}
+
+/// `count` connections to the ADS server on 127.0.0.1:`port`.
+pub async fn connect_channels(port: u16, count: usize) -> anyhow::Result<Vec<Channel>> {
+    let endpoint = Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .context("the ADS address")?
+        .connect_timeout(Duration::from_secs(5));
+    let mut channels = Vec::with_capacity(count);
+    for _ in 0..count {
+        let channel = endpoint
+            .connect()
+            .await
+            .with_context(|| format!("connecting to the ADS server on port {port}"))?;
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// `sotw` SotW clients then `delta` delta clients, [`STREAMS_PER_CHANNEL`] to a
+/// connection, node ids `sotw-N` and `delta-N`.
+pub async fn spawn_fleet(port: u16, sotw: usize, delta: usize) -> anyhow::Result<Vec<AdsClient>> {
+    let total = sotw + delta;
+    let channels = connect_channels(port, total.div_ceil(STREAMS_PER_CHANNEL).max(1)).await?;
+    let clients = (0..total)
+        .map(|i| {
+            let channel = channels[i / STREAMS_PER_CHANNEL].clone();
+            if i < sotw {
+                AdsClient::spawn(channel, Protocol::Sotw, format!("sotw-{i}"))
+            } else {
+                AdsClient::spawn(channel, Protocol::Delta, format!("delta-{}", i - sotw))
+            }
+        })
+        .collect();
+    Ok(clients)
+}
+
+/// Waits for every client to hold `target`; returns when each got there, in order.
+pub async fn wait_all(
+    clients: &[AdsClient],
+    target: &Target,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Instant>> {
+    let waits = clients.iter().map(|client| async move {
+        client
+            .wait_for(target, timeout)
+            .await
+            .with_context(|| format!("client {}", client.node_id()))
+    });
+    futures::future::try_join_all(waits).await
+}
+
+struct Shared {
+    mirror: Mutex<Mirror>,
+    /// Bumped after every response is applied and ACKed, and when the stream fails.
+    progress: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Mirror> {
+        // Plain data: a panic elsewhere leaves nothing half-done worth refusing to read.
+        self.mirror.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        self.progress.send_modify(|n| *n += 1);
+    }
+}
+
+/// What the client holds and has received, shared between its task and its readers.
+struct Mirror {
+    node_id: String,
+    types: BTreeMap<String, TypeHeld>,
+    received: Counts,
+    failure: Option<String>,
+    updated_at: Instant,
+}
+
+impl Default for Mirror {
+    fn default() -> Self {
+        Self {
+            node_id: String::new(),
+            types: BTreeMap::new(),
+            received: Counts::new(),
+            failure: None,
+            updated_at: Instant::now(),
+        }
+    }
+}
+
+/// Resources of one type, with a sum of hashes of (name, version) kept up to date so that
+/// comparing with a target is cheap until it is likely equal.
+#[derive(Default)]
+struct TypeHeld {
+    resources: BTreeMap<String, Held>,
+    fingerprint: u64,
+}
+
+impl TypeHeld {
+    fn insert(&mut self, name: String, held: Held) {
+        self.fingerprint = self
+            .fingerprint
+            .wrapping_add(entry_hash(&name, &held.version));
+        if let Some(old) = self.resources.insert(name.clone(), held) {
+            self.fingerprint = self
+                .fingerprint
+                .wrapping_sub(entry_hash(&name, &old.version));
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(old) = self.resources.remove(name) {
+            self.fingerprint = self
+                .fingerprint
+                .wrapping_sub(entry_hash(name, &old.version));
+        }
+    }
+
+    /// Forgets what is no longer subscribed, as Envoy does.
+    fn keep_only(&mut self, names: &BTreeSet<String>) {
+        let gone: Vec<String> = self
+            .resources
+            .keys()
+            .filter(|n| !names.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.remove(&name);
+        }
+    }
+}
+
+impl Mirror {
+    fn holds(&self, target: &Target) -> bool {
+        let empty = TypeHeld::default();
+        let held = |type_url: &str| self.types.get(type_url).unwrap_or(&empty);
+        let extra = self
+            .types
+            .iter()
+            .any(|(t, h)| !h.resources.is_empty() && !target.types.contains_key(t));
+        if extra {
+            return false;
+        }
+        let likely = target.types.iter().all(|(t, want)| {
+            let have = held(t);
+            have.resources.len() == want.versions.len() && have.fingerprint == want.fingerprint
+        });
+        // The fingerprints match: confirm entry by entry.
+        likely
+            && target.types.iter().all(|(t, want)| {
+                held(t)
+                    .resources
+                    .iter()
+                    .zip(&want.versions)
+                    .all(|((n, h), (wn, wv))| n == wn && &h.version == wv)
+            })
+    }
+
+    /// A short description of how the held state differs from `target`, for errors.
+    fn differences(&self, target: &Target) -> String {
+        let empty = BTreeMap::new();
+        let mut lines = Vec::new();
+        for (type_url, want) in &target.types {
+            let have = self.types.get(type_url).map_or(&empty, |h| &h.resources);
+            let missing = want
+                .versions
+                .iter()
+                .filter(|(n, v)| have.get(*n).map(|h| &h.version) != Some(*v))
+                .count();
+            let extra = have
+                .keys()
+                .filter(|n| !want.versions.contains_key(*n))
+                .count();
+            if missing + extra > 0 {
+                lines.push(format!(
+                    "{}: {missing} missing or outdated, {extra} extra",
+                    short(type_url)
+                ));
+            }
+        }
+        if lines.is_empty() {
+            "nothing (an ACK may be missing)".to_string()
+        } else {
+            lines.join("; ")
+        }
+    }
+
+    fn count(&mut self, type_url: &str, bytes: usize) {
+        let received = self.received.entry(type_url.to_string()).or_default();
+        received.responses += 1;
+        received.bytes += bytes as u64;
+    }
+}
+
+fn entry_hash(name: &str, version: &str) -> u64 {
+    // DefaultHasher::new() has fixed keys: the same in the target and in every client.
+    let mut hasher = DefaultHasher::new();
+    (name, version).hash(&mut hasher);
+    hasher.finish()
+}
+
+fn short(type_url: &str) -> &str {
+    type_url.rsplit('.').next().unwrap_or(type_url)
+}
+
+/// Field 1 is the name in every served type (Cluster, ClusterLoadAssignment, Listener,
+/// RouteConfiguration, Secret). Decoding only it skips the rest of a large body cheaply.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NameOnly {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+/// The names one cluster or listener makes the client ask for, by type.
+#[derive(Clone, Default)]
+struct References {
+    /// Version of the resource these were read from.
+    version: String,
+    names: Vec<(&'static str, String)>,
+}
+
+/// A subscription that changes: the names asked for before and after.
+struct Change {
+    type_url: &'static str,
+    old: BTreeSet<String>,
+    new: BTreeSet<String>,
+}
+
+/// What the client asks for beyond the wildcards, and the references it derived them
+/// from (kept per resource, so unchanged resources are not decoded again).
+#[derive(Default)]
+struct Subscriptions {
+    references: BTreeMap<(String, String), References>,
+    /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET).
+    names: BTreeMap<&'static str, BTreeSet<String>>,
+}
+
+impl Subscriptions {
+    /// Re-reads the references of the clusters or listeners held, and returns the types
+    /// whose subscription changes.
+    fn update(&mut self, type_url: &str, held: &TypeHeld) -> anyhow::Result<Vec<Change>> {
+        let derived: &[&'static str] = match type_url {
+            CLUSTER => &[ENDPOINT],
+            LISTENER => &[ROUTE, SECRET],
+            _ => return Ok(Vec::new()),
+        };
+        self.references
+            .retain(|(t, n), _| t != type_url || held.resources.contains_key(n));
+        for (name, resource) in &held.resources {
+            let key = (type_url.to_string(), name.clone());
+            if self
+                .references
+                .get(&key)
+                .is_some_and(|r| r.version == resource.version)
+            {
+                continue;
+            }
+            let names = references_of(type_url, &resource.body)
+                .with_context(|| format!("decoding {} {name}", short(type_url)))?;
+            let references = References {
+                version: resource.version.clone(),
+                names,
+            };
+            self.references.insert(key, references);
+        }
+        let mut changes = Vec::new();
+        for &derived_type in derived {
+            let wanted: BTreeSet<String> = self
+                .references
+                .values()
+                .flat_map(|r| &r.names)
+                .filter(|(t, _)| *t == derived_type)
+                .map(|(_, n)| n.clone())
+                .collect();
+            let current = self.names.entry(derived_type).or_default();
+            if *current != wanted {
+                let old = std::mem::replace(current, wanted.clone());
+                changes.push(Change {
+                    type_url: derived_type,
+                    old,
+                    new: wanted,
+                });
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Names to send with a SotW request of this type (wildcards send none).
+    fn names_of(&self, type_url: &str) -> Vec<String> {
+        self.names
+            .get(type_url)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The names a cluster (its ClusterLoadAssignment) or a listener (route configurations of
+/// its HTTP connection managers, secrets of its TLS contexts) refers to.
+fn references_of(type_url: &str, body: &[u8]) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let mut names = Vec::new();
+    if type_url == CLUSTER {
+        let cluster = Cluster::decode(body)?;
+        if let Some(eds) = &cluster.eds_cluster_config {
+            let name = if eds.service_name.is_empty() {
+                cluster.name.clone()
+            } else {
+                eds.service_name.clone()
+            };
+            names.push((ENDPOINT, name));
+        }
+    } else if type_url == LISTENER {
+        let listener = Listener::decode(body)?;
+        for chain in listener
+            .filter_chains
+            .iter()
+            .chain(&listener.default_filter_chain)
+        {
+            chain_references(chain, &mut names)?;
+        }
+    }
+    Ok(names)
+}
+
+fn chain_references(
+    chain: &FilterChain,
+    names: &mut Vec<(&'static str, String)>,
+) -> anyhow::Result<()> {
+    for f in &chain.filters {
+        if let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type
+            && let Some(hcm) = unpack::<HttpConnectionManager>(any)?
+            && let Some(RouteSpecifier::Rds(rds)) = &hcm.route_specifier
+        {
+            names.push((ROUTE, rds.route_config_name.clone()));
+        }
+    }
+    if let Some(socket) = &chain.transport_socket
+        && let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type
+        && let Some(tls) = unpack::<DownstreamTlsContext>(any)?
+        && let Some(common) = &tls.common_tls_context
+    {
+        for sds in &common.tls_certificate_sds_secret_configs {
+            names.push((SECRET, sds.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn unpack<M: Message + Default + Name>(any: &Any) -> anyhow::Result<Option<M>> {
+    if any.type_url != M::type_url() {
+        return Ok(None);
+    }
+    let message =
+        M::decode(any.value.as_slice()).with_context(|| format!("decoding {}", M::full_name()))?;
+    Ok(Some(message))
+}
+
+async fn send<T>(tx: &mpsc::Sender<T>, request: T) -> anyhow::Result<()> {
+    tx.send(request)
+        .await
+        .map_err(|_| anyhow::anyhow!("the request stream is closed"))
+}
+
+async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::channel(64);
+    for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {
+        let request = DiscoveryRequest {
+            node: (i == 0).then(|| node.clone()),
+            type_url: type_url.to_string(),
+            ..Default::default()
+        };
+        send(&tx, request).await?;
+    }
+    let mut grpc =
+        AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut responses = grpc
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .context("opening a SotW stream")?
+        .into_inner();
+    let mut subscriptions = Subscriptions::default();
+    // Per type: (version_info, nonce) of the last response, echoed by later requests.
+    let mut last: BTreeMap<String, (String, String)> = BTreeMap::new();
+    loop {
+        let Some(mut response) = responses.message().await.context("reading a response")? else {
+            bail!("the server ended the stream");
+        };
+        let type_url = response.type_url.clone();
+        let bytes = response.encoded_len();
+        let changes = {
+            let mut mirror = shared.lock();
+            mirror.count(&type_url, bytes);
+            let held = mirror.types.entry(type_url.clone()).or_default();
+            apply_sotw(held, &mut response).context("applying a SotW response")?;
+            let changes = subscriptions.update(&type_url, held)?;
+            for change in &changes {
+                mirror
+                    .types
+                    .entry(change.type_url.to_string())
+                    .or_default()
+                    .keep_only(&change.new);
+            }
+            changes
+        };
+        // New names first (Envoy asks for the endpoints of new clusters before it ACKs
+        // them), then the ACK.
+        for change in changes {
+            if change.old.is_empty() && change.new.is_empty() {
+                continue;
+            }
+            let (version_info, response_nonce) =
+                last.get(change.type_url).cloned().unwrap_or_default();
+            let request = DiscoveryRequest {
+                type_url: change.type_url.to_string(),
+                resource_names: change.new.into_iter().collect(),
+                version_info,
+                response_nonce,
+                ..Default::default()
+            };
+            send(&tx, request).await?;
+        }
+        let ack = DiscoveryRequest {
+            type_url: type_url.clone(),
+            resource_names: subscriptions.names_of(&type_url),
+            version_info: response.version_info.clone(),
+            response_nonce: response.nonce.clone(),
+            ..Default::default()
+        };
+        send(&tx, ack).await?;
+        last.insert(type_url, (response.version_info, response.nonce));
+        shared.lock().updated_at = Instant::now();
+        shared.touch();
+    }
+}
+
+/// A SotW response is the whole set of its type (or of the names subscribed).
+fn apply_sotw(held: &mut TypeHeld, response: &mut DiscoveryResponse) -> anyhow::Result<()> {
+    let mut next = TypeHeld::default();
+    for any in std::mem::take(&mut response.resources) {
+        let name = NameOnly::decode(any.value.as_slice())
+            .context("reading a resource's name")?
+            .name;
+        // Unchanged bodies keep their version: hashing every body of every response would
+        // cost the simulation more than the server.
+        let version = match held.resources.get(&name) {
+            Some(h) if h.body == any.value => h.version.clone(),
+            _ => switchyard::hash::digest(&any.value),
+        };
+        next.insert(
+            name,
+            Held {
+                version,
+                body: any.value,
+            },
+        );
+    }
+    *held = next;
+    Ok(())
+}
+
+async fn run_delta(channel: Channel, node: Node, shared: &Shared) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::channel(64);
+    // Empty first requests: the legacy wildcard subscription Envoy uses for CDS and LDS.
+    for (i, type_url) in [CLUSTER, LISTENER].into_iter().enumerate() {
+        let request = DeltaDiscoveryRequest {
+            node: (i == 0).then(|| node.clone()),
+            type_url: type_url.to_string(),
+            ..Default::default()
+        };
+        send(&tx, request).await?;
+    }
+    let mut grpc =
+        AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut responses = grpc
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .context("opening a delta stream")?
+        .into_inner();
+    let mut subscriptions = Subscriptions::default();
+    loop {
+        let Some(mut response) = responses.message().await.context("reading a response")? else {
+            bail!("the server ended the stream");
+        };
+        let type_url = response.type_url.clone();
+        let bytes = response.encoded_len();
+        let changes = {
+            let mut mirror = shared.lock();
+            mirror.count(&type_url, bytes);
+            let held = mirror.types.entry(type_url.clone()).or_default();
+            apply_delta(held, &mut response);
+            let changes = subscriptions.update(&type_url, held)?;
+            for change in &changes {
+                mirror
+                    .types
+                    .entry(change.type_url.to_string())
+                    .or_default()
+                    .keep_only(&change.new);
+            }
+            changes
+        };
+        for change in changes {
+            let request = DeltaDiscoveryRequest {
+                type_url: change.type_url.to_string(),
+                resource_names_subscribe: change.new.difference(&change.old).cloned().collect(),
+                resource_names_unsubscribe: change.old.difference(&change.new).cloned().collect(),
+                ..Default::default()
+            };
+            // A first request that names nothing would be a wildcard subscription.
+            if change.old.is_empty() && request.resource_names_subscribe.is_empty() {
+                continue;
+            }
+            send(&tx, request).await?;
+        }
+        let ack = DeltaDiscoveryRequest {
+            type_url,
+            response_nonce: response.nonce,
+            ..Default::default()
+        };
+        send(&tx, ack).await?;
+        shared.lock().updated_at = Instant::now();
+        shared.touch();
+    }
+}
+
+fn apply_delta(held: &mut TypeHeld, response: &mut DeltaDiscoveryResponse) {
+    for resource in std::mem::take(&mut response.resources) {
+        let body = resource.resource.map(|any| any.value).unwrap_or_default();
+        held.insert(
+            resource.name,
+            Held {
+                version: resource.version,
+                body,
+            },
+        );
+    }
+    for name in &response.removed_resources {
+        held.remove(name);
+    }
+}

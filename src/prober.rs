@@ -25,6 +25,8 @@ use crate::translate::{ENDPOINT_PROBE_HOST, PROBE_ID_HEADER, PROBE_TOKEN_HEADER,
 pub enum Verdict {
     Ready,
     NotReady(String),
+    /// No answer at all (connection refused, timeout): only then does the prober back off.
+    Unreachable(String),
 }
 
 /// The fleet's answers to one check.
@@ -52,7 +54,9 @@ pub struct Prober {
     probe_port: u16,
     token: String,
     parallelism: usize,
-    /// Per Envoy: when it may be asked again, and its current backoff.
+    /// Per unreachable Envoy: when it may be asked again, and its current backoff. Envoys
+    /// that answer are asked whenever a rollout wants to know: an answer costs Envoy
+    /// nothing, and a "not yet" for one route must not hold back the check of another.
     backoff: Arc<Mutex<HashMap<String, (Instant, Duration)>>>,
 }
 
@@ -110,7 +114,8 @@ impl Prober {
                 let this = self.clone();
                 async move {
                     if let Some(wait) = this.wait_for(&envoy).await {
-                        return (envoy, Verdict::NotReady(format!("backing off {wait:?}")));
+                        let why = format!("unreachable, backing off {wait:?}");
+                        return (envoy, Verdict::Unreachable(why));
                     }
                     let verdict = fut.await;
                     this.record(&envoy, &verdict).await;
@@ -124,7 +129,9 @@ impl Prober {
         for (envoy, verdict) in verdicts {
             match verdict {
                 Verdict::Ready => result.ready.push(envoy),
-                Verdict::NotReady(why) => result.lagging.push((envoy, why)),
+                Verdict::NotReady(why) | Verdict::Unreachable(why) => {
+                    result.lagging.push((envoy, why));
+                }
             }
         }
         result.ready.sort();
@@ -142,10 +149,10 @@ impl Prober {
     async fn record(&self, envoy: &str, verdict: &Verdict) {
         let mut backoff = self.backoff.lock().await;
         match verdict {
-            Verdict::Ready => {
+            Verdict::Ready | Verdict::NotReady(_) => {
                 backoff.remove(envoy);
             }
-            Verdict::NotReady(_) => {
+            Verdict::Unreachable(_) => {
                 let current = backoff
                     .get(envoy)
                     .map_or(FIRST_BACKOFF, |(_, d)| (*d * 2).min(MAX_BACKOFF));
@@ -180,7 +187,7 @@ impl Prober {
                 Verdict::NotReady("clusters missing, warming or without ready endpoints".into())
             }
             Ok(r) => Verdict::NotReady(format!("unexpected status {}", r.status())),
-            Err(e) => Verdict::NotReady(format!("unreachable: {e}")),
+            Err(e) => Verdict::Unreachable(format!("unreachable: {e}")),
         }
     }
 
@@ -206,7 +213,7 @@ impl Prober {
                 }
             }
             Ok(r) => Verdict::NotReady(format!("no live version yet (status {})", r.status())),
-            Err(e) => Verdict::NotReady(format!("unreachable: {e}")),
+            Err(e) => Verdict::Unreachable(format!("unreachable: {e}")),
         }
     }
 }

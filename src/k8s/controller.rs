@@ -3,8 +3,9 @@
 //! resulting status to the status writer.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -13,10 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
 
 use super::address_map::AddressMap;
 use super::index::{Scope, Watched};
@@ -31,11 +33,15 @@ use crate::model::ListenerSettings;
 use crate::prober::{FleetResult, Prober};
 use crate::standalone::file::duration_text;
 use crate::translate::{Problem, translate};
-use crate::xds::Nodes;
+use crate::xds::{NodeReport, Nodes};
 
 pub const FIELD_MANAGER: &str = "switchyard";
 const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
 const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// How long one reconcile keeps re-probing before it hands the wait to the controller's
+/// requeue (and publishes why it waits): long enough for Envoys to take a configuration
+/// push, short enough that a stuck rollout reports promptly.
+const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 
 /// How the leader rolls routes out.
 pub struct Settings {
@@ -65,6 +71,11 @@ struct Context {
     recorder: Recorder,
     /// Consecutive unsuccessful verifications per route, for the requeue backoff.
     attempts: Mutex<HashMap<(String, String), u32>>,
+    /// The controller's own view of TrafficRoutes, to notice a newer generation.
+    routes: Store<TrafficRoute>,
+    /// The snapshot version every Envoy connected here has acknowledged, see
+    /// [`track_convergence`].
+    converged: watch::Receiver<Option<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +123,10 @@ pub async fn run(client: Client, settings: Settings) {
             instance: std::env::var("POD_NAME").ok(),
         },
     );
+    let controller = Controller::new(routes, watcher::Config::default());
+    let route_store = controller.store();
+    let (converged_tx, converged) = watch::channel(None);
+    let tracker = track_convergence(settings.nodes.clone(), converged_tx);
     let context = Arc::new(Context {
         proxy_configs,
         status: StatusWriter::start(client.clone(), settings.status_qps),
@@ -121,10 +136,10 @@ pub async fn run(client: Client, settings: Settings) {
         fleet,
         recorder,
         attempts: Mutex::default(),
+        routes: route_store.clone(),
+        converged,
     });
-    let controller = Controller::new(routes, watcher::Config::default());
-    let route_store = controller.store();
-    controller
+    let reconciling = controller
         .owns(
             Api::<ProxyConfig>::all(client.clone()),
             watcher::Config::default(),
@@ -148,8 +163,53 @@ pub async fn run(client: Client, settings: Settings) {
             if let Err(error) = result {
                 warn!(%error, "reconcile failed");
             }
-        })
-        .await;
+        });
+    // The tracker only ends if the xDS server is gone; reconciling goes on without it
+    // (the backoff timer alone then paces verification).
+    let tracker = async {
+        tracker.await;
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = reconciling => {}
+        () = tracker => {}
+    }
+}
+
+/// Publishes the snapshot version once every Envoy connected to this replica holds it,
+/// acknowledged: the moment a probe of those Envoys can change its answer. Envoys
+/// connected to other replicas are not seen here; for them the backoff timer stands in.
+async fn track_convergence(nodes: Nodes, converged: watch::Sender<Option<String>>) {
+    let mut changes = nodes.changes();
+    loop {
+        if let Some(version) = converged_version(&nodes.list()) {
+            converged.send_if_modified(|current| {
+                if current.as_deref() == Some(version.as_str()) {
+                    return false;
+                }
+                debug!(%version, "every Envoy connected here holds the snapshot");
+                *current = Some(version);
+                true
+            });
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The snapshot version every node holds and acknowledged, if they all agree on one.
+fn converged_version(nodes: &[NodeReport]) -> Option<String> {
+    let mut versions = nodes.iter().map(|n| {
+        n.status
+            .desired_version
+            .clone()
+            .filter(|_| n.status.synced && !n.status.blocked_by_nack)
+    });
+    let first = versions.next()??;
+    versions
+        .all(|v| v.as_deref() == Some(first.as_str()))
+        .then_some(first)
 }
 
 fn error_policy(_route: Arc<TrafficRoute>, error: &Error, _context: Arc<Context>) -> Action {
@@ -194,6 +254,66 @@ impl Context {
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
     }
+
+    /// A newer generation of the route arrived (or it is gone): this pass should end.
+    fn superseded(&self, route: &TrafficRoute) -> bool {
+        self.routes
+            .get(&ObjectRef::from_obj(route))
+            .is_none_or(|r| r.metadata.generation != route.metadata.generation)
+    }
+}
+
+/// How a verification within one reconcile ended.
+enum Verification {
+    /// Every Envoy passed, or there is none to ask.
+    Passed(FleetResult),
+    /// Not yet: report the result, ask again after the backoff.
+    Waiting(FleetResult, Duration),
+    /// A newer generation arrived meanwhile.
+    Superseded,
+}
+
+/// Asks the fleet (re-read on every attempt, so Envoys that join are asked too) until every
+/// Envoy passes `check`. Between attempts it waits out the route's backoff, or less: as
+/// soon as the Envoys connected here hold a new snapshot, since only then can the answer
+/// change. Waiting in the pass saves the reconcile's API reads; it lasts at most
+/// [`VERIFY_IN_PASS`].
+async fn verify<F, Fut>(ctx: &Context, route: &TrafficRoute, check: F) -> Verification
+where
+    F: Fn(Vec<String>) -> Fut,
+    Fut: Future<Output = FleetResult>,
+{
+    let key = (route.namespace().unwrap_or_default(), route.name_any());
+    let started = Instant::now();
+    let mut converged = ctx.converged.clone();
+    let mut woken = false;
+    let mut wait = Duration::ZERO;
+    loop {
+        // A snapshot that converges from here on may change the answer: it wakes us.
+        converged.borrow_and_update();
+        let envoys = ctx.envoys();
+        let empty = envoys.is_empty();
+        let result = check(envoys).await;
+        debug!(route = %key.1, ready = result.ready.len(), lagging = ?result.lagging, woken, "fleet checked");
+        if result.all_ready() || empty {
+            ctx.progressed(&key);
+            return Verification::Passed(result);
+        }
+        // Only a wait that ran out grows the backoff; a new snapshot is worth a look anyway.
+        if !woken {
+            wait = ctx.backoff(&key);
+        }
+        if started.elapsed() + wait > VERIFY_IN_PASS {
+            return Verification::Waiting(result, wait);
+        }
+        woken = tokio::select! {
+            () = tokio::time::sleep(wait) => false,
+            changed = converged.changed() => changed.is_ok(),
+        };
+        if ctx.superseded(route) {
+            return Verification::Superseded;
+        }
+    }
 }
 
 async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -201,6 +321,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
     let name = route.name_any();
     let key = (namespace.clone(), name.clone());
     let generation = route.metadata.generation.unwrap_or(0);
+    debug!(route = %format!("{namespace}/{name}"), generation, "reconcile");
     let services = ctx.services.state();
     let in_namespace: Vec<&Service> = services
         .iter()
@@ -215,8 +336,9 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         route: format!("{namespace}/{name}"),
         source: e,
     };
-    let mut live = api.get_opt(&live_name(&name)).await.map_err(read)?;
-    let mut probe = api.get_opt(&probe_name(&name)).await.map_err(read)?;
+    let (live_pc, probe_pc) = (live_name(&name), probe_name(&name));
+    let (live, probe) = tokio::join!(api.get_opt(&live_pc), api.get_opt(&probe_pc));
+    let (mut live, mut probe) = (live.map_err(read)?, probe.map_err(read)?);
     let drain = route
         .spec
         .rollout
@@ -224,7 +346,6 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         .and_then(|r| r.drain_period.as_deref())
         .and_then(|d| duration_text::parse(d).ok())
         .unwrap_or(DEFAULT_DRAIN);
-    let envoys = ctx.envoys();
     let mut verified = Verified::default();
     let mut report = Report::new(&route, generation);
 
@@ -250,17 +371,25 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 return Ok(Action::requeue(Duration::from_secs(300)));
             }
             Step::Stage(spec) => {
-                probe = Some(apply(&ctx, &route, &probe_name(&name), spec, None).await?);
+                probe = Some(apply(&ctx, &route, &probe_pc, spec, None).await?);
+                debug!(route = %name, generation, "probe config written");
                 report.phase("Staging", "staging new clusters on every Envoy");
             }
             Step::VerifyEndpoints { probe_version } => {
                 let id = endpoint_probe_id(&namespace, &name, &probe_version);
-                let result = ctx.settings.prober.check_endpoints(&envoys, &id).await;
-                if result.all_ready() || envoys.is_empty() {
-                    verified.endpoints = Some(probe_version);
-                    ctx.progressed(&key);
-                    continue;
-                }
+                let prober = &ctx.settings.prober;
+                let check = |envoys: Vec<String>| {
+                    let id = &id;
+                    async move { prober.check_endpoints(&envoys, id).await }
+                };
+                let (result, after) = match verify(&ctx, &route, check).await {
+                    Verification::Passed(_) => {
+                        verified.endpoints = Some(probe_version);
+                        continue;
+                    }
+                    Verification::Waiting(result, after) => (result, after),
+                    Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
+                };
                 report.waiting(
                     "VerifyingEndpoints",
                     "new clusters not ready on every Envoy",
@@ -268,7 +397,8 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 );
                 report.explain(&ctx.troubles(&key));
                 publish(&ctx, &route, &report, None).await;
-                return Ok(Action::requeue(ctx.backoff(&key)));
+                debug!(route = %name, generation, ?after, "requeued");
+                return Ok(Action::requeue(after));
             }
             Step::Promote(spec) => {
                 let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
@@ -277,7 +407,8 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
                     _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
                 };
-                live = Some(apply(&ctx, &route, &live_name(&name), spec, promoted_at).await?);
+                live = Some(apply(&ctx, &route, &live_pc, spec, promoted_at).await?);
+                debug!(route = %name, generation, "live config written");
                 report.phase("VerifyingLive", "new routes sent to every Envoy");
                 if first {
                     info!(route = %format!("{namespace}/{name}"), generation, "promoted");
@@ -285,17 +416,20 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
             }
             Step::VerifyLive { version } => {
                 let id = format!("{namespace}/{name}");
-                let result = ctx
-                    .settings
-                    .prober
-                    .check_version(&envoys, &id, &version)
-                    .await;
-                if result.all_ready() || envoys.is_empty() {
-                    verified.live = Some(version);
-                    report.ready(live.as_ref(), &result);
-                    ctx.progressed(&key);
-                    continue;
-                }
+                let prober = &ctx.settings.prober;
+                let check = |envoys: Vec<String>| {
+                    let (id, version) = (&id, &version);
+                    async move { prober.check_version(&envoys, id, version).await }
+                };
+                let (result, after) = match verify(&ctx, &route, check).await {
+                    Verification::Passed(result) => {
+                        report.ready(live.as_ref(), &result);
+                        verified.live = Some(version);
+                        continue;
+                    }
+                    Verification::Waiting(result, after) => (result, after),
+                    Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
+                };
                 report.waiting(
                     "VerifyingLive",
                     "new routes not served by every Envoy yet",
@@ -303,7 +437,8 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 );
                 report.explain(&ctx.troubles(&key));
                 publish(&ctx, &route, &report, None).await;
-                return Ok(Action::requeue(ctx.backoff(&key)));
+                debug!(route = %name, generation, ?after, "requeued");
+                return Ok(Action::requeue(after));
             }
             Step::Collect { after } => {
                 if !after.is_zero() {
@@ -317,14 +452,12 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     .await;
                     return Ok(Action::requeue(after));
                 }
-                let deleted = api
-                    .delete(&probe_name(&name), &DeleteParams::default())
-                    .await;
+                let deleted = api.delete(&probe_pc, &DeleteParams::default()).await;
                 if let Err(e) = deleted
                     && !matches!(&e, kube::Error::Api(s) if s.code == 404)
                 {
                     return Err(Error::Write {
-                        name: probe_name(&name),
+                        name: probe_pc.clone(),
                         source: e,
                     });
                 }

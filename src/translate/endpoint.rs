@@ -72,7 +72,7 @@ pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String
                 host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
                     address: Some(Address {
                         address: Some(address::Address::SocketAddress(SocketAddress {
-                            address: ip.to_string(),
+                            address: canonical(ip, &e.address),
                             port_specifier: Some(socket_address::PortSpecifier::PortValue(
                                 u32::from(*port),
                             )),
@@ -103,6 +103,15 @@ pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String
         },
         problems,
     )
+}
+
+/// The address as Envoy should see it. Rust parses IPv4 only in its canonical dotted
+/// form, so that text is reused as it is; IPv6 has many spellings and is re-printed.
+fn canonical(ip: &IpAddr, text: &str) -> String {
+    match ip {
+        IpAddr::V4(_) => text.to_owned(),
+        IpAddr::V6(v6) => v6.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -235,5 +244,18 @@ mod tests {
         let mut reversed = endpoints;
         reversed.reverse();
         assert_eq!(load_assignment(&cluster(reversed)).0, cla);
+    }
+
+    #[test]
+    fn ipv4_text_that_parses_is_canonical() {
+        for text in ["10.0.0.1", "0.0.0.0", "255.255.255.255", "127.0.0.31"] {
+            let ip: IpAddr = text.parse().expect("valid");
+            assert_eq!(canonical(&ip, text), ip.to_string());
+        }
+        for text in ["010.0.0.1", "10.0.0.01", " 10.0.0.1", "10.0.0.1 "] {
+            assert!(text.parse::<IpAddr>().is_err(), "{text:?} must not parse");
+        }
+        let ip: IpAddr = "2001:DB8::0:1".parse().expect("valid");
+        assert_eq!(canonical(&ip, "2001:DB8::0:1"), "2001:db8::1");
     }
 }

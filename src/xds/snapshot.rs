@@ -44,7 +44,7 @@ pub struct Resource {
 
 impl Resource {
     pub fn new(name: impl Into<String>, body: Any) -> Self {
-        let version = hash::digest(&body.value);
+        let version = hash::resource_version(&body.value);
         Self {
             name: name.into(),
             version,
@@ -55,6 +55,15 @@ impl Resource {
 
 /// Resources of one type, by name.
 pub type Resources = BTreeMap<String, Arc<Resource>>;
+
+/// A digest of the names and versions of a type's resources.
+fn type_version(resources: &Resources) -> String {
+    hash::digest_of_versions(
+        resources
+            .values()
+            .map(|r| (r.name.as_str(), r.version.as_str())),
+    )
+}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
@@ -75,11 +84,13 @@ impl Snapshot {
                 .or_default()
                 .insert(resource.name.clone(), Arc::new(resource));
         }
-        let version = hash::digest_of_versions(types.iter().flat_map(|(type_url, resources)| {
-            resources
-                .values()
-                .map(move |r| (format!("{type_url} {}", r.name), r.version.as_str()))
-        }));
+        // Names are unique within a type, and types come in order: the type's own
+        // version (over its names) is enough to tell snapshots apart.
+        let version = hash::digest_of_versions(
+            types
+                .iter()
+                .map(|(type_url, resources)| (type_url.as_str(), type_version(resources))),
+        );
         Self { types, version }
     }
 
@@ -97,12 +108,9 @@ impl Snapshot {
 
     /// Version of one type: a digest of its names and versions.
     pub fn type_version(&self, type_url: &str) -> String {
-        let resources = self.types.get(type_url);
-        hash::digest_of_versions(
-            resources
-                .into_iter()
-                .flat_map(|rs| rs.values().map(|r| (r.name.as_str(), r.version.as_str()))),
-        )
+        self.types
+            .get(type_url)
+            .map_or_else(|| type_version(&Resources::new()), type_version)
     }
 
     pub fn len(&self) -> usize {

@@ -20,7 +20,9 @@ use proptest::sample::select;
 use prost::{Message, Name};
 
 use switchyard::model::*;
-use switchyard::translate::{ROUTE_CONFIG_NAME, Translation, check_consistency, translate};
+use switchyard::translate::{
+    ROUTE_CONFIG_NAME, Translation, Translator, check_consistency, translate,
+};
 use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
 
 const CLUSTERS: &[&str] = &[
@@ -360,6 +362,45 @@ fn config() -> impl Strategy<Value = Config> {
         )
 }
 
+/// Part of `next`, part of `previous`: item i of each list is taken from `next` when bit
+/// i of `mask` is set, and `previous`'s item i stays otherwise. Successive configurations
+/// then share some inputs, change others, and add or drop the rest.
+fn blend(previous: &Config, next: &Config, mask: u64) -> Config {
+    fn pick<T: Clone>(previous: &[T], next: &[T], mask: u64) -> Vec<T> {
+        let len = previous.len().max(next.len());
+        (0..len)
+            .filter_map(|i| {
+                if mask & (1 << (i % 64)) != 0 {
+                    next.get(i)
+                } else {
+                    previous.get(i)
+                }
+                .cloned()
+            })
+            .collect()
+    }
+    Config {
+        listeners: if mask & 1 != 0 {
+            next.listeners.clone()
+        } else {
+            previous.listeners.clone()
+        },
+        virtual_hosts: pick(&previous.virtual_hosts, &next.virtual_hosts, mask),
+        clusters: pick(&previous.clusters, &next.clusters, mask.rotate_left(13)),
+        secrets: pick(&previous.secrets, &next.secrets, mask.rotate_left(29)),
+        endpoint_probes: pick(
+            &previous.endpoint_probes,
+            &next.endpoint_probes,
+            mask.rotate_left(41),
+        ),
+        version_probes: pick(
+            &previous.version_probes,
+            &next.version_probes,
+            mask.rotate_left(53),
+        ),
+    }
+}
+
 /// A deterministic Fisher–Yates shuffle driven by a seed.
 fn shuffle<T>(items: &mut [T], seed: &mut u64) {
     for i in (1..items.len()).rev() {
@@ -467,6 +508,25 @@ fn references(t: &Translation) -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 proptest! {
+    /// Incremental translation depends only on where it ends: after any sequence of
+    /// changes, the translator holds exactly what a fresh translation of the same
+    /// configuration gives.
+    #[test]
+    fn incremental_translation_equals_a_fresh_one(
+        steps in proptest::collection::vec((config(), any::<u64>()), 1..6),
+    ) {
+        let mut translator = Translator::new();
+        let mut current = Config::default();
+        for (next, mask) in &steps {
+            current = blend(&current, next, *mask);
+            let incremental = translator.update(&current);
+            let fresh = translate(&current);
+            prop_assert_eq!(fingerprint(&incremental), fingerprint(&fresh));
+            prop_assert_eq!(incremental.snapshot.version(), fresh.snapshot.version());
+            prop_assert_eq!(&incremental.problems, &fresh.problems);
+        }
+    }
+
     #[test]
     fn translation_is_deterministic_whatever_the_input_order(config in config(), seed in any::<u64>()) {
         let first = translate(&config);

@@ -19,7 +19,7 @@ use super::to_model::{self, Inputs, TlsData};
 use crate::api::ProxyConfigRole;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
-use crate::translate::{self, Problem};
+use crate::translate::{Problem, Translator};
 use crate::xds::Desired;
 
 /// Changes arriving within this window are built into one snapshot.
@@ -49,9 +49,11 @@ impl Builder {
             "every watcher has its initial list"
         );
         let mut secrets = SecretCache::default();
+        // Holds the last translation: each build rebuilds only what changed.
+        let mut translator = Translator::new();
         loop {
             changes.borrow_and_update();
-            self.build_and_publish(&mut secrets).await;
+            self.build_and_publish(&mut secrets, &mut translator).await;
             if changes.changed().await.is_err() {
                 return;
             }
@@ -59,7 +61,7 @@ impl Builder {
         }
     }
 
-    async fn build_and_publish(&self, secrets: &mut SecretCache) {
+    async fn build_and_publish(&self, secrets: &mut SecretCache, translator: &mut Translator) {
         let proxy_configs = self.index.proxy_configs.state();
         let slices = self.index.endpoint_slices.state();
         let secret_meta: HashMap<(String, String), String> = self
@@ -92,7 +94,7 @@ impl Builder {
             endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
             secrets: &tls,
         });
-        let translation = translate::translate(&config);
+        let translation = translator.update(&config);
         let elapsed = started.elapsed();
         problems.extend(translation.problems.iter().cloned());
         for problem in &problems {

@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 
 use crate::hash;
 use crate::metrics::Metrics;
-use crate::translate;
+use crate::translate::Translator;
 use crate::xds::Desired;
 use file::File;
 use resolve::SecretPem;
@@ -162,6 +162,7 @@ pub struct Watcher {
 impl Watcher {
     pub async fn run(self) {
         let mut applied: Option<String> = None;
+        let mut translator = Translator::new();
         let mut last_error: Option<String> = None;
         loop {
             match load_dir(&self.dir) {
@@ -169,7 +170,7 @@ impl Watcher {
                     last_error = None;
                     if applied.as_deref() != Some(loaded.fingerprint.as_str()) {
                         applied = Some(loaded.fingerprint.clone());
-                        self.apply(&loaded);
+                        self.apply(&loaded, &mut translator);
                     }
                 }
                 Err(err) => {
@@ -189,10 +190,12 @@ impl Watcher {
         }
     }
 
-    fn apply(&self, loaded: &Loaded) {
+    /// Translates the loaded files; `translator` holds the previous translation, so only
+    /// what changed is rebuilt.
+    fn apply(&self, loaded: &Loaded, translator: &mut Translator) {
         let started = Instant::now();
         let resolved = resolve::resolve(&loaded.file, &loaded.secrets, &self.probe_token);
-        let translation = translate::translate(&resolved.config);
+        let translation = translator.update(&resolved.config);
         let elapsed = started.elapsed();
         let problems: Vec<String> = resolved
             .problems

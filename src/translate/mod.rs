@@ -12,10 +12,8 @@
 //! order of its lists (I6); only the order of routes inside a virtual host (match order) is
 //! kept as given.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-
-use envoy_types::pb::google::protobuf::Any;
 
 use crate::model;
 use crate::xds;
@@ -29,9 +27,11 @@ mod proto;
 pub mod render;
 mod route;
 mod secret;
+mod translator;
 mod validate;
 
 pub use check::check_consistency;
+pub use translator::{Changes, Edit, Translator};
 
 /// The name of the one route configuration that every listener uses.
 pub const ROUTE_CONFIG_NAME: &str = "switchyard";
@@ -89,13 +89,13 @@ impl fmt::Display for Problem {
     }
 }
 
-/// The inputs that routes and probes may refer to, indexed by name, with the reasons why
-/// some of them cannot be used.
+/// The inputs that routes and probes may refer to, by name, with the reasons why some
+/// clusters cannot be used.
 struct Inputs<'a> {
-    clusters: BTreeMap<&'a str, &'a model::Cluster>,
+    clusters: &'a HashMap<String, model::Cluster>,
     /// Clusters that exist but that Envoy would reject, with the reason.
-    invalid_clusters: BTreeMap<&'a str, String>,
-    secrets: BTreeMap<&'a str, &'a model::TlsSecret>,
+    invalid_clusters: &'a HashMap<String, String>,
+    secrets: &'a HashMap<String, model::TlsSecret>,
 }
 
 impl Inputs<'_> {
@@ -111,204 +111,10 @@ impl Inputs<'_> {
     }
 }
 
-/// Translates the routing model into the xDS resources every Envoy should serve.
+/// Translates the routing model into the xDS resources every Envoy should serve: a fresh
+/// [`Translator`] brought to `config`.
 pub fn translate(config: &model::Config) -> Translation {
-    let mut problems = Vec::new();
-
-    let clusters = unique_by_name(
-        &config.clusters,
-        |c| c.name.as_str(),
-        "cluster",
-        cluster_content,
-        &mut problems,
-    );
-    let invalid_clusters = clusters
-        .iter()
-        .filter_map(|(name, c)| cluster::validate(c).err().map(|e| (*name, e)))
-        .collect();
-    let secrets = unique_by_name(
-        &config.secrets,
-        |s| s.name.as_str(),
-        "secret",
-        secret_content,
-        &mut problems,
-    );
-    let inputs = Inputs {
-        clusters,
-        invalid_clusters,
-        secrets,
-    };
-
-    let token = config.listeners.probe_token.as_str();
-    let token_ok = match validate::header_value(token) {
-        Ok(()) => true,
-        Err(e) => {
-            problems.push(Problem::new(
-                "listeners",
-                format!("probe token is not a valid header value ({e}); no probe is served"),
-            ));
-            false
-        }
-    };
-
-    // Version probes first: their names and domains are reserved before any user's.
-    let version_probes = if token_ok {
-        probe::select_version_probes(&config.version_probes, &mut problems)
-    } else {
-        Vec::new()
-    };
-    let mut claimed = Claims::default();
-    let catch_all = probe::catch_all_virtual_host();
-    claimed.claim(&catch_all.name, &catch_all.domains);
-    let mut virtual_hosts = vec![catch_all];
-    let mut version_vhosts = Vec::new();
-    for vp in &version_probes {
-        let vhost = probe::version_probe_virtual_host(vp, token);
-        claimed.claim(&vhost.name, &vhost.domains);
-        version_vhosts.push((vp.id.as_str(), vhost));
-    }
-
-    // User virtual hosts, in name order: the first one to claim a host keeps it.
-    let user_vhosts = unique_by_name(
-        &config.virtual_hosts,
-        |v| v.name.as_str(),
-        "virtual host",
-        serde_content,
-        &mut problems,
-    );
-    let mut served = Vec::new();
-    let mut dropped = BTreeSet::new();
-    for vh in user_vhosts.values() {
-        let mut errors = route::validate_virtual_host(vh, &inputs);
-        let hosts = route::normalized_hosts(vh);
-        if errors.is_empty() {
-            errors = claimed.conflicts(&vh.name, &hosts);
-        }
-        if errors.is_empty() {
-            claimed.claim(&vh.name, &hosts);
-            virtual_hosts.push(route::virtual_host(vh, &hosts));
-            served.push((*vh, hosts));
-        } else {
-            problems.extend(errors.into_iter().map(|e| Problem::new(&vh.name, e)));
-            dropped.insert(vh.name.as_str());
-        }
-    }
-    // A version probe must never report a version whose routes are not served: the
-    // probe of a virtual host that was left out goes too.
-    for (id, vhost) in version_vhosts {
-        if dropped.contains(id) {
-            problems.push(Problem::new(
-                format!("version-probe/{id}"),
-                "left out with its virtual host",
-            ));
-        } else {
-            virtual_hosts.push(vhost);
-        }
-    }
-    virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
-
-    let endpoint_probes = if token_ok {
-        probe::select_endpoint_probes(&config.endpoint_probes, &inputs, &mut problems)
-    } else {
-        Vec::new()
-    };
-
-    // Only clusters that a served route or probe references reach CDS.
-    let mut referenced: BTreeSet<&str> = BTreeSet::new();
-    for (vh, _) in &served {
-        referenced.extend(route::referenced_clusters(vh));
-    }
-    for p in &endpoint_probes {
-        referenced.extend(p.clusters.keys().map(String::as_str));
-    }
-
-    let mut resources = Vec::new();
-    for name in &referenced {
-        let Some(c) = inputs.clusters.get(name) else {
-            continue; // unreachable: references were validated
-        };
-        resources.push(resource(*name, cluster::pack(cluster::cluster(c))));
-        let (cla, endpoint_problems) = endpoint::load_assignment(c);
-        problems.extend(
-            endpoint_problems
-                .into_iter()
-                .map(|e| Problem::new(format!("cluster/{name}"), e)),
-        );
-        resources.push(resource(*name, proto::pack(&cla)));
-    }
-
-    let mut tls_hosts = Vec::new();
-    let mut used_secrets = BTreeSet::new();
-    for (vh, hosts) in &served {
-        if let Some(tls) = &vh.tls {
-            tls_hosts.push(listener::TlsHost {
-                virtual_host: &vh.name,
-                hosts,
-                secret: &tls.secret,
-            });
-            used_secrets.insert(tls.secret.as_str());
-        }
-    }
-    for name in used_secrets {
-        if let Some(s) = inputs.secrets.get(name) {
-            resources.push(resource(name, proto::pack(&secret::secret(s))));
-        }
-    }
-
-    for l in listener::listeners(&config.listeners, &tls_hosts, &endpoint_probes) {
-        resources.push(resource(l.name.clone(), proto::pack(&l)));
-    }
-    resources.push(resource(
-        ROUTE_CONFIG_NAME,
-        proto::pack(&route::route_configuration(
-            ROUTE_CONFIG_NAME,
-            virtual_hosts,
-        )),
-    ));
-
-    problems.sort();
-    problems.dedup();
-    Translation {
-        snapshot: xds::Snapshot::new(resources),
-        problems,
-    }
-}
-
-fn resource(name: impl Into<String>, body: Any) -> xds::Resource {
-    xds::Resource::new(name, body)
-}
-
-/// The hosts already served, by lower-case domain, and the virtual host names in use.
-#[derive(Default)]
-struct Claims {
-    domains: BTreeMap<String, String>,
-    names: BTreeSet<String>,
-}
-
-impl Claims {
-    fn conflicts(&self, name: &str, hosts: &[String]) -> Vec<String> {
-        let mut errors = Vec::new();
-        if self.names.contains(name) {
-            errors.push(format!(
-                "virtual host name {name:?} is reserved for a probe"
-            ));
-        }
-        for host in hosts {
-            if let Some(owner) = self.domains.get(host) {
-                errors.push(format!(
-                    "host {host:?} is already served by virtual host {owner:?}"
-                ));
-            }
-        }
-        errors
-    }
-
-    fn claim(&mut self, name: &str, hosts: &[String]) {
-        self.names.insert(name.to_owned());
-        for host in hosts {
-            self.domains.insert(host.clone(), name.to_owned());
-        }
-    }
+    Translator::new().update(config)
 }
 
 /// Indexes items by name. A name defined more than once with different content is

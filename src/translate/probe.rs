@@ -197,7 +197,7 @@ pub fn health_check_filter(p: &model::EndpointProbe, token: &str) -> HttpFilter 
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
 
     use prost::Message;
 
@@ -273,10 +273,12 @@ mod tests {
             settings: Default::default(),
             endpoints: vec![],
         };
+        let clusters = HashMap::from([(known.name.clone(), known.clone())]);
+        let (invalid_clusters, secrets) = (HashMap::new(), HashMap::new());
         let inputs = Inputs {
-            clusters: BTreeMap::from([(known.name.as_str(), &known)]),
-            invalid_clusters: BTreeMap::new(),
-            secrets: BTreeMap::new(),
+            clusters: &clusters,
+            invalid_clusters: &invalid_clusters,
+            secrets: &secrets,
         };
         let probes = vec![
             model::EndpointProbe {

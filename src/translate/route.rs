@@ -11,6 +11,9 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
 
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+
 use super::{Inputs, proto, validate};
 use crate::model;
 
@@ -281,6 +284,29 @@ fn route_action(f: &model::Forward) -> RouteAction {
     }
 }
 
+/// The route configuration from its virtual hosts, each already encoded, in order. The
+/// same bytes as encoding the whole message (fields in tag order: name, virtual hosts,
+/// then the rest), without encoding every virtual host again.
+pub fn route_configuration_from_encoded<'a>(
+    name: &str,
+    virtual_hosts: impl Iterator<Item = &'a [u8]>,
+) -> Any {
+    let mut value = RouteConfiguration {
+        name: name.to_owned(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    for vhost in virtual_hosts {
+        prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut value);
+        prost::encoding::encode_varint(vhost.len() as u64, &mut value);
+        value.extend_from_slice(vhost);
+    }
+    let mut rest = route_configuration(name, Vec::new());
+    rest.name.clear();
+    value.extend_from_slice(&rest.encode_to_vec());
+    proto::pack_bytes::<RouteConfiguration>(value)
+}
+
 pub fn route_configuration(
     name: &str,
     mut virtual_hosts: Vec<envoy_route::VirtualHost>,
@@ -298,7 +324,7 @@ pub fn route_configuration(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::HashMap;
     use std::time::Duration;
 
     use super::*;
@@ -361,14 +387,18 @@ mod tests {
         let clusters = [cluster("a"), cluster("b")];
         let mut bad = cluster("bad");
         bad.settings.connect_timeout = Duration::ZERO;
+        let clusters: HashMap<String, model::Cluster> = clusters
+            .into_iter()
+            .chain([bad])
+            .map(|c| (c.name.clone(), c))
+            .collect();
+        let invalid_clusters =
+            HashMap::from([("bad".to_owned(), "connect timeout must be positive".into())]);
+        let secrets = HashMap::new();
         let inputs = Inputs {
-            clusters: clusters
-                .iter()
-                .chain([&bad])
-                .map(|c| (c.name.as_str(), c))
-                .collect(),
-            invalid_clusters: BTreeMap::from([("bad", "connect timeout must be positive".into())]),
-            secrets: BTreeMap::new(),
+            clusters: &clusters,
+            invalid_clusters: &invalid_clusters,
+            secrets: &secrets,
         };
         validate_virtual_host(vh, &inputs)
     }

@@ -21,18 +21,20 @@ pub fn listen_address(node: &Node) -> Option<String> {
     }
 }
 
-/// The snapshot with every listener bound to `address`.
+/// The snapshot with every listener bound to `address`. Shares everything else with the
+/// snapshot it came from.
 pub fn bind_listeners(snapshot: &Snapshot, address: &str) -> Snapshot {
-    let resources = snapshot.types().flat_map(|(type_url, resources)| {
-        resources.values().map(move |resource| {
-            if type_url == LISTENER {
-                rebind(resource, address)
-            } else {
-                Resource::clone(resource)
-            }
-        })
-    });
-    Snapshot::new(resources)
+    let mut bound = snapshot.clone();
+    let listeners: Vec<Resource> = snapshot
+        .resources(LISTENER)
+        .into_iter()
+        .flat_map(|resources| resources.values())
+        .map(|resource| rebind(resource, address))
+        .collect();
+    for listener in listeners {
+        bound.insert(std::sync::Arc::new(listener));
+    }
+    bound
 }
 
 fn rebind(resource: &Resource, address: &str) -> Resource {

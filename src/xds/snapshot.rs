@@ -53,45 +53,103 @@ impl Resource {
     }
 }
 
-/// Resources of one type, by name.
-pub type Resources = BTreeMap<String, Arc<Resource>>;
+/// Resources of one type, by name. A persistent map: a snapshot built from the previous
+/// one shares every unchanged resource and tree node with it, so a change costs what it
+/// touches, not the size of the snapshot.
+pub type Resources = imbl::OrdMap<String, Arc<Resource>>;
 
-/// A digest of the names and versions of a type's resources.
-fn type_version(resources: &Resources) -> String {
-    hash::digest_of_versions(
-        resources
-            .values()
-            .map(|r| (r.name.as_str(), r.version.as_str())),
-    )
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
+/// The desired state. Cheap to clone; `insert` and `remove` cost O(log n).
+#[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     types: BTreeMap<String, Resources>,
+    /// Per type, the wrapping sum of [`entry_hash`] over its resources: order-free, so
+    /// it is kept up to date in O(1) per change.
+    sums: BTreeMap<String, u128>,
     version: String,
+}
+
+/// Two snapshots are equal when they hold the same resources (versions follow from them).
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        self.types == other.types
+    }
 }
 
 impl Snapshot {
     /// Builds a snapshot; later duplicates of a (type, name) replace earlier ones.
     pub fn new(resources: impl IntoIterator<Item = Resource>) -> Self {
-        let mut types: BTreeMap<String, Resources> = ALL_TYPES
-            .iter()
-            .map(|t| (t.to_string(), Resources::new()))
-            .collect();
-        for resource in resources {
-            types
-                .entry(resource.body.type_url.clone())
-                .or_default()
-                .insert(resource.name.clone(), Arc::new(resource));
-        }
-        // Names are unique within a type, and types come in order: the type's own
-        // version (over its names) is enough to tell snapshots apart.
-        let version = hash::digest_of_versions(
-            types
+        let mut snapshot = Self {
+            types: ALL_TYPES
                 .iter()
-                .map(|(type_url, resources)| (type_url.as_str(), type_version(resources))),
+                .map(|t| (t.to_string(), Resources::new()))
+                .collect(),
+            ..Self::default()
+        };
+        for resource in resources {
+            snapshot.put(Arc::new(resource));
+        }
+        snapshot.refresh_version();
+        snapshot
+    }
+
+    /// Adds or replaces one resource.
+    pub fn insert(&mut self, resource: Arc<Resource>) {
+        self.put(resource);
+        self.refresh_version();
+    }
+
+    /// Removes one resource, if present.
+    pub fn remove(&mut self, type_url: &str, name: &str) {
+        if self.take(type_url, name) {
+            self.refresh_version();
+        }
+    }
+
+    /// Removes, then adds or replaces, several resources; one version update for all.
+    pub fn update(
+        &mut self,
+        removes: impl IntoIterator<Item = (&'static str, String)>,
+        puts: impl IntoIterator<Item = Arc<Resource>>,
+    ) {
+        for (type_url, name) in removes {
+            self.take(type_url, &name);
+        }
+        for resource in puts {
+            self.put(resource);
+        }
+        self.refresh_version();
+    }
+
+    fn take(&mut self, type_url: &str, name: &str) -> bool {
+        let Some(old) = self.types.get_mut(type_url).and_then(|rs| rs.remove(name)) else {
+            return false;
+        };
+        let sum = self.sums.entry(type_url.to_owned()).or_default();
+        *sum = sum.wrapping_sub(entry_hash(&old));
+        true
+    }
+
+    fn put(&mut self, resource: Arc<Resource>) {
+        let type_url = resource.body.type_url.clone();
+        let added = entry_hash(&resource);
+        let old = self
+            .types
+            .entry(type_url.clone())
+            .or_default()
+            .insert(resource.name.clone(), resource);
+        let sum = self.sums.entry(type_url).or_default();
+        *sum = sum.wrapping_add(added);
+        if let Some(old) = old {
+            *sum = sum.wrapping_sub(entry_hash(&old));
+        }
+    }
+
+    fn refresh_version(&mut self) {
+        self.version = hash::digest_of_versions(
+            self.types
+                .keys()
+                .map(|type_url| (type_url.as_str(), self.type_version(type_url))),
         );
-        Self { types, version }
     }
 
     pub fn version(&self) -> &str {
@@ -108,16 +166,23 @@ impl Snapshot {
 
     /// Version of one type: a digest of its names and versions.
     pub fn type_version(&self, type_url: &str) -> String {
-        self.types
-            .get(type_url)
-            .map_or_else(|| type_version(&Resources::new()), type_version)
+        format!("{:032x}", self.sums.get(type_url).copied().unwrap_or(0))
     }
 
     pub fn len(&self) -> usize {
-        self.types.values().map(BTreeMap::len).sum()
+        self.types.values().map(Resources::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Hash of one resource's name and version, for its type's version.
+fn entry_hash(resource: &Resource) -> u128 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    hasher.update(resource.name.as_bytes());
+    hasher.update(&[0]);
+    hasher.update(resource.version.as_bytes());
+    hasher.digest128()
 }

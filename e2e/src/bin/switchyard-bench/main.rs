@@ -103,15 +103,8 @@ fn machine() -> String {
 fn print_table(results: &Results) {
     println!("machine: {}", results.machine);
     println!();
-    println!(
-        "| translation | clusters | endpoints | resources | best ms | median ms | peak RSS MiB |"
-    );
-    println!("|---|---|---|---|---|---|---|");
-    for t in &results.translation {
-        println!(
-            "| {} routes | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
-            t.routes, t.clusters, t.endpoints, t.resources, t.best_ms, t.median_ms, t.peak_rss_mib
-        );
+    if !results.translation.is_empty() {
+        translation::print_table(&results.translation);
     }
     if !results.switch.is_empty() {
         println!();

@@ -1,10 +1,16 @@
-//! Full translation time and peak memory, in a child process per size.
+//! Translation time, full and incremental, and peak memory, in a child process per size.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use switchyard::translate::translate;
+use switchyard::model::{
+    Cluster, Config, EndpointCondition, RouteAction, ServiceRef, WeightedCluster, cluster_name,
+};
+use switchyard::translate::{Changes, Edit, Translator, translate};
 use switchyard_e2e::synthetic;
+
+/// Changes measured per kind of incremental rebuild.
+const CHANGES: usize = 50;
 
 #[derive(Serialize, Deserialize)]
 pub struct TranslationResult {
@@ -15,6 +21,15 @@ pub struct TranslationResult {
     pub best_ms: f64,
     pub median_ms: f64,
     pub peak_rss_mib: f64,
+    /// Incremental rebuilds after one change, median and p90 over [`CHANGES`].
+    pub incremental: Vec<IncrementalResult>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct IncrementalResult {
+    pub change: String,
+    pub median_ms: f64,
+    pub p90_ms: f64,
 }
 
 pub fn measure_translation(routes: usize) -> TranslationResult {
@@ -36,6 +51,117 @@ pub fn measure_translation(routes: usize) -> TranslationResult {
         best_ms: times[0],
         median_ms: times[times.len() / 2],
         peak_rss_mib: peak_rss_mib(),
+        incremental: measure_incremental(&config),
+    }
+}
+
+/// One change at a time on a translator that holds the whole configuration.
+fn measure_incremental(config: &Config) -> Vec<IncrementalResult> {
+    let mut translator = Translator::new();
+    translator.update(config);
+    let mut results = Vec::new();
+
+    // A route switched to a brand-new Service: one cluster added, one virtual host changed.
+    let times = timed(|i| {
+        let n = (i * 7919) % config.virtual_hosts.len();
+        let mut cluster = config.clusters[n].clone();
+        cluster.service = ServiceRef {
+            namespace: cluster.service.namespace.clone(),
+            name: format!("fresh-{i}"),
+            port: 8080,
+        };
+        cluster.name = cluster_name(&cluster.service, &cluster.settings);
+        let mut vhost = config.virtual_hosts[n].clone();
+        if let RouteAction::Forward(f) = &mut vhost.routes[0].action {
+            f.backends = vec![WeightedCluster {
+                cluster: cluster.name.clone(),
+                weight: 1,
+            }];
+        }
+        let changes = Changes {
+            clusters: vec![Edit::Put(cluster)],
+            virtual_hosts: vec![Edit::Put(vhost)],
+            ..Changes::default()
+        };
+        let started = Instant::now();
+        translator.apply(changes);
+        started.elapsed()
+    });
+    results.push(incremental("route → new Service (apply)", times));
+
+    // An EndpointSlice change: one endpoint of one cluster stops being ready.
+    let times = timed(|i| {
+        let mut cluster: Cluster = config.clusters[(i * 104_729) % config.clusters.len()].clone();
+        let e = i % cluster.endpoints.len();
+        cluster.endpoints[e].condition = EndpointCondition {
+            ready: i % 2 == 0,
+            serving: true,
+            terminating: false,
+        };
+        let changes = Changes {
+            clusters: vec![Edit::Put(cluster)],
+            ..Changes::default()
+        };
+        let started = Instant::now();
+        translator.apply(changes);
+        started.elapsed()
+    });
+    results.push(incremental("one endpoint (apply)", times));
+
+    // The same, given the whole configuration: every input is compared to find the change.
+    let mut current = config.clone();
+    let times = timed(|i| {
+        let n = (i * 104_729) % current.clusters.len();
+        let e = i % current.clusters[n].endpoints.len();
+        current.clusters[n].endpoints[e].condition.ready ^= true;
+        let started = Instant::now();
+        translator.update(&current);
+        started.elapsed()
+    });
+    results.push(incremental(
+        "one endpoint (update: diff whole config)",
+        times,
+    ));
+    results
+}
+
+fn timed(mut run: impl FnMut(usize) -> std::time::Duration) -> Vec<f64> {
+    let mut times: Vec<f64> = (0..CHANGES)
+        .map(|i| run(i + 1).as_secs_f64() * 1000.0)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times
+}
+
+fn incremental(change: &str, times: Vec<f64>) -> IncrementalResult {
+    IncrementalResult {
+        change: change.to_owned(),
+        median_ms: times[times.len() / 2],
+        p90_ms: times[(times.len() * 9) / 10],
+    }
+}
+
+pub fn print_table(results: &[TranslationResult]) {
+    println!(
+        "| translation | clusters | endpoints | resources | best ms | median ms | peak RSS MiB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for t in results {
+        println!(
+            "| {} routes | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            t.routes, t.clusters, t.endpoints, t.resources, t.best_ms, t.median_ms, t.peak_rss_mib
+        );
+    }
+    println!();
+    println!("| incremental rebuild, one change | routes | median ms | p90 ms |");
+    println!("|---|---|---|---|");
+    for t in results {
+        for i in &t.incremental {
+            println!(
+                "| {} | {} | {:.3} | {:.3} |",
+                i.change, t.routes, i.median_ms, i.p90_ms
+            );
+        }
     }
 }
 

@@ -1,0 +1,975 @@
+//! The translator's state between changes: the inputs by name, indexes from what is
+//! referenced to who refers to it, and the snapshot last produced. A change recomputes only
+//! what depends on it, so its cost follows the size of the change, not of the config:
+//!
+//! - a cluster: its CDS and EDS resources, and the virtual hosts and probes that name it;
+//! - a virtual host: itself, and the virtual hosts that share a domain with it (the first
+//!   one by name keeps a host, so only they can win or lose one);
+//! - a probe: its virtual host or the probe listener.
+//!
+//! The route configuration holds every virtual host; it is re-assembled from each virtual
+//! host's cached encoding (a copy, no re-encoding). Listeners are rebuilt when TLS hosts or
+//! endpoint probes change. The result is the same as translating the whole configuration
+//! from scratch ([`super::translate`] is a fresh `Translator`); a property test holds it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use prost::Message;
+
+use super::{
+    Inputs, PROBE_CATCH_ALL_VHOST, Problem, ROUTE_CONFIG_NAME, Translation,
+    VERSION_PROBE_VHOST_PREFIX, cluster, endpoint, listener, probe, proto, route, secret,
+    unique_by_name, validate,
+};
+use crate::model;
+use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, Resource, SECRET, Snapshot};
+
+/// A change to one input: its new definition, or its removal by name.
+#[derive(Clone, Debug)]
+pub enum Edit<T> {
+    Put(T),
+    Remove(String),
+}
+
+/// Changes to apply together.
+#[derive(Clone, Debug, Default)]
+pub struct Changes {
+    pub listeners: Option<model::ListenerSettings>,
+    pub clusters: Vec<Edit<model::Cluster>>,
+    pub secrets: Vec<Edit<model::TlsSecret>>,
+    pub virtual_hosts: Vec<Edit<model::VirtualHost>>,
+    pub version_probes: Vec<Edit<model::VersionProbe>>,
+    pub endpoint_probes: Vec<Edit<model::EndpointProbe>>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.listeners.is_none()
+            && self.clusters.is_empty()
+            && self.secrets.is_empty()
+            && self.virtual_hosts.is_empty()
+            && self.version_probes.is_empty()
+            && self.endpoint_probes.is_empty()
+    }
+}
+
+/// A user virtual host and what was derived from it.
+struct Host {
+    model: model::VirtualHost,
+    /// Normalized hosts (see [`route::normalized_hosts`]).
+    hosts: Vec<String>,
+    /// Why it cannot be served, conflicts with other virtual hosts aside.
+    errors: Vec<String>,
+    served: bool,
+}
+
+/// What a served virtual host uses.
+#[derive(Clone, PartialEq)]
+struct Uses {
+    clusters: BTreeSet<String>,
+    secret: Option<String>,
+}
+
+/// Route entries are keyed by (name, kind): probe virtual hosts sort before a user's of
+/// the same name, which is then refused anyway ("reserved for a probe").
+type EntryKey = (String, EntryKind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EntryKind {
+    Probe,
+    User,
+}
+
+/// What one apply changed, gathered for the snapshot at its end.
+#[derive(Default)]
+struct Output {
+    puts: Vec<Resource>,
+    removes: Vec<(&'static str, String)>,
+    /// Clusters and secrets whose use count changed.
+    touched_clusters: BTreeSet<String>,
+    touched_secrets: BTreeSet<String>,
+    routes_changed: bool,
+    listeners_changed: bool,
+}
+
+/// Keys of the problem map: what a problem is about.
+fn key(kind: &str, name: &str) -> String {
+    format!("{kind}\u{0}{name}")
+}
+const HOST: &str = "host";
+const CLUSTER_KEY: &str = "cluster";
+const VERSION_PROBE: &str = "version-probe";
+const LEFT_OUT: &str = "left-out";
+const ENDPOINT_PROBES: &str = "endpoint-probes";
+const LISTENERS: &str = "listeners";
+
+/// Incremental translation; see the module documentation.
+pub struct Translator {
+    listeners: model::ListenerSettings,
+    token_ok: bool,
+    clusters: HashMap<String, model::Cluster>,
+    invalid_clusters: HashMap<String, String>,
+    secrets: HashMap<String, model::TlsSecret>,
+    hosts: BTreeMap<String, Host>,
+    version_probes: BTreeMap<String, model::VersionProbe>,
+    endpoint_probes: BTreeMap<String, model::EndpointProbe>,
+
+    /// Cluster / secret name → every virtual host that names it, servable or not.
+    hosts_by_cluster: HashMap<String, BTreeSet<String>>,
+    hosts_by_secret: HashMap<String, BTreeSet<String>>,
+    /// Domain → the virtual hosts without errors that ask for it.
+    hosts_by_domain: HashMap<String, BTreeSet<String>>,
+    /// Names and domains that probes hold before any user virtual host.
+    reserved_names: HashSet<String>,
+    reserved_domains: HashMap<String, String>,
+    /// Valid version probes (they hold their host), by id.
+    selected_version_probes: BTreeSet<String>,
+    /// Valid endpoint probes, by id, and the clusters they count as used.
+    selected_endpoint_probes: Vec<String>,
+    endpoint_probe_clusters: Vec<String>,
+
+    /// How many served virtual hosts and endpoint probes use a cluster or secret.
+    cluster_uses: HashMap<String, usize>,
+    secret_uses: HashMap<String, usize>,
+    served_uses: HashMap<String, Uses>,
+    /// Served TLS virtual hosts: hosts and secret, by virtual host name.
+    tls_hosts: BTreeMap<String, (Vec<String>, String)>,
+    /// Encoded virtual hosts of the route configuration.
+    route_entries: BTreeMap<EntryKey, Vec<u8>>,
+    /// Problems by what they are about; flattened and sorted into each translation.
+    problems: BTreeMap<String, Vec<Problem>>,
+    /// Names defined more than once (see [`Translator::update`]).
+    duplicate_problems: Vec<Problem>,
+    duplicate_probe_problems: Vec<Problem>,
+    snapshot: Snapshot,
+}
+
+impl Default for Translator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Translator {
+    /// A translator with nothing in it: listeners with default settings, no routes.
+    pub fn new() -> Self {
+        let catch_all = probe::catch_all_virtual_host();
+        let mut translator = Self {
+            listeners: model::ListenerSettings::default(),
+            token_ok: false,
+            clusters: HashMap::new(),
+            invalid_clusters: HashMap::new(),
+            secrets: HashMap::new(),
+            hosts: BTreeMap::new(),
+            version_probes: BTreeMap::new(),
+            endpoint_probes: BTreeMap::new(),
+            hosts_by_cluster: HashMap::new(),
+            hosts_by_secret: HashMap::new(),
+            hosts_by_domain: HashMap::new(),
+            reserved_names: HashSet::from([PROBE_CATCH_ALL_VHOST.to_owned()]),
+            reserved_domains: catch_all
+                .domains
+                .iter()
+                .map(|d| (d.clone(), catch_all.name.clone()))
+                .collect(),
+            selected_version_probes: BTreeSet::new(),
+            selected_endpoint_probes: Vec::new(),
+            endpoint_probe_clusters: Vec::new(),
+            cluster_uses: HashMap::new(),
+            secret_uses: HashMap::new(),
+            served_uses: HashMap::new(),
+            tls_hosts: BTreeMap::new(),
+            route_entries: BTreeMap::new(),
+            problems: BTreeMap::new(),
+            duplicate_problems: Vec::new(),
+            duplicate_probe_problems: Vec::new(),
+            snapshot: Snapshot::new([]),
+        };
+        let mut out = Output {
+            routes_changed: true,
+            ..Output::default()
+        };
+        translator.route_entries.insert(
+            (catch_all.name.clone(), EntryKind::Probe),
+            catch_all.encode_to_vec(),
+        );
+        let listeners = translator.listeners.clone();
+        translator.set_listeners(listeners);
+        translator.select_endpoint_probes(&mut out);
+        translator.place_listeners(&mut out);
+        translator.finish(out);
+        translator
+    }
+
+    /// Brings the translator to `config`: names defined twice with different contents are
+    /// left out (and reported), then only what differs from the current inputs is applied.
+    /// Finding what differs compares every input; a caller that knows what changed calls
+    /// [`Translator::apply`] instead.
+    pub fn update(&mut self, config: &model::Config) -> Translation {
+        let mut duplicates = Vec::new();
+        let clusters = unique_by_name(
+            &config.clusters,
+            |c| c.name.as_str(),
+            "cluster",
+            super::cluster_content,
+            &mut duplicates,
+        );
+        let secrets = unique_by_name(
+            &config.secrets,
+            |s| s.name.as_str(),
+            "secret",
+            super::secret_content,
+            &mut duplicates,
+        );
+        let hosts = unique_by_name(
+            &config.virtual_hosts,
+            |v| v.name.as_str(),
+            "virtual host",
+            super::serde_content,
+            &mut duplicates,
+        );
+        let mut probe_duplicates = Vec::new();
+        let version_probes = unique_by_name(
+            &config.version_probes,
+            |p| p.id.as_str(),
+            "version probe",
+            super::serde_content,
+            &mut probe_duplicates,
+        );
+        let endpoint_probes = unique_by_name(
+            &config.endpoint_probes,
+            |p| p.id.as_str(),
+            "endpoint probe",
+            super::serde_content,
+            &mut probe_duplicates,
+        );
+        self.duplicate_problems = duplicates;
+        self.duplicate_probe_problems = probe_duplicates;
+
+        let changes = Changes {
+            listeners: (config.listeners != self.listeners).then(|| config.listeners.clone()),
+            clusters: edits(&self.clusters, &clusters),
+            secrets: edits(&self.secrets, &secrets),
+            virtual_hosts: edits(self.hosts.iter().map(|(n, h)| (n, &h.model)), &hosts),
+            version_probes: edits(&self.version_probes, &version_probes),
+            endpoint_probes: edits(&self.endpoint_probes, &endpoint_probes),
+        };
+        self.apply(changes)
+    }
+
+    /// Applies changes and returns the new translation.
+    pub fn apply(&mut self, changes: Changes) -> Translation {
+        let mut out = Output::default();
+        let mut dirty_hosts: BTreeSet<String> = BTreeSet::new();
+        let mut dirty_clusters: BTreeSet<String> = BTreeSet::new();
+        let mut dirty_secrets: BTreeSet<String> = BTreeSet::new();
+        let mut dirty_version_probes: BTreeSet<String> = BTreeSet::new();
+        let mut endpoint_probes_dirty = false;
+
+        if let Some(settings) = changes.listeners {
+            self.set_listeners(settings);
+            // The token is part of every probe.
+            dirty_version_probes.extend(self.version_probes.keys().cloned());
+            endpoint_probes_dirty = true;
+            out.listeners_changed = true;
+        }
+        for edit in changes.clusters {
+            let (name, usable_changed) = self.edit_cluster(edit);
+            // Virtual hosts and probes only care whether the cluster can be used.
+            if usable_changed {
+                dirty_hosts.extend(
+                    self.hosts_by_cluster
+                        .get(&name)
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+                endpoint_probes_dirty |= self
+                    .endpoint_probes
+                    .values()
+                    .any(|p| p.clusters.contains_key(&name));
+            }
+            dirty_clusters.insert(name);
+        }
+        for edit in changes.secrets {
+            let (name, usable_changed) = self.edit_secret(edit);
+            if usable_changed {
+                dirty_hosts.extend(
+                    self.hosts_by_secret
+                        .get(&name)
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+            }
+            dirty_secrets.insert(name);
+        }
+        for edit in changes.version_probes {
+            let id = match edit {
+                Edit::Put(p) => {
+                    let id = p.id.clone();
+                    self.version_probes.insert(id.clone(), p);
+                    id
+                }
+                Edit::Remove(id) => {
+                    self.version_probes.remove(&id);
+                    id
+                }
+            };
+            dirty_version_probes.insert(id);
+        }
+        for edit in changes.endpoint_probes {
+            match edit {
+                Edit::Put(p) => self.endpoint_probes.insert(p.id.clone(), p),
+                Edit::Remove(id) => self.endpoint_probes.remove(&id),
+            };
+            endpoint_probes_dirty = true;
+        }
+
+        // Version probes hold their names and domains before any user virtual host.
+        let mut seed_domains: BTreeSet<String> = BTreeSet::new();
+        for id in &dirty_version_probes {
+            let (name, domains) = self.reserve_version_probe(id);
+            if self.hosts.contains_key(&name) {
+                dirty_hosts.insert(name);
+            }
+            seed_domains.extend(domains);
+        }
+
+        // User virtual hosts: out of the indexes with their old state, in with the new.
+        let mut before: BTreeMap<String, Option<bool>> = BTreeMap::new();
+        for edit in changes.virtual_hosts {
+            let name = match &edit {
+                Edit::Put(v) => v.name.clone(),
+                Edit::Remove(name) => name.clone(),
+            };
+            self.unindex_host(&name, &mut seed_domains, &mut before);
+            match edit {
+                Edit::Put(model) => {
+                    let served = self.hosts.get(&name).is_some_and(|h| h.served);
+                    self.hosts.insert(
+                        name.clone(),
+                        Host {
+                            model,
+                            hosts: Vec::new(),
+                            errors: Vec::new(),
+                            served,
+                        },
+                    );
+                }
+                Edit::Remove(_) => {
+                    self.hosts.remove(&name);
+                }
+            }
+            dirty_hosts.insert(name);
+        }
+        for name in &dirty_hosts {
+            self.unindex_host(name, &mut seed_domains, &mut before);
+            self.index_host(name, &mut seed_domains);
+        }
+
+        let affected = self.sharing_domains(&dirty_hosts, &seed_domains);
+        let drop_changed = self.claim(&affected, &before, &dirty_hosts, &mut out);
+
+        for id in dirty_version_probes.iter().chain(&drop_changed) {
+            self.place_version_probe(id, &mut out);
+        }
+        if endpoint_probes_dirty {
+            self.select_endpoint_probes(&mut out);
+            out.listeners_changed = true;
+        }
+        dirty_clusters.extend(std::mem::take(&mut out.touched_clusters));
+        self.place_clusters(&dirty_clusters, &mut out);
+        dirty_secrets.extend(std::mem::take(&mut out.touched_secrets));
+        self.place_secrets(&dirty_secrets, &mut out);
+        if out.listeners_changed {
+            self.place_listeners(&mut out);
+        }
+        self.finish(out);
+        self.translation()
+    }
+
+    /// The current translation.
+    pub fn translation(&self) -> Translation {
+        let probe_duplicates = self
+            .duplicate_probe_problems
+            .iter()
+            .filter(|_| self.token_ok);
+        let mut problems: Vec<Problem> = self
+            .problems
+            .values()
+            .flatten()
+            .chain(&self.duplicate_problems)
+            .chain(probe_duplicates)
+            .cloned()
+            .collect();
+        problems.sort();
+        problems.dedup();
+        Translation {
+            snapshot: self.snapshot.clone(),
+            problems,
+        }
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            clusters: &self.clusters,
+            invalid_clusters: &self.invalid_clusters,
+            secrets: &self.secrets,
+        }
+    }
+
+    fn set_listeners(&mut self, settings: model::ListenerSettings) {
+        self.listeners = settings;
+        match validate::header_value(&self.listeners.probe_token) {
+            Ok(()) => {
+                self.token_ok = true;
+                self.problems.remove(&key(LISTENERS, ""));
+            }
+            Err(e) => {
+                self.token_ok = false;
+                self.problems.insert(
+                    key(LISTENERS, ""),
+                    vec![Problem::new(
+                        "listeners",
+                        format!(
+                            "probe token is not a valid header value ({e}); no probe is served"
+                        ),
+                    )],
+                );
+            }
+        }
+    }
+
+    /// Stores a cluster change; returns its name and whether its usability changed
+    /// (defined or not, valid or not).
+    fn edit_cluster(&mut self, edit: Edit<model::Cluster>) -> (String, bool) {
+        let name = match &edit {
+            Edit::Put(c) => c.name.clone(),
+            Edit::Remove(name) => name.clone(),
+        };
+        let was = self.inputs().cluster_error(&name);
+        match edit {
+            Edit::Put(c) => {
+                match cluster::validate(&c) {
+                    Ok(()) => self.invalid_clusters.remove(&name),
+                    Err(e) => self.invalid_clusters.insert(name.clone(), e),
+                };
+                self.clusters.insert(name.clone(), c);
+            }
+            Edit::Remove(_) => {
+                self.clusters.remove(&name);
+                self.invalid_clusters.remove(&name);
+            }
+        }
+        let changed = self.inputs().cluster_error(&name) != was;
+        (name, changed)
+    }
+
+    /// Stores a secret change; returns its name and whether its usability changed.
+    fn edit_secret(&mut self, edit: Edit<model::TlsSecret>) -> (String, bool) {
+        let usable = |s: Option<&model::TlsSecret>| s.map(secret::validate);
+        match edit {
+            Edit::Put(s) => {
+                let name = s.name.clone();
+                let now = usable(Some(&s));
+                let old = self.secrets.insert(name.clone(), s);
+                let changed = usable(old.as_ref()) != now;
+                (name, changed)
+            }
+            Edit::Remove(name) => {
+                let changed = self.secrets.remove(&name).is_some();
+                (name, changed)
+            }
+        }
+    }
+
+    /// Re-reserves a version probe's name and domain. Returns its virtual host name and
+    /// the domains whose holder may have changed.
+    fn reserve_version_probe(&mut self, id: &str) -> (String, Vec<String>) {
+        let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
+        let mut domains: Vec<String> = self
+            .reserved_domains
+            .iter()
+            .filter(|(_, holder)| **holder == name)
+            .map(|(d, _)| d.clone())
+            .collect();
+        for d in &domains {
+            self.reserved_domains.remove(d);
+        }
+        self.reserved_names.remove(&name);
+        self.selected_version_probes.remove(id);
+        self.problems.remove(&key(VERSION_PROBE, id));
+
+        if let Some(p) = self.version_probes.get(id).filter(|_| self.token_ok) {
+            let mut problems = Vec::new();
+            if probe::select_version_probes(std::slice::from_ref(p), &mut problems).is_empty() {
+                self.problems.insert(key(VERSION_PROBE, id), problems);
+            } else {
+                let vhost = probe::version_probe_virtual_host(p, &self.listeners.probe_token);
+                for d in &vhost.domains {
+                    self.reserved_domains.insert(d.clone(), vhost.name.clone());
+                }
+                domains.extend(vhost.domains);
+                self.reserved_names.insert(vhost.name);
+                self.selected_version_probes.insert(id.to_owned());
+            }
+        }
+        (name, domains)
+    }
+
+    /// Takes a virtual host out of the indexes, once per apply, remembering whether it
+    /// existed and was served, and which domains it held.
+    fn unindex_host(
+        &mut self,
+        name: &str,
+        seed_domains: &mut BTreeSet<String>,
+        before: &mut BTreeMap<String, Option<bool>>,
+    ) {
+        if before.contains_key(name) {
+            return;
+        }
+        let Some(host) = self.hosts.get(name) else {
+            before.insert(name.to_owned(), None);
+            return;
+        };
+        before.insert(name.to_owned(), Some(host.served));
+        for c in route::referenced_clusters(&host.model) {
+            remove_from(&mut self.hosts_by_cluster, c, name);
+        }
+        if let Some(tls) = &host.model.tls {
+            remove_from(&mut self.hosts_by_secret, &tls.secret, name);
+        }
+        for d in &host.hosts {
+            remove_from(&mut self.hosts_by_domain, d, name);
+            seed_domains.insert(d.clone());
+        }
+    }
+
+    /// Validates a virtual host against the current inputs and indexes it.
+    fn index_host(&mut self, name: &str, seed_domains: &mut BTreeSet<String>) {
+        let Some(host) = self.hosts.get(name) else {
+            return;
+        };
+        let errors = route::validate_virtual_host(&host.model, &self.inputs());
+        let hosts = route::normalized_hosts(&host.model);
+        let clusters: Vec<String> = route::referenced_clusters(&host.model)
+            .map(str::to_owned)
+            .collect();
+        let secret = host.model.tls.as_ref().map(|t| t.secret.clone());
+        for c in clusters {
+            self.hosts_by_cluster
+                .entry(c)
+                .or_default()
+                .insert(name.to_owned());
+        }
+        if let Some(s) = secret {
+            self.hosts_by_secret
+                .entry(s)
+                .or_default()
+                .insert(name.to_owned());
+        }
+        if errors.is_empty() {
+            for d in &hosts {
+                self.hosts_by_domain
+                    .entry(d.clone())
+                    .or_default()
+                    .insert(name.to_owned());
+                seed_domains.insert(d.clone());
+            }
+        }
+        if let Some(host) = self.hosts.get_mut(name) {
+            host.errors = errors;
+            host.hosts = hosts;
+        }
+    }
+
+    /// The dirty virtual hosts and every servable one that shares a domain with them or
+    /// with a seed domain, directly or through others: the only ones whose hold on a host
+    /// can change.
+    fn sharing_domains(
+        &self,
+        dirty: &BTreeSet<String>,
+        seed_domains: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let mut affected: BTreeSet<String> = dirty.clone();
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut queue: Vec<&str> = seed_domains.iter().map(String::as_str).collect();
+        while let Some(domain) = queue.pop() {
+            if !seen.insert(domain) {
+                continue;
+            }
+            for name in self.hosts_by_domain.get(domain).into_iter().flatten() {
+                if affected.insert(name.clone())
+                    && let Some(h) = self.hosts.get(name)
+                {
+                    queue.extend(h.hosts.iter().map(String::as_str));
+                }
+            }
+        }
+        affected
+    }
+
+    /// Decides, in name order, which affected virtual hosts are served: the first one to
+    /// claim a host keeps it. Returns the names whose "left out" state changed.
+    fn claim(
+        &mut self,
+        affected: &BTreeSet<String>,
+        before: &BTreeMap<String, Option<bool>>,
+        dirty: &BTreeSet<String>,
+        out: &mut Output,
+    ) -> Vec<String> {
+        let mut drop_changed = Vec::new();
+        let mut claimed: HashMap<&str, &str> = HashMap::new();
+        let mut decisions: Vec<(&str, bool, Vec<String>)> = Vec::new();
+        for name in affected {
+            let Some(host) = self.hosts.get(name) else {
+                continue;
+            };
+            let mut errors = host.errors.clone();
+            if errors.is_empty() {
+                if self.reserved_names.contains(name) {
+                    errors.push(format!(
+                        "virtual host name {name:?} is reserved for a probe"
+                    ));
+                }
+                for h in &host.hosts {
+                    let holder = self
+                        .reserved_domains
+                        .get(h)
+                        .map(String::as_str)
+                        .or_else(|| claimed.get(h.as_str()).copied());
+                    if let Some(holder) = holder {
+                        errors.push(format!(
+                            "host {h:?} is already served by virtual host {holder:?}"
+                        ));
+                    }
+                }
+            }
+            if errors.is_empty() {
+                for h in &host.hosts {
+                    claimed.insert(h, name);
+                }
+            }
+            decisions.push((name, errors.is_empty(), errors));
+        }
+        let decisions: Vec<(String, bool, Vec<String>)> = decisions
+            .into_iter()
+            .map(|(n, s, e)| (n.to_owned(), s, e))
+            .collect();
+        let decided: HashSet<&String> = decisions.iter().map(|(n, _, _)| n).collect();
+        // Removed virtual hosts: out of the route configuration, no problem left.
+        for (name, was) in before {
+            if !decided.contains(name) && !self.hosts.contains_key(name) {
+                self.problems.remove(&key(HOST, name));
+                self.unserve(name, out);
+                if *was == Some(false) {
+                    drop_changed.push(name.clone());
+                }
+            }
+        }
+        for (name, served, errors) in decisions {
+            let was = match before.get(&name) {
+                Some(was) => *was,
+                None => self.hosts.get(&name).map(|h| h.served),
+            };
+            if served {
+                self.problems.remove(&key(HOST, &name));
+                if dirty.contains(&name) || was != Some(true) {
+                    self.serve(&name, out);
+                }
+            } else {
+                self.problems.insert(
+                    key(HOST, &name),
+                    errors.into_iter().map(|e| Problem::new(&name, e)).collect(),
+                );
+                self.unserve(&name, out);
+            }
+            if let Some(h) = self.hosts.get_mut(&name) {
+                h.served = served;
+            }
+            let (left_out_before, left_out_now) = (was == Some(false), !served);
+            if left_out_before != left_out_now {
+                drop_changed.push(name);
+            }
+        }
+        drop_changed
+    }
+
+    /// Puts a virtual host that will be served into the route configuration.
+    fn serve(&mut self, name: &str, out: &mut Output) {
+        let Some(host) = self.hosts.get(name) else {
+            return;
+        };
+        let bytes = route::virtual_host(&host.model, &host.hosts).encode_to_vec();
+        let uses = Uses {
+            clusters: route::referenced_clusters(&host.model)
+                .map(str::to_owned)
+                .collect(),
+            secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
+        };
+        let tls = host
+            .model
+            .tls
+            .as_ref()
+            .map(|t| (host.hosts.clone(), t.secret.clone()));
+        self.set_entry((name.to_owned(), EntryKind::User), Some(bytes), out);
+        self.set_uses(name, Some(uses), out);
+        self.set_tls_host(name, tls, out);
+    }
+
+    /// Takes a virtual host out of the route configuration (if it was in).
+    fn unserve(&mut self, name: &str, out: &mut Output) {
+        self.set_entry((name.to_owned(), EntryKind::User), None, out);
+        self.set_uses(name, None, out);
+        self.set_tls_host(name, None, out);
+    }
+
+    fn set_entry(&mut self, key: EntryKey, bytes: Option<Vec<u8>>, out: &mut Output) {
+        let changed = match bytes {
+            Some(bytes) => match self.route_entries.get(&key) {
+                Some(current) if *current == bytes => false,
+                _ => {
+                    self.route_entries.insert(key, bytes);
+                    true
+                }
+            },
+            None => self.route_entries.remove(&key).is_some(),
+        };
+        out.routes_changed |= changed;
+    }
+
+    fn set_uses(&mut self, name: &str, uses: Option<Uses>, out: &mut Output) {
+        if self.served_uses.get(name) == uses.as_ref() {
+            return;
+        }
+        if let Some(old) = self.served_uses.remove(name) {
+            for c in old.clusters {
+                decrement(&mut self.cluster_uses, &c);
+                out.touched_clusters.insert(c);
+            }
+            if let Some(s) = old.secret {
+                decrement(&mut self.secret_uses, &s);
+                out.touched_secrets.insert(s);
+            }
+        }
+        if let Some(new) = uses {
+            for c in &new.clusters {
+                *self.cluster_uses.entry(c.clone()).or_default() += 1;
+                out.touched_clusters.insert(c.clone());
+            }
+            if let Some(s) = &new.secret {
+                *self.secret_uses.entry(s.clone()).or_default() += 1;
+                out.touched_secrets.insert(s.clone());
+            }
+            self.served_uses.insert(name.to_owned(), new);
+        }
+    }
+
+    fn set_tls_host(&mut self, name: &str, tls: Option<(Vec<String>, String)>, out: &mut Output) {
+        if self.tls_hosts.get(name) == tls.as_ref() {
+            return;
+        }
+        match tls {
+            Some(tls) => self.tls_hosts.insert(name.to_owned(), tls),
+            None => self.tls_hosts.remove(name),
+        };
+        out.listeners_changed = true;
+    }
+
+    /// A version probe's virtual host is served when the probe is valid and its virtual
+    /// host (same id) is not left out: a probe must never report a version whose routes
+    /// are not served.
+    fn place_version_probe(&mut self, id: &str, out: &mut Output) {
+        self.problems.remove(&key(LEFT_OUT, id));
+        let mut entry = None;
+        if self.selected_version_probes.contains(id)
+            && let Some(p) = self.version_probes.get(id)
+        {
+            if self.hosts.get(id).is_some_and(|h| !h.served) {
+                self.problems.insert(
+                    key(LEFT_OUT, id),
+                    vec![Problem::new(
+                        format!("version-probe/{id}"),
+                        "left out with its virtual host",
+                    )],
+                );
+            } else {
+                entry = Some(
+                    probe::version_probe_virtual_host(p, &self.listeners.probe_token)
+                        .encode_to_vec(),
+                );
+            }
+        }
+        let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
+        self.set_entry((name, EntryKind::Probe), entry, out);
+    }
+
+    /// Endpoint probes are few: all of them are selected again when any of their inputs
+    /// changed.
+    fn select_endpoint_probes(&mut self, out: &mut Output) {
+        for c in std::mem::take(&mut self.endpoint_probe_clusters) {
+            decrement(&mut self.cluster_uses, &c);
+            out.touched_clusters.insert(c);
+        }
+        let mut problems = Vec::new();
+        let selected: Vec<(String, Vec<String>)> = if self.token_ok {
+            let probes: Vec<model::EndpointProbe> =
+                self.endpoint_probes.values().cloned().collect();
+            probe::select_endpoint_probes(&probes, &self.inputs(), &mut problems)
+                .into_iter()
+                .map(|p| (p.id.clone(), p.clusters.keys().cloned().collect()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.problems.insert(key(ENDPOINT_PROBES, ""), problems);
+        self.selected_endpoint_probes = selected.iter().map(|(id, _)| id.clone()).collect();
+        for (_, clusters) in selected {
+            for c in clusters {
+                *self.cluster_uses.entry(c.clone()).or_default() += 1;
+                out.touched_clusters.insert(c.clone());
+                self.endpoint_probe_clusters.push(c);
+            }
+        }
+    }
+
+    /// CDS and EDS: a cluster is served while something served uses it.
+    fn place_clusters(&mut self, names: &BTreeSet<String>, out: &mut Output) {
+        for name in names {
+            let served = self
+                .snapshot
+                .resources(CLUSTER)
+                .is_some_and(|rs| rs.contains_key(name));
+            let used = self.cluster_uses.contains_key(name);
+            match self.clusters.get(name).filter(|_| used) {
+                Some(c) => {
+                    let problem_key = key(CLUSTER_KEY, name);
+                    self.problems.remove(&problem_key);
+                    out.puts.push(Resource::new(
+                        name.clone(),
+                        cluster::pack(cluster::cluster(c)),
+                    ));
+                    let (cla, problems) = endpoint::load_assignment(c);
+                    if !problems.is_empty() {
+                        self.problems.insert(
+                            problem_key,
+                            problems
+                                .into_iter()
+                                .map(|e| Problem::new(format!("cluster/{name}"), e))
+                                .collect(),
+                        );
+                    }
+                    out.puts
+                        .push(Resource::new(name.clone(), proto::pack(&cla)));
+                }
+                None if served => {
+                    self.problems.remove(&key(CLUSTER_KEY, name));
+                    out.removes.push((CLUSTER, name.clone()));
+                    out.removes.push((ENDPOINT, name.clone()));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// SDS: a secret is served while a served TLS virtual host uses it.
+    fn place_secrets(&mut self, names: &BTreeSet<String>, out: &mut Output) {
+        for name in names {
+            let used = self.secret_uses.contains_key(name);
+            match self.secrets.get(name).filter(|_| used) {
+                Some(s) => out
+                    .puts
+                    .push(Resource::new(name.clone(), proto::pack(&secret::secret(s)))),
+                None => out.removes.push((SECRET, name.clone())),
+            }
+        }
+    }
+
+    fn place_listeners(&mut self, out: &mut Output) {
+        let tls_hosts: Vec<listener::TlsHost<'_>> = self
+            .tls_hosts
+            .iter()
+            .map(|(name, (hosts, secret))| listener::TlsHost {
+                virtual_host: name,
+                hosts,
+                secret,
+            })
+            .collect();
+        let probes: Vec<&model::EndpointProbe> = self
+            .selected_endpoint_probes
+            .iter()
+            .filter_map(|id| self.endpoint_probes.get(id))
+            .collect();
+        let listeners = listener::listeners(&self.listeners, &tls_hosts, &probes);
+        let names: BTreeSet<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+        for old in self
+            .snapshot
+            .resources(LISTENER)
+            .into_iter()
+            .flat_map(|rs| rs.keys())
+        {
+            if !names.contains(old.as_str()) {
+                out.removes.push((LISTENER, old.clone()));
+            }
+        }
+        for l in &listeners {
+            out.puts.push(Resource::new(l.name.clone(), proto::pack(l)));
+        }
+    }
+
+    /// Writes what changed into the snapshot; the route configuration is re-assembled from
+    /// the encoded virtual hosts when any of them changed.
+    fn finish(&mut self, mut out: Output) {
+        if out.routes_changed {
+            out.puts.push(Resource::new(
+                ROUTE_CONFIG_NAME,
+                route::route_configuration_from_encoded(
+                    ROUTE_CONFIG_NAME,
+                    self.route_entries.values().map(Vec::as_slice),
+                ),
+            ));
+        }
+        self.snapshot
+            .update(out.removes, out.puts.into_iter().map(Arc::new));
+    }
+}
+
+/// The edits that turn `current` into `wanted`.
+fn edits<'c, T: Clone + PartialEq + 'c>(
+    current: impl IntoIterator<Item = (&'c String, &'c T)>,
+    wanted: &BTreeMap<&str, &T>,
+) -> Vec<Edit<T>> {
+    let current: HashMap<&str, &T> = current.into_iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut edits: Vec<Edit<T>> = wanted
+        .iter()
+        .filter(|(name, item)| current.get(*name) != Some(*item))
+        .map(|(_, item)| Edit::Put((*item).clone()))
+        .collect();
+    edits.extend(
+        current
+            .keys()
+            .filter(|name| !wanted.contains_key(*name))
+            .map(|name| Edit::Remove((*name).to_owned())),
+    );
+    edits
+}
+
+fn remove_from(index: &mut HashMap<String, BTreeSet<String>>, key: &str, name: &str) {
+    if let Some(names) = index.get_mut(key) {
+        names.remove(name);
+        if names.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+fn decrement(counts: &mut HashMap<String, usize>, key: &str) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
+}

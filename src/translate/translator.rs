@@ -837,40 +837,31 @@ impl Translator {
 
     /// CDS and EDS: a cluster is served while something served uses it.
     fn place_clusters(&mut self, names: &BTreeSet<String>, out: &mut Output) {
+        let mut used = Vec::new();
         for name in names {
-            let served = self
-                .snapshot
-                .resources(CLUSTER)
-                .is_some_and(|rs| rs.contains_key(name));
-            let used = self.cluster_uses.contains_key(name);
-            match self.clusters.get(name).filter(|_| used) {
-                Some(c) => {
-                    let problem_key = key(CLUSTER_KEY, name);
-                    self.problems.remove(&problem_key);
-                    out.puts.push(Resource::new(
-                        name.clone(),
-                        cluster::pack(cluster::cluster(c)),
-                    ));
-                    let (cla, problems) = endpoint::load_assignment(c);
-                    if !problems.is_empty() {
-                        self.problems.insert(
-                            problem_key,
-                            problems
-                                .into_iter()
-                                .map(|e| Problem::new(format!("cluster/{name}"), e))
-                                .collect(),
-                        );
-                    }
-                    out.puts
-                        .push(Resource::new(name.clone(), proto::pack(&cla)));
-                }
-                None if served => {
-                    self.problems.remove(&key(CLUSTER_KEY, name));
+            self.problems.remove(&key(CLUSTER_KEY, name));
+            match self.clusters.get(name) {
+                Some(c) if self.cluster_uses.contains_key(name) => used.push(c),
+                _ => {
                     out.removes.push((CLUSTER, name.clone()));
                     out.removes.push((ENDPOINT, name.clone()));
                 }
-                None => {}
             }
+        }
+        for built in build_clusters(&used) {
+            if !built.problems.is_empty() {
+                let name = &built.cds.name;
+                self.problems.insert(
+                    key(CLUSTER_KEY, name),
+                    built
+                        .problems
+                        .into_iter()
+                        .map(|e| Problem::new(format!("cluster/{name}"), e))
+                        .collect(),
+                );
+            }
+            out.puts.push(built.cds);
+            out.puts.push(built.eds);
         }
     }
 
@@ -933,6 +924,54 @@ impl Translator {
         }
         self.snapshot
             .update(out.removes, out.puts.into_iter().map(Arc::new));
+    }
+}
+
+/// A cluster's CDS and EDS resources, and the endpoints left out of it.
+struct BuiltCluster {
+    cds: Resource,
+    eds: Resource,
+    problems: Vec<String>,
+}
+
+/// Clusters below this count are built on the calling thread: threads cost more than
+/// they save on the few clusters of an incremental change.
+const PARALLEL_CLUSTERS: usize = 512;
+
+/// Builds clusters, on every core when there are many: in a full build, encoding clusters
+/// and their endpoints is most of the work. The output keeps the input order.
+fn build_clusters(clusters: &[&model::Cluster]) -> Vec<BuiltCluster> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(clusters.len() / PARALLEL_CLUSTERS)
+        .max(1);
+    if threads == 1 {
+        return clusters.iter().map(|c| build_cluster(c)).collect();
+    }
+    let chunk = clusters.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = clusters
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || part.iter().map(|c| build_cluster(c)).collect::<Vec<_>>())
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| {
+                part.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect::<Vec<BuiltCluster>>()
+    })
+}
+
+fn build_cluster(c: &model::Cluster) -> BuiltCluster {
+    let (cla, problems) = endpoint::load_assignment(c);
+    BuiltCluster {
+        cds: Resource::new(c.name.clone(), cluster::pack(cluster::cluster(c))),
+        eds: Resource::new(c.name.clone(), proto::pack(&cla)),
+        problems,
     }
 }
 

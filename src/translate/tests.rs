@@ -477,3 +477,47 @@ fn problems_display() {
     let p = Problem::new("ns/a", "virtual host has no hosts");
     assert_eq!(p.to_string(), "ns/a: virtual host has no hosts");
 }
+
+/// The path the builders take on a change: apply only the edits.
+#[test]
+fn applied_changes_end_where_a_fresh_translation_does() {
+    let mut before = config();
+    before.clusters = vec![cluster("ns/a/80"), cluster("ns/b/80")];
+    before.virtual_hosts = vec![
+        vhost("ns/one", &["one.example"], "ns/a/80"),
+        vhost("ns/two", &["two.example"], "ns/b/80"),
+    ];
+    let mut translator = Translator::new();
+    translator.update(&before);
+
+    // Route one switches to a brand-new cluster; cluster b loses its endpoints.
+    let mut after = before.clone();
+    after.clusters.push(cluster("ns/c/80"));
+    after.virtual_hosts[0] = vhost("ns/one", &["one.example"], "ns/c/80");
+    after.clusters[1].endpoints.clear();
+    let applied = translator.apply(Changes {
+        clusters: vec![
+            Edit::Put(cluster("ns/c/80")),
+            Edit::Put(after.clusters[1].clone()),
+        ],
+        virtual_hosts: vec![Edit::Put(after.virtual_hosts[0].clone())],
+        ..Changes::default()
+    });
+    assert_eq!(applied, translate_ok(&after));
+    // The cluster no route uses any more left CDS and EDS.
+    assert_eq!(names(&applied, CLUSTER), ["ns/b/80", "ns/c/80"]);
+    assert_eq!(names(&applied, ENDPOINT), ["ns/b/80", "ns/c/80"]);
+
+    // Removing the route that held a host lets a later one take it.
+    let mut last = after.clone();
+    last.virtual_hosts[1].hosts = vec!["one.example".into()];
+    translator.update(&last);
+    assert_eq!(vhost_names(&translator.translation()), ["ns/one"]);
+    last.virtual_hosts.remove(0);
+    let removed = translator.apply(Changes {
+        virtual_hosts: vec![Edit::Remove("ns/one".into())],
+        ..Changes::default()
+    });
+    assert_eq!(removed, translate_ok(&last));
+    assert_eq!(vhost_names(&removed), ["ns/two"]);
+}

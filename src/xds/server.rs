@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::session::{Event, Ordering, Protocol, Response, Session};
+use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
 use super::{Desired, NodeReport, Nodes, snapshot::short_type};
 use crate::metrics::{Metrics, TypeLabel};
 
@@ -104,6 +104,9 @@ impl AdsServer {
         let mut desired = self.desired.subscribe();
         let mut sent_at: HashMap<String, Instant> = HashMap::new();
         let mut named = false;
+        // What the registry last heard from this stream: most messages change nothing
+        // the rest of the program looks at, and every update wakes its watchers.
+        let mut reported: Option<SessionStatus> = None;
         // The gate may already be open.
         let mut initial = desired.borrow_and_update().clone();
         loop {
@@ -128,10 +131,12 @@ impl AdsServer {
                     }
                 }
             };
+            let mut just_named = false;
             if !named && let Some(node) = session.node() {
                 tracing::Span::current().record("node", node.id.as_str());
                 info!(cluster = %node.cluster, "node connected");
                 named = true;
+                just_named = true;
             }
             self.record(session.take_events(), &mut sent_at);
             for response in responses {
@@ -139,17 +144,21 @@ impl AdsServer {
                     return Ok(());
                 }
             }
-            self.nodes.update(NodeReport {
-                stream,
-                node_id: session.node().map(|n| n.id.clone()).unwrap_or_default(),
-                cluster: session
-                    .node()
-                    .map(|n| n.cluster.clone())
-                    .unwrap_or_default(),
-                peer: peer.to_string(),
-                connected_at,
-                status: session.status(),
-            });
+            let status = session.status();
+            if just_named || reported.as_ref() != Some(&status) {
+                reported = Some(status.clone());
+                self.nodes.update(NodeReport {
+                    stream,
+                    node_id: session.node().map(|n| n.id.clone()).unwrap_or_default(),
+                    cluster: session
+                        .node()
+                        .map(|n| n.cluster.clone())
+                        .unwrap_or_default(),
+                    peer: peer.to_string(),
+                    connected_at,
+                    status,
+                });
+            }
         }
     }
 

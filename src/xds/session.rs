@@ -26,7 +26,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use serde::Serialize;
 
 use super::localize;
-use super::snapshot::{self, ALL_TYPES, Resource, Snapshot, is_referenced_type, short_type};
+use super::snapshot::{
+    self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
+};
 use crate::hash;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,6 +134,9 @@ struct TypeState {
     /// The node asked again without ACKing anything new: answer even if nothing changed.
     force_send: bool,
     last_nack: Option<NackInfo>,
+    /// What the node holds of this type was found equal to what it should hold, and
+    /// neither has changed since: no need to compare them again on the next message.
+    settled: bool,
 }
 
 impl TypeState {
@@ -207,6 +212,7 @@ impl Session {
         let answers_pending = ts.pending.as_ref().is_some_and(|p| p.nonce == nonce);
         let names: BTreeSet<String> = request.resource_names.into_iter().collect();
         ts.requested = true;
+        ts.settled = false;
         ts.wildcard =
             names.contains("*") || (names.is_empty() && snapshot::is_wildcard_type(&type_url));
         ts.names = names;
@@ -232,6 +238,7 @@ impl Session {
         let type_url = request.type_url;
         let first = !self.types.get(&type_url).is_some_and(|t| t.requested);
         let ts = self.types.entry(type_url.clone()).or_default();
+        ts.settled = false;
         if first {
             ts.requested = true;
             // Legacy wildcard: a first request that names nothing.
@@ -380,9 +387,12 @@ impl Session {
             let mut changed = false;
             if may_plan {
                 self.blocked_on = None;
-                let next = plan(&self.view, &desired, self.ordering);
-                changed = next != self.view;
-                self.view = next;
+                changed = advance(&mut self.view, &desired, self.ordering);
+                if changed {
+                    for ts in self.types.values_mut() {
+                        ts.settled = false;
+                    }
+                }
             }
             let sent = self.send_ready(&desired, &mut out);
             if sent > 0 || !changed {
@@ -413,10 +423,21 @@ impl Session {
             if !ts.requested || ts.pending.is_some() {
                 continue;
             }
-            let wanted = self.wanted(&type_url, ts);
-            if !ts.force_send && ts.acked.as_ref().is_some_and(|a| same_versions(a, &wanted)) {
+            if !ts.force_send && ts.settled {
                 continue;
             }
+            // Compared in place: the entries to send are only built when something is sent.
+            let same = ts
+                .acked
+                .as_ref()
+                .is_some_and(|a| same_versions(a.iter(), self.wanted_iter(&type_url, ts)));
+            if !ts.force_send && same {
+                if let Some(ts) = self.types.get_mut(&type_url) {
+                    ts.settled = true;
+                }
+                continue;
+            }
+            let wanted = self.wanted(&type_url, ts);
             let response = self.respond(&type_url, wanted, desired);
             out.push(response);
             sent += 1;
@@ -426,24 +447,31 @@ impl Session {
 
     /// The part of the current view this node subscribes to.
     fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
-        let Some(entries) = self.view.get(type_url) else {
-            return Entries::new();
-        };
-        entries
-            .iter()
-            .filter(|(name, entry)| {
-                ts.subscribes(name)
-                    && (self.protocol == Protocol::Delta || entry.resource.is_some())
-            })
+        self.wanted_iter(type_url, ts)
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect()
+    }
+
+    fn wanted_iter<'a>(
+        &'a self,
+        type_url: &str,
+        ts: &'a TypeState,
+    ) -> impl Iterator<Item = (&'a String, &'a Entry)> {
+        let protocol = self.protocol;
+        self.view
+            .get(type_url)
+            .into_iter()
+            .flatten()
+            .filter(move |(name, entry)| {
+                ts.subscribes(name) && (protocol == Protocol::Delta || entry.resource.is_some())
+            })
     }
 
     fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
         self.next_nonce += 1;
         let nonce = self.next_nonce.to_string();
         let version = hash::digest_of_versions(wanted.iter().map(|(n, e)| (n, &e.version)));
-        let Some(ts) = self.types.get_mut(type_url) else {
+        let Some(ts) = self.types.get(type_url) else {
             unreachable!("respond is only called for tracked types");
         };
         let (response, resources, removed) = match self.protocol {
@@ -463,7 +491,8 @@ impl Session {
                 (response, count, 0)
             }
             Protocol::Delta => {
-                let held = ts.acked.clone().unwrap_or_default();
+                let empty = Entries::new();
+                let held = ts.acked.as_ref().unwrap_or(&empty);
                 let resources: Vec<DeltaResource> = wanted
                     .iter()
                     .filter(|(name, entry)| {
@@ -495,6 +524,9 @@ impl Session {
                 (response, counts.0, counts.1)
             }
         };
+        let Some(ts) = self.types.get_mut(type_url) else {
+            unreachable!("respond is only called for tracked types");
+        };
         ts.force_send = false;
         ts.last_nonce = Some(nonce.clone());
         ts.pending = Some(Pending {
@@ -517,14 +549,24 @@ impl Session {
         let Some(desired) = self.desired.as_ref() else {
             return false;
         };
-        self.view == target_view(desired)
-            && self.types.values().all(|ts| ts.pending.is_none())
+        // Cheap checks first: the server asks after every message, and most messages
+        // leave a response in flight.
+        if self.types.values().any(|ts| ts.pending.is_some()) {
+            return false;
+        }
+        let view_is_desired = desired
+            .types()
+            .all(|(type_url, resources)| holds_exactly(self.view.get(type_url), resources))
+            && self.view.iter().all(|(type_url, entries)| {
+                entries.is_empty() || desired.resources(type_url).is_some()
+            });
+        view_is_desired
             && self.types.iter().all(|(type_url, ts)| {
                 !ts.requested
                     || ts
                         .acked
                         .as_ref()
-                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
+                        .is_some_and(|a| same_versions(a.iter(), self.wanted_iter(type_url, ts)))
             })
     }
 
@@ -583,66 +625,122 @@ pub struct TypeStatus {
     pub last_nack: Option<NackInfo>,
 }
 
-fn same_versions(a: &Entries, b: &Entries) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((na, ea), (nb, eb))| na == nb && ea.version == eb.version)
-}
-
-fn target_view(desired: &Snapshot) -> View {
-    desired
-        .types()
-        .map(|(type_url, resources)| {
-            let entries = resources
-                .iter()
-                .map(|(name, r)| (name.clone(), Entry::of(r)))
-                .collect();
-            (type_url.to_string(), entries)
-        })
-        .collect()
-}
-
-/// The next step from `view` towards `desired` (see the module docs).
-fn plan(view: &View, desired: &Snapshot, ordering: Ordering) -> View {
-    let target = target_view(desired);
-    if ordering == Ordering::AllAtOnce {
-        return target;
+/// Same names with the same versions, in the same order.
+fn same_versions<'a>(
+    mut a: impl Iterator<Item = (&'a String, &'a Entry)>,
+    mut b: impl Iterator<Item = (&'a String, &'a Entry)>,
+) -> bool {
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some((na, ea)), Some((nb, eb))) if na == nb && ea.version == eb.version => {}
+            _ => return false,
+        }
     }
-    let empty = Entries::new();
-    let current = |type_url: &str| view.get(type_url).unwrap_or(&empty);
-    let wanted = |type_url: &str| target.get(type_url).unwrap_or(&empty);
+}
 
-    let lacks_referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t)).any(|t| {
-        wanted(t)
+/// The entry is this resource, with its content.
+fn is_resource(entry: &Entry, resource: &Resource) -> bool {
+    entry.version == resource.version && entry.resource.is_some()
+}
+
+/// `entries` (None: none) hold exactly `resources`, with their content.
+fn holds_exactly(entries: Option<&Entries>, resources: &Resources) -> bool {
+    let empty = Entries::new();
+    let entries = entries.unwrap_or(&empty);
+    entries.len() == resources.len()
+        && entries
             .iter()
-            .any(|(name, entry)| current(t).get(name).map(|e| &e.version) != Some(&entry.version))
+            .zip(resources)
+            .all(|((n, e), (rn, r))| n == rn && is_resource(e, r))
+}
+
+/// Same names with the same versions as `resources` (None: none).
+fn same_as_desired(entries: Option<&Entries>, resources: Option<&Resources>) -> bool {
+    let empty_entries = Entries::new();
+    let empty_resources = Resources::new();
+    let entries = entries.unwrap_or(&empty_entries);
+    let resources = resources.unwrap_or(&empty_resources);
+    entries.len() == resources.len()
+        && entries
+            .iter()
+            .zip(resources)
+            .all(|((n, e), (rn, r))| n == rn && e.version == r.version)
+}
+
+/// Makes the view of one type exactly `resources`; true if that changed it.
+fn become_desired(view: &mut View, type_url: &str, resources: &Resources) -> bool {
+    let entries = view.entry(type_url.to_string()).or_default();
+    let before = entries.len();
+    entries.retain(|name, _| resources.contains_key(name));
+    let mut changed = entries.len() != before;
+    for (name, resource) in resources {
+        if !entries.get(name).is_some_and(|e| is_resource(e, resource)) {
+            entries.insert(name.clone(), Entry::of(resource));
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Moves `view` one step towards `desired` (see the module docs); true if it changed.
+/// Works in place and only copies what differs: every node plans after every step.
+fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
+    let empty = Resources::new();
+    let wanted = |type_url: &str| desired.resources(type_url).unwrap_or(&empty);
+    if ordering == Ordering::AllAtOnce {
+        return become_everything(view, desired);
+    }
+    let referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t));
+    let lacks_referenced = referenced.clone().any(|t| {
+        let current = view.get(*t);
+        wanted(t).iter().any(|(name, resource)| {
+            current.and_then(|c| c.get(name)).map(|e| &e.version) != Some(&resource.version)
+        })
     });
     if lacks_referenced {
-        let mut next = view.clone();
-        for t in ALL_TYPES.iter().filter(|t| is_referenced_type(t)) {
-            let entries = next.entry(t.to_string()).or_default();
-            for (name, entry) in wanted(t) {
-                entries.insert(name.clone(), entry.clone());
+        let mut changed = false;
+        for t in referenced {
+            let entries = view.entry(t.to_string()).or_default();
+            for (name, resource) in wanted(t) {
+                if !entries.get(name).is_some_and(|e| is_resource(e, resource)) {
+                    entries.insert(name.clone(), Entry::of(resource));
+                    changed = true;
+                }
             }
         }
-        return next;
+        return changed;
     }
-    let referrers_differ = ALL_TYPES
-        .iter()
-        .filter(|t| !is_referenced_type(t))
-        .any(|t| !same_versions(current(t), wanted(t)));
+    let referrers = ALL_TYPES.iter().filter(|t| !is_referenced_type(t));
+    let referrers_differ = referrers
+        .clone()
+        .any(|t| !same_as_desired(view.get(*t), desired.resources(t)));
     if referrers_differ {
-        let mut next = view.clone();
-        for t in ALL_TYPES.iter().filter(|t| !is_referenced_type(t)) {
-            next.insert(t.to_string(), wanted(t).clone());
+        let mut changed = false;
+        for t in referrers {
+            changed |= become_desired(view, t, wanted(t));
         }
-        return next;
+        return changed;
     }
     let all_same = ALL_TYPES
         .iter()
-        .all(|t| same_versions(current(t), wanted(t)));
-    if all_same { view.clone() } else { target }
+        .all(|t| same_as_desired(view.get(*t), desired.resources(t)));
+    if all_same {
+        false
+    } else {
+        become_everything(view, desired)
+    }
+}
+
+/// The view becomes the desired snapshot, every type at once.
+fn become_everything(view: &mut View, desired: &Snapshot) -> bool {
+    let before = view.len();
+    view.retain(|type_url, _| desired.resources(type_url).is_some());
+    let mut changed = view.len() != before;
+    for (type_url, resources) in desired.types() {
+        changed |= become_desired(view, type_url, resources);
+    }
+    changed
 }
 
 #[cfg(test)]

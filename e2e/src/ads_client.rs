@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
 use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
-use switchyard::xds::{Protocol, Snapshot};
+use switchyard::xds::{Protocol, Resource, Snapshot};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -433,7 +433,8 @@ struct Change {
 /// from (kept per resource, so unchanged resources are not decoded again).
 #[derive(Default)]
 struct Subscriptions {
-    references: BTreeMap<(String, String), References>,
+    /// Source type URL (CLUSTER, LISTENER) → resource name → what it refers to.
+    references: BTreeMap<&'static str, BTreeMap<String, References>>,
     /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET).
     names: BTreeMap<&'static str, BTreeSet<String>>,
 }
@@ -442,46 +443,47 @@ impl Subscriptions {
     /// Re-reads the references of the clusters or listeners held, and returns the types
     /// whose subscription changes.
     fn update(&mut self, type_url: &str, held: &TypeHeld) -> anyhow::Result<Vec<Change>> {
-        let derived: &[&'static str] = match type_url {
-            CLUSTER => &[ENDPOINT],
-            LISTENER => &[ROUTE, SECRET],
+        let (source, derived): (&'static str, &[&'static str]) = match type_url {
+            CLUSTER => (CLUSTER, &[ENDPOINT]),
+            LISTENER => (LISTENER, &[ROUTE, SECRET]),
             _ => return Ok(Vec::new()),
         };
-        self.references
-            .retain(|(t, n), _| t != type_url || held.resources.contains_key(n));
+        let references = self.references.entry(source).or_default();
+        references.retain(|name, _| held.resources.contains_key(name));
         for (name, resource) in &held.resources {
-            let key = (type_url.to_string(), name.clone());
-            if self
-                .references
-                .get(&key)
+            if references
+                .get(name)
                 .is_some_and(|r| r.version == resource.version)
             {
                 continue;
             }
             let names = references_of(type_url, &resource.body)
                 .with_context(|| format!("decoding {} {name}", short(type_url)))?;
-            let references = References {
+            let read = References {
                 version: resource.version.clone(),
                 names,
             };
-            self.references.insert(key, references);
+            references.insert(name.clone(), read);
         }
         let mut changes = Vec::new();
         for &derived_type in derived {
-            let wanted: BTreeSet<String> = self
-                .references
+            // Borrowed names: most responses change nothing here, so compare before copying.
+            let wanted: BTreeSet<&str> = references
                 .values()
                 .flat_map(|r| &r.names)
                 .filter(|(t, _)| *t == derived_type)
-                .map(|(_, n)| n.clone())
+                .map(|(_, n)| n.as_str())
                 .collect();
             let current = self.names.entry(derived_type).or_default();
-            if *current != wanted {
-                let old = std::mem::replace(current, wanted.clone());
+            let same =
+                current.len() == wanted.len() && current.iter().zip(&wanted).all(|(a, b)| a == b);
+            if !same {
+                let new: BTreeSet<String> = wanted.iter().map(|n| n.to_string()).collect();
+                let old = std::mem::replace(current, new.clone());
                 changes.push(Change {
                     type_url: derived_type,
                     old,
-                    new: wanted,
+                    new,
                 });
             }
         }
@@ -644,17 +646,15 @@ fn apply_sotw(held: &mut TypeHeld, response: &mut DiscoveryResponse) -> anyhow::
             .name;
         // Unchanged bodies keep their version: hashing every body of every response would
         // cost the simulation more than the server.
-        let version = match held.resources.get(&name) {
-            Some(h) if h.body == any.value => h.version.clone(),
-            _ => switchyard::hash::digest(&any.value),
+        let (version, body) = match held.resources.get(&name) {
+            Some(h) if h.body == any.value => (h.version.clone(), any.value),
+            // Versioned as the server's snapshot versions its resources.
+            _ => {
+                let resource = Resource::new(name.clone(), any);
+                (resource.version, resource.body.value)
+            }
         };
-        next.insert(
-            name,
-            Held {
-                version,
-                body: any.value,
-            },
-        );
+        next.insert(name, Held { version, body });
     }
     *held = next;
     Ok(())

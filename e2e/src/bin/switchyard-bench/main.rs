@@ -1,11 +1,14 @@
 //! Benchmarks that print a table: translation time and peak memory at 1k and 10k routes,
-//! and push → ACK latency of one make-before-break switch on a real Envoy (SotW, delta).
+//! push → ACK latency of one make-before-break switch on a real Envoy (SotW, delta), and
+//! the ADS server at fleet scale with simulated Envoys: one change fanned out to 1000
+//! clients, bytes per Envoy per change, and the server's memory at 10k routes.
 //!
 //! `e2e/bench.sh`, or `cargo run --release -p switchyard-e2e --bin switchyard-bench` (add
-//! `-- --json FILE` to also write JSON).
+//! `-- --json FILE` to also write JSON, `-- --only fanout,bytes` for some sections).
 //! Inputs are generated from a fixed seed. Peak memory is measured in a child process per
 //! size, so one size's peak does not hide another's.
 
+mod fanout;
 mod switch;
 mod translation;
 
@@ -13,9 +16,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
+use fanout::{BytesResult, FanoutResult, MemoryResult};
 use switch::SwitchResult;
 use switchyard::xds::Protocol;
 use translation::TranslationResult;
@@ -34,6 +38,39 @@ struct Args {
     /// Skip the real-Envoy measurements.
     #[arg(long)]
     no_envoy: bool,
+    /// Run only these sections (comma-separated); all by default.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    /// Internal: serve this many synthetic routes, print the port, then the memory.
+    #[arg(long, hide = true)]
+    serve_only: Option<usize>,
+    /// Simulated clients for the fan-out measurement.
+    #[arg(long, default_value_t = 1000)]
+    fanout_clients: usize,
+    /// Routes in the fan-out measurement's configurations (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    fanout_routes: Vec<usize>,
+    /// Simulated clients of each protocol for the memory measurement.
+    #[arg(long, default_value_t = 10)]
+    memory_clients: usize,
+    /// Changes per protocol for the fan-out measurement.
+    #[arg(long, default_value_t = 5)]
+    fanout_changes: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    Translation,
+    Switch,
+    Fanout,
+    Bytes,
+    Memory,
+}
+
+impl Args {
+    fn runs(&self, section: Section) -> bool {
+        self.only.is_empty() || self.only.contains(&section)
+    }
 }
 
 #[derive(Serialize)]
@@ -41,6 +78,9 @@ struct Results {
     machine: String,
     translation: Vec<TranslationResult>,
     switch: Vec<SwitchResult>,
+    fanout: Vec<FanoutResult>,
+    bytes: Vec<BytesResult>,
+    memory: Option<MemoryResult>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,12 +90,24 @@ fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&result)?);
         return Ok(());
     }
+    if let Some(routes) = args.serve_only {
+        return tokio::runtime::Runtime::new()?.block_on(fanout::serve_only(routes));
+    }
     let mut results = Results {
         machine: machine(),
         translation: Vec::new(),
         switch: Vec::new(),
+        fanout: Vec::new(),
+        bytes: Vec::new(),
+        memory: None,
     };
-    for routes in [1_000, 10_000] {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let translation_routes: &[usize] = if args.runs(Section::Translation) {
+        &[1_000, 10_000]
+    } else {
+        &[]
+    };
+    for &routes in translation_routes {
         let output = Command::new(std::env::current_exe()?)
             .args(["--translate-only", &routes.to_string()])
             .output()
@@ -70,13 +122,34 @@ fn main() -> anyhow::Result<()> {
             .translation
             .push(serde_json::from_slice(&output.stdout)?);
     }
-    if !args.no_envoy {
-        let runtime = tokio::runtime::Runtime::new()?;
+    if !args.no_envoy && args.runs(Section::Switch) {
         for protocol in [Protocol::Sotw, Protocol::Delta] {
             results
                 .switch
                 .push(runtime.block_on(switch::measure_switches(protocol, args.switches))?);
         }
+    }
+    if args.runs(Section::Fanout) {
+        for &routes in &args.fanout_routes {
+            for protocol in [Protocol::Sotw, Protocol::Delta] {
+                results.fanout.push(runtime.block_on(fanout::measure_fanout(
+                    protocol,
+                    args.fanout_clients,
+                    routes,
+                    args.fanout_changes,
+                ))?);
+            }
+        }
+    }
+    if args.runs(Section::Bytes) {
+        results.bytes = runtime.block_on(fanout::measure_bytes(10_000))?;
+    }
+    if args.runs(Section::Memory) {
+        results.memory = Some(runtime.block_on(fanout::measure_memory(
+            10_000,
+            args.memory_clients,
+            args.memory_clients,
+        ))?);
     }
     print_table(&results);
     if let Some(path) = args.json {
@@ -118,5 +191,59 @@ fn print_table(results: &Results) {
                 s.protocol, s.switches, s.p50_ms, s.p90_ms, s.max_ms
             );
         }
+    }
+    if !results.fanout.is_empty() {
+        println!();
+        println!(
+            "| one route change → N simulated clients, in-process | clients | routes | changes | first sync ms | all hold it p50 ms | max ms | server has all ACKs p50 ms | max ms | CPU ms/change |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for f in &results.fanout {
+            println!(
+                "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+                f.protocol,
+                f.clients,
+                f.routes,
+                f.changes,
+                f.initial_sync_ms,
+                f.p50_ms,
+                f.max_ms,
+                f.server_p50_ms,
+                f.server_max_ms,
+                f.cpu_ms_per_change
+            );
+        }
+    }
+    if !results.bytes.is_empty() {
+        println!();
+        println!(
+            "| bytes one Envoy receives, 10k routes | protocol | responses | Cluster | ClusterLoadAssignment | Listener | RouteConfiguration | total |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for b in &results.bytes {
+            let of = |t: &str| b.bytes.get(t).copied().unwrap_or(0);
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                b.change,
+                b.protocol,
+                b.responses,
+                of("Cluster"),
+                of("ClusterLoadAssignment"),
+                of("Listener"),
+                of("RouteConfiguration"),
+                b.total_bytes
+            );
+        }
+    }
+    if let Some(m) = &results.memory {
+        println!();
+        println!(
+            "| server memory, serving | resources | clients | peak RSS MiB | RSS when synced MiB |"
+        );
+        println!("|---|---|---|---|---|");
+        println!(
+            "| {} routes | {} | {} SotW + {} delta | {:.1} | {:.1} |",
+            m.routes, m.resources, m.sotw_clients, m.delta_clients, m.peak_rss_mib, m.rss_mib
+        );
     }
 }

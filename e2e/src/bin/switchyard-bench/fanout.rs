@@ -1,0 +1,379 @@
+//! The ADS server at fleet scale, with simulated Envoys (`switchyard_e2e::ads_client`):
+//! one change fanned out to many clients, bytes one Envoy receives per change, and the
+//! memory of a server holding 10k routes while serving them.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use switchyard::model::{
+    ClusterSettings, Config, RouteAction, ServiceRef, WeightedCluster, cluster_name,
+};
+use switchyard::translate::translate;
+use switchyard::xds::{Ordering, Protocol, Snapshot};
+use switchyard_e2e::InProcessServer;
+use switchyard_e2e::ads_client::{
+    AdsClient, Counts, Target, received_since, spawn_fleet, wait_all,
+};
+use switchyard_e2e::synthetic;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Bounds every wait: a first sync of 1000 clients, or of 10k routes, is slow but not this slow.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Serialize)]
+pub struct FanoutResult {
+    pub protocol: String,
+    pub clients: usize,
+    pub routes: usize,
+    pub changes: usize,
+    /// Connect to every client holding the first snapshot.
+    pub initial_sync_ms: f64,
+    /// Publish → every client holds the change and has sent its last ACK.
+    pub p50_ms: f64,
+    pub max_ms: f64,
+    /// Publish → the server has every node's ACK (its Nodes registry says synced).
+    pub server_p50_ms: f64,
+    pub server_max_ms: f64,
+    /// CPU time of this whole process (server and clients) per change, median: the
+    /// machine is shared, so this says more than wall time when it is busy.
+    pub cpu_ms_per_change: f64,
+}
+
+/// `changes` route changes (each to a brand-new cluster, so every one is a full
+/// make-before-break switch) to `clients` clients of one protocol.
+pub async fn measure_fanout(
+    protocol: Protocol,
+    clients: usize,
+    routes: usize,
+    changes: usize,
+) -> anyhow::Result<FanoutResult> {
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    let mut config = synthetic::config(routes, 42);
+    let first = Arc::new(translate(&config).snapshot);
+    server.desired.publish(first.clone());
+    server.desired.open();
+    let started = Instant::now();
+    let fleet = match protocol {
+        Protocol::Sotw => spawn_fleet(server.port, clients, 0).await?,
+        Protocol::Delta => spawn_fleet(server.port, 0, clients).await?,
+    };
+    wait_all(&fleet, &Target::of(&first), SYNC_TIMEOUT)
+        .await
+        .context("first sync")?;
+    let initial_sync_ms = started.elapsed().as_secs_f64() * 1000.0;
+    wait_server_synced(&server, clients, &first, started).await?;
+
+    let mut times = Vec::new();
+    let mut server_times = Vec::new();
+    let mut cpu_times = Vec::new();
+    for change in 0..changes {
+        repoint_to_new_cluster(&mut config, change % routes, &format!("fresh-{change}"));
+        let snapshot = Arc::new(translate(&config).snapshot);
+        let target = Target::of(&snapshot);
+        let started = Instant::now();
+        let cpu_before = process_cpu_ms();
+        server.desired.publish(snapshot.clone());
+        let reached = wait_all(&fleet, &target, CHANGE_TIMEOUT)
+            .await
+            .with_context(|| format!("change {change}"))?;
+        let last = reached.iter().max().copied().unwrap_or(started);
+        times.push(last.saturating_duration_since(started).as_secs_f64() * 1000.0);
+        let acked = wait_server_synced(&server, clients, &snapshot, started).await?;
+        server_times.push(acked.as_secs_f64() * 1000.0);
+        cpu_times.push(process_cpu_ms() - cpu_before);
+    }
+    Ok(FanoutResult {
+        protocol: format!("{protocol:?}"),
+        clients,
+        routes,
+        changes,
+        initial_sync_ms,
+        p50_ms: quantile(&mut times, 0.5),
+        max_ms: quantile(&mut times, 1.0),
+        server_p50_ms: quantile(&mut server_times, 0.5),
+        server_max_ms: quantile(&mut server_times, 1.0),
+        cpu_ms_per_change: quantile(&mut cpu_times, 0.5),
+    })
+}
+
+/// Waits until the server's registry has every node synced on `snapshot`; returns the
+/// time since `started` at which it saw that.
+async fn wait_server_synced(
+    server: &InProcessServer,
+    nodes: usize,
+    snapshot: &Snapshot,
+    started: Instant,
+) -> anyhow::Result<Duration> {
+    let mut changes = server.nodes.changes();
+    loop {
+        let synced = server
+            .nodes
+            .list()
+            .iter()
+            .filter(|n| {
+                n.status.synced && n.status.desired_version.as_deref() == Some(snapshot.version())
+            })
+            .count();
+        if synced == nodes {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > CHANGE_TIMEOUT {
+            bail!("the server saw {synced} of {nodes} nodes synced after {CHANGE_TIMEOUT:?}");
+        }
+        // Polled at most every few milliseconds: listing a thousand nodes on every one of
+        // their ACKs would cost more than the server's own work.
+        let _ = tokio::time::timeout(Duration::from_millis(100), changes.changed()).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Points the first route of virtual host `host` at a brand-new cluster (a copy of the
+/// host's cluster under a new service name).
+fn repoint_to_new_cluster(config: &mut Config, host: usize, service: &str) {
+    let service = ServiceRef {
+        namespace: "bench".into(),
+        name: service.into(),
+        port: 8080,
+    };
+    let name = cluster_name(&service, &ClusterSettings::default());
+    let mut cluster = config.clusters[host].clone();
+    cluster.name = name.clone();
+    cluster.service = service;
+    config.clusters.push(cluster);
+    if let RouteAction::Forward(forward) = &mut config.virtual_hosts[host].routes[0].action {
+        forward.backends = vec![WeightedCluster {
+            cluster: name,
+            weight: 1,
+        }];
+    }
+}
+
+#[derive(Serialize)]
+pub struct BytesResult {
+    pub change: String,
+    pub protocol: String,
+    /// Encoded bytes of the responses received, by short type name.
+    pub bytes: BTreeMap<String, u64>,
+    pub responses: u64,
+    pub total_bytes: u64,
+}
+
+/// Bytes one SotW and one delta client receive for the first sync of `routes` routes,
+/// then for one route change and one endpoint change.
+pub async fn measure_bytes(routes: usize) -> anyhow::Result<Vec<BytesResult>> {
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    let mut config = synthetic::config(routes, 42);
+    let first = Arc::new(translate(&config).snapshot);
+    server.desired.publish(first.clone());
+    server.desired.open();
+    let clients = spawn_fleet(server.port, 1, 1).await?;
+    let mut results = Vec::new();
+    let none = vec![Counts::new(), Counts::new()];
+    let marks =
+        sync_and_count(&server, &clients, &first, &none, "first sync", &mut results).await?;
+
+    repoint_to_new_cluster(&mut config, 0, "fresh-bytes");
+    let rerouted = Arc::new(translate(&config).snapshot);
+    server.desired.publish(rerouted.clone());
+    let change = "route → new cluster";
+    let marks = sync_and_count(&server, &clients, &rerouted, &marks, change, &mut results).await?;
+
+    // One endpoint of one cluster moves.
+    config.clusters[1].endpoints[0].address = "10.250.0.1".into();
+    let moved = Arc::new(translate(&config).snapshot);
+    server.desired.publish(moved.clone());
+    let change = "one cluster's endpoints";
+    sync_and_count(&server, &clients, &moved, &marks, change, &mut results).await?;
+    Ok(results)
+}
+
+/// Waits for the clients to hold `snapshot` and the server to have all their ACKs (a SotW
+/// client holds the new state before the last, redundant, response of a switch
+/// arrives), records what each received since its mark, and returns the new marks.
+async fn sync_and_count(
+    server: &InProcessServer,
+    clients: &[AdsClient],
+    snapshot: &Snapshot,
+    marks: &[Counts],
+    change: &str,
+    results: &mut Vec<BytesResult>,
+) -> anyhow::Result<Vec<Counts>> {
+    wait_all(clients, &Target::of(snapshot), SYNC_TIMEOUT)
+        .await
+        .with_context(|| change.to_string())?;
+    wait_server_synced(server, clients.len(), snapshot, Instant::now()).await?;
+    let mut now = Vec::new();
+    for ((client, mark), protocol) in clients.iter().zip(marks).zip(["Sotw", "Delta"]) {
+        let received = client.received();
+        let since = received_since(&received, mark);
+        let bytes: BTreeMap<String, u64> = since
+            .iter()
+            .map(|(t, r)| (short_type(t).to_string(), r.bytes))
+            .collect();
+        results.push(BytesResult {
+            change: change.to_string(),
+            protocol: protocol.to_string(),
+            total_bytes: bytes.values().sum(),
+            responses: since.values().map(|r| r.responses).sum(),
+            bytes,
+        });
+        now.push(received);
+    }
+    Ok(now)
+}
+
+fn short_type(type_url: &str) -> &str {
+    type_url.rsplit('.').next().unwrap_or(type_url)
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct MemoryResult {
+    pub routes: usize,
+    pub resources: usize,
+    pub sotw_clients: usize,
+    pub delta_clients: usize,
+    /// VmHWM of the server process: its peak, translation included.
+    pub peak_rss_mib: f64,
+    /// VmRSS once every client is synced.
+    pub rss_mib: f64,
+}
+
+/// What the server child prints once told its clients are synced.
+#[derive(Serialize, Deserialize)]
+struct ServerMemory {
+    resources: usize,
+    peak_rss_mib: f64,
+    rss_mib: f64,
+}
+
+/// Runs a server holding `routes` routes in a child process (so the clients' memory is
+/// not counted), syncs simulated clients from this one, then reads the child's memory.
+pub async fn measure_memory(
+    routes: usize,
+    sotw: usize,
+    delta: usize,
+) -> anyhow::Result<MemoryResult> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--serve-only", &routes.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the server child")?;
+    let result = memory_of_child(&mut child, routes, sotw, delta).await;
+    let _ = child.kill().await;
+    result
+}
+
+async fn memory_of_child(
+    child: &mut Child,
+    routes: usize,
+    sotw: usize,
+    delta: usize,
+) -> anyhow::Result<MemoryResult> {
+    let mut stdin = child.stdin.take().context("child stdin")?;
+    let mut stdout = BufReader::new(child.stdout.take().context("child stdout")?);
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .await
+        .context("reading the child's port")?;
+    let port: u16 = line
+        .trim()
+        .parse()
+        .with_context(|| format!("the child's port, got {line:?}"))?;
+    let snapshot = translate(&synthetic::config(routes, 42)).snapshot;
+    let clients = spawn_fleet(port, sotw, delta).await?;
+    wait_all(&clients, &Target::of(&snapshot), SYNC_TIMEOUT)
+        .await
+        .context("syncing the clients of the server child")?;
+    stdin
+        .write_all(b"report\n")
+        .await
+        .context("asking the child for its memory")?;
+    line.clear();
+    stdout
+        .read_line(&mut line)
+        .await
+        .context("reading the child's memory")?;
+    let memory: ServerMemory = serde_json::from_str(&line)
+        .with_context(|| format!("the child's memory report, got {line:?}"))?;
+    Ok(MemoryResult {
+        routes,
+        resources: memory.resources,
+        sotw_clients: sotw,
+        delta_clients: delta,
+        peak_rss_mib: memory.peak_rss_mib,
+        rss_mib: memory.rss_mib,
+    })
+}
+
+/// The child: serves `routes` routes on a free port (printed on stdout), then prints its
+/// memory as JSON when a line arrives on stdin.
+pub async fn serve_only(routes: usize) -> anyhow::Result<()> {
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    let snapshot = Arc::new(translate(&synthetic::config(routes, 42)).snapshot);
+    let resources = snapshot.len();
+    server.desired.publish(snapshot);
+    server.desired.open();
+    println!("{}", server.port);
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await
+        .context("waiting for the parent")?;
+    let memory = ServerMemory {
+        resources,
+        peak_rss_mib: status_mib("VmHWM:"),
+        rss_mib: status_mib("VmRSS:"),
+    };
+    println!("{}", serde_json::to_string(&memory)?);
+    Ok(())
+}
+
+/// User and system CPU time of this process so far (0 where there is no /proc).
+fn process_cpu_ms() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may contain spaces): utime and stime are
+    // the 14th and 15th fields, in clock ticks of 1/100 s.
+    let after_name = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 10.0
+}
+
+/// A memory line of /proc/self/status, in MiB (0 where there is no /proc).
+fn status_mib(key: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}

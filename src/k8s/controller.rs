@@ -804,6 +804,40 @@ async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::Protocol;
+    use crate::xds::session::SessionStatus;
+
+    fn node(stream: u64, version: &str, synced: bool) -> NodeReport {
+        NodeReport {
+            stream,
+            node_id: format!("envoy-{stream}"),
+            cluster: "fleet".into(),
+            peer: "127.0.0.1:1".into(),
+            connected_at: std::time::SystemTime::UNIX_EPOCH,
+            status: SessionStatus {
+                protocol: Protocol::Delta,
+                desired_version: Some(version.into()),
+                synced,
+                blocked_by_nack: false,
+                types: Default::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_fleet_converges_only_when_every_node_holds_the_same_snapshot() {
+        assert_eq!(converged_version(&[]), None, "no node, nothing to wake on");
+        let both = [node(1, "v2", true), node(2, "v2", true)];
+        assert_eq!(converged_version(&both).as_deref(), Some("v2"));
+        let moving = [node(1, "v2", true), node(2, "v2", false)];
+        assert_eq!(converged_version(&moving), None, "one still moving");
+        let apart = [node(1, "v2", true), node(2, "v1", true)];
+        assert_eq!(
+            converged_version(&apart),
+            None,
+            "synced to different snapshots"
+        );
+    }
 
     #[test]
     fn an_envoy_nack_becomes_the_reason_a_rollout_waits() {

@@ -45,18 +45,19 @@ async fn main() {
         .unwrap_or(20)
         .max(1);
     println!(
-        "| rollout path (3 Envoys, fresh Service each time) | rollouts | p50 ms | p95 ms | max ms |"
+        "| rollout path (3 Envoys, fresh Service each time) | rollouts | p50 ms | p95 ms | p99 ms | max ms |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for (name, extra) in [
         ("two-phase (default)", &[][..]),
         ("direct, one phase (diagnostic)", &["--one-phase"][..]),
     ] {
         let times = measure(extra, rollouts).await;
         println!(
-            "| {name} | {rollouts} | {:.0} | {:.0} | {:.0} |",
+            "| {name} | {rollouts} | {:.0} | {:.0} | {:.0} | {:.0} |",
             pick(&times, 0.5),
             pick(&times, 0.95),
+            pick(&times, 0.99),
             pick(&times, 1.0)
         );
     }

@@ -22,7 +22,7 @@ use crate::model::ListenerSettings;
 use crate::translate::{Problem, Translator};
 use crate::xds::Desired;
 
-/// Changes arriving within this window are built into one snapshot.
+/// At most one build per this interval: changes arriving within it are built together.
 const DEBOUNCE: Duration = Duration::from_millis(10);
 
 pub struct Builder {
@@ -54,10 +54,13 @@ impl Builder {
         loop {
             changes.borrow_and_update();
             self.build_and_publish(&mut secrets, &mut translator).await;
+            let built = Instant::now();
             if changes.changed().await.is_err() {
                 return;
             }
-            tokio::time::sleep(DEBOUNCE).await;
+            // A change after a quiet spell is built at once; changes that keep coming are
+            // batched, one build per DEBOUNCE at most.
+            tokio::time::sleep(DEBOUNCE.saturating_sub(built.elapsed())).await;
         }
     }
 

@@ -137,9 +137,18 @@ struct TypeState {
     /// What the node holds of this type was found equal to what it should hold, and
     /// neither has changed since: no need to compare them again on the next message.
     settled: bool,
+    /// Neither the view of this type nor the subscription changed since the pending
+    /// response was built: once ACKed, the node holds what it should (settled).
+    unchanged_since_sent: bool,
 }
 
 impl TypeState {
+    /// The view of this type or the subscription changed.
+    fn unsettle(&mut self) {
+        self.settled = false;
+        self.unchanged_since_sent = false;
+    }
+
     fn subscribes(&self, name: &str) -> bool {
         self.wildcard || self.names.contains(name)
     }
@@ -211,10 +220,14 @@ impl Session {
         }
         let answers_pending = ts.pending.as_ref().is_some_and(|p| p.nonce == nonce);
         let names: BTreeSet<String> = request.resource_names.into_iter().collect();
-        ts.requested = true;
-        ts.settled = false;
-        ts.wildcard =
+        let wildcard =
             names.contains("*") || (names.is_empty() && snapshot::is_wildcard_type(&type_url));
+        // SotW requests repeat the whole subscription: most ACKs change nothing.
+        if !ts.requested || ts.wildcard != wildcard || ts.names != names {
+            ts.unsettle();
+        }
+        ts.requested = true;
+        ts.wildcard = wildcard;
         ts.names = names;
         if answers_pending {
             match request.error_detail {
@@ -238,7 +251,12 @@ impl Session {
         let type_url = request.type_url;
         let first = !self.types.get(&type_url).is_some_and(|t| t.requested);
         let ts = self.types.entry(type_url.clone()).or_default();
-        ts.settled = false;
+        if first
+            || !request.resource_names_subscribe.is_empty()
+            || !request.resource_names_unsubscribe.is_empty()
+        {
+            ts.unsettle();
+        }
         if first {
             ts.requested = true;
             // Legacy wildcard: a first request that names nothing.
@@ -331,6 +349,7 @@ impl Session {
             return;
         };
         ts.acked = Some(pending.wanted);
+        ts.settled = ts.unchanged_since_sent;
         ts.acked_version = Some(pending.version.clone());
         ts.acked_at = Some(now);
         self.events.push(Event::Acked {
@@ -349,6 +368,7 @@ impl Session {
         let Some(pending) = ts.pending.take() else {
             return;
         };
+        ts.unsettle();
         let held = ts.acked.clone().unwrap_or_default();
         let view = self.view.entry(type_url.to_string()).or_default();
         for name in pending.wanted.keys().chain(held.keys()) {
@@ -390,7 +410,7 @@ impl Session {
                 changed = advance(&mut self.view, &desired, self.ordering);
                 if changed {
                     for ts in self.types.values_mut() {
-                        ts.settled = false;
+                        ts.unsettle();
                     }
                 }
             }
@@ -528,6 +548,7 @@ impl Session {
             unreachable!("respond is only called for tracked types");
         };
         ts.force_send = false;
+        ts.unchanged_since_sent = true;
         ts.last_nonce = Some(nonce.clone());
         ts.pending = Some(Pending {
             nonce: nonce.clone(),

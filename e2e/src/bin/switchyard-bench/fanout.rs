@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use switchyard::model::{
     ClusterSettings, Config, RouteAction, ServiceRef, WeightedCluster, cluster_name,
 };
-use switchyard::translate::translate;
+use switchyard::translate::{Translator, translate};
 use switchyard::xds::{Ordering, Protocol, Snapshot};
 use switchyard_e2e::InProcessServer;
 use switchyard_e2e::ads_client::{
@@ -319,7 +319,9 @@ async fn memory_of_child(
 /// memory as JSON when a line arrives on stdin.
 pub async fn serve_only(routes: usize) -> anyhow::Result<()> {
     let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
-    let snapshot = Arc::new(translate(&synthetic::config(routes, 42)).snapshot);
+    // Held for the whole run, as a builder holds it: its inputs and indexes count too.
+    let mut translator = Translator::new();
+    let snapshot = Arc::new(translator.update(&synthetic::config(routes, 42)).snapshot);
     let resources = snapshot.len();
     server.desired.publish(snapshot);
     server.desired.open();

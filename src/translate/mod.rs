@@ -128,22 +128,22 @@ fn unique_by_name<'a, T>(
     content: impl Fn(&T) -> String,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<&'a str, &'a T> {
-    let mut by_name: BTreeMap<&'a str, Vec<&'a T>> = BTreeMap::new();
-    for item in items {
-        by_name.entry(name(item)).or_default().push(item);
-    }
-    let mut unique = BTreeMap::new();
-    for (key, defs) in by_name {
+    // Sorted by name (stably), then one group per name: no allocation per item.
+    let mut sorted: Vec<&'a T> = items.iter().collect();
+    sorted.sort_by(|a, b| name(a).cmp(name(b)));
+    let mut unique = Vec::with_capacity(sorted.len());
+    for defs in sorted.chunk_by(|a, b| name(a) == name(b)) {
+        let key = name(defs[0]);
         // Contents are compared only for names defined more than once: rendering every
         // item's content was most of the translation time.
         let mut distinct: BTreeMap<String, &'a T> = BTreeMap::new();
         if defs.len() > 1 {
-            for def in &defs {
+            for def in defs {
                 distinct.entry(content(def)).or_insert(def);
             }
         }
         if distinct.len() <= 1 {
-            unique.insert(key, defs[0]);
+            unique.push((key, defs[0]));
         } else {
             let prefix = match kind {
                 "virtual host" => String::new(),
@@ -161,7 +161,8 @@ fn unique_by_name<'a, T>(
             ));
         }
     }
-    unique
+    // Already in name order: the map is built in bulk.
+    unique.into_iter().collect()
 }
 
 /// Canonical content: the JSON form (the model's Serialize impls are canonical).

@@ -260,6 +260,9 @@ impl Translator {
 
     /// Applies changes and returns the new translation.
     pub fn apply(&mut self, changes: Changes) -> Translation {
+        if changes.is_empty() {
+            return self.translation();
+        }
         let mut out = Output::default();
         let mut dirty_hosts: BTreeSet<String> = BTreeSet::new();
         let mut dirty_clusters: BTreeSet<String> = BTreeSet::new();

@@ -319,7 +319,6 @@ where
 async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = route.namespace().unwrap_or_default();
     let name = route.name_any();
-    let key = (namespace.clone(), name.clone());
     let generation = route.metadata.generation.unwrap_or(0);
     debug!(route = %format!("{namespace}/{name}"), generation, "reconcile");
     let services = ctx.services.state();
@@ -390,15 +389,13 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     Verification::Waiting(result, after) => (result, after),
                     Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
                 };
-                report.waiting(
+                let waiting = (
                     "VerifyingEndpoints",
                     "new clusters not ready on every Envoy",
-                    &result,
                 );
-                report.explain(&ctx.troubles(&key));
-                publish(&ctx, &route, &report, None).await;
-                debug!(route = %name, generation, ?after, "requeued");
-                return Ok(Action::requeue(after));
+                return Ok(
+                    requeue_waiting(&ctx, &route, &mut report, waiting, &result, after).await,
+                );
             }
             Step::Promote(spec) => {
                 let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
@@ -430,15 +427,10 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     Verification::Waiting(result, after) => (result, after),
                     Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
                 };
-                report.waiting(
-                    "VerifyingLive",
-                    "new routes not served by every Envoy yet",
-                    &result,
+                let waiting = ("VerifyingLive", "new routes not served by every Envoy yet");
+                return Ok(
+                    requeue_waiting(&ctx, &route, &mut report, waiting, &result, after).await,
                 );
-                report.explain(&ctx.troubles(&key));
-                publish(&ctx, &route, &report, None).await;
-                debug!(route = %name, generation, ?after, "requeued");
-                return Ok(Action::requeue(after));
             }
             Step::Collect { after } => {
                 if !after.is_zero() {
@@ -752,6 +744,24 @@ fn progress(result: &FleetResult, lagging: Vec<String>) -> EnvoyProgress {
         total: i32::try_from(result.total()).unwrap_or(i32::MAX),
         lagging,
     }
+}
+
+/// A verification that is not done yet: says why in the status and asks to be reconciled
+/// again after `after`.
+async fn requeue_waiting(
+    ctx: &Context,
+    route: &TrafficRoute,
+    report: &mut Report,
+    (phase, message): (&str, &str),
+    result: &FleetResult,
+    after: Duration,
+) -> Action {
+    report.waiting(phase, message, result);
+    let key = (route.namespace().unwrap_or_default(), route.name_any());
+    report.explain(&ctx.troubles(&key));
+    publish(ctx, route, report, None).await;
+    debug!(route = %key.1, generation = report.generation, ?after, "requeued");
+    Action::requeue(after)
 }
 
 /// Hands the status to the writer; records an Event when Ready flips or the spec is rejected.

@@ -284,13 +284,10 @@ fn route_action(f: &model::Forward) -> RouteAction {
     }
 }
 
-/// The route configuration from its virtual hosts, each already encoded, in order. The
-/// same bytes as encoding the whole message (fields in tag order: name, virtual hosts,
-/// then the rest), without encoding every virtual host again.
-pub fn route_configuration_from_encoded<'a>(
-    name: &str,
-    virtual_hosts: impl Iterator<Item = &'a [u8]>,
-) -> Any {
+/// The route configuration from its virtual hosts, each already encoded, in order, so that
+/// a change re-encodes only the virtual hosts it touched. Protobuf reads a message written
+/// in parts as the whole: the name, then each virtual host (field 2), then the rest.
+pub fn route_configuration<'a>(name: &str, virtual_hosts: impl Iterator<Item = &'a [u8]>) -> Any {
     let mut value = RouteConfiguration {
         name: name.to_owned(),
         ..Default::default()
@@ -301,25 +298,14 @@ pub fn route_configuration_from_encoded<'a>(
         prost::encoding::encode_varint(vhost.len() as u64, &mut value);
         value.extend_from_slice(vhost);
     }
-    let mut rest = route_configuration(name, Vec::new());
-    rest.name.clear();
-    value.extend_from_slice(&rest.encode_to_vec());
-    proto::pack_bytes::<RouteConfiguration>(value)
-}
-
-pub fn route_configuration(
-    name: &str,
-    mut virtual_hosts: Vec<envoy_route::VirtualHost>,
-) -> RouteConfiguration {
-    virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
-    RouteConfiguration {
-        name: name.to_owned(),
-        virtual_hosts,
+    let rest = RouteConfiguration {
         // The probe token authenticates probes to the health-check filters, which run
         // before the router; no backend ever gets to see it.
         request_headers_to_remove: vec![super::PROBE_TOKEN_HEADER.to_owned()],
         ..Default::default()
-    }
+    };
+    value.extend_from_slice(&rest.encode_to_vec());
+    proto::pack_bytes::<RouteConfiguration>(value)
 }
 
 #[cfg(test)]

@@ -919,7 +919,7 @@ impl Translator {
         if out.routes_changed {
             out.puts.push(Resource::new(
                 ROUTE_CONFIG_NAME,
-                route::route_configuration_from_encoded(
+                route::route_configuration(
                     ROUTE_CONFIG_NAME,
                     self.route_entries.values().map(Vec::as_slice),
                 ),

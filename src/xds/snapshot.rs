@@ -98,13 +98,6 @@ impl Snapshot {
         self.refresh_version();
     }
 
-    /// Removes one resource, if present.
-    pub fn remove(&mut self, type_url: &str, name: &str) {
-        if self.take(type_url, name) {
-            self.refresh_version();
-        }
-    }
-
     /// Removes, then adds or replaces, several resources; one version update for all.
     pub fn update(
         &mut self,

@@ -8,6 +8,7 @@ pub mod nodes;
 pub mod server;
 pub mod session;
 pub mod snapshot;
+pub mod wire;
 
 pub use desired::Desired;
 pub use nodes::{NodeReport, Nodes};

@@ -6,19 +6,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Instant, SystemTime};
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use futures::{Stream, StreamExt};
+use http_body::Frame;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Status, Streaming};
+use tonic::body::Body;
+use tonic::codec::{Codec, Streaming};
+use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::Status;
+use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
+use super::wire::Frames;
 use super::{Desired, NodeReport, Nodes, snapshot::short_type};
 use crate::metrics::{Metrics, TypeLabel};
 
@@ -36,7 +42,9 @@ enum Incoming {
     Delta(DeltaDiscoveryRequest),
 }
 
-type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+type Inbound = Pin<Box<dyn Stream<Item = Result<Incoming, Status>> + Send>>;
+/// What a stream's loop hands to its response body: a response, or the status it ended with.
+type Outbound = Result<Response, Status>;
 
 impl AdsServer {
     pub fn new(desired: Arc<Desired>, nodes: Nodes, metrics: Metrics, ordering: Ordering) -> Self {
@@ -52,17 +60,12 @@ impl AdsServer {
         }
     }
 
-    pub fn into_service(self) -> AggregatedDiscoveryServiceServer<Self> {
-        AggregatedDiscoveryServiceServer::new(self)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(256 << 20)
+    pub fn into_service(self) -> AdsService {
+        AdsService(self)
     }
 
     /// Spawns the loop of one stream; responses come out of the returned channel.
-    fn start<S>(&self, protocol: Protocol, peer: String, inbound: S) -> mpsc::Receiver<Response>
-    where
-        S: Stream<Item = Result<Incoming, Status>> + Send + Unpin + 'static,
-    {
+    fn start(&self, protocol: Protocol, peer: String, inbound: Inbound) -> mpsc::Receiver<Outbound> {
         let (tx, rx) = mpsc::channel(16);
         let stream = self.next_stream.fetch_add(1, AtomicOrdering::Relaxed);
         let span = info_span!("xds_stream", stream, ?protocol, %peer, node = tracing::field::Empty);
@@ -73,14 +76,16 @@ impl AdsServer {
                 this.metrics.connected_nodes.inc();
                 let connected_at = SystemTime::now();
                 let result = this
-                    .run(session, stream, &peer, connected_at, inbound, tx)
+                    .run(session, stream, &peer, connected_at, inbound, &tx)
                     .await;
                 this.metrics.connected_nodes.dec();
                 this.nodes.remove(stream);
                 match result {
                     Ok(()) => info!("stream closed"),
                     Err(status) => {
-                        info!(code = ?status.code(), message = status.message(), "stream ended")
+                        info!(code = ?status.code(), message = status.message(), "stream ended");
+                        // Envoy sees why; it is gone already if the send fails.
+                        let _ = tx.send(Err(status)).await;
                     }
                 }
             }
@@ -89,18 +94,15 @@ impl AdsServer {
         rx
     }
 
-    async fn run<S>(
+    async fn run(
         &self,
         mut session: Session,
         stream: u64,
         peer: &str,
         connected_at: SystemTime,
-        mut inbound: S,
-        tx: mpsc::Sender<Response>,
-    ) -> Result<(), Status>
-    where
-        S: Stream<Item = Result<Incoming, Status>> + Send + Unpin,
-    {
+        mut inbound: Inbound,
+        tx: &mpsc::Sender<Outbound>,
+    ) -> Result<(), Status> {
         let mut desired = self.desired.subscribe();
         let mut sent_at: HashMap<String, Instant> = HashMap::new();
         let mut named = false;
@@ -140,7 +142,7 @@ impl AdsServer {
             }
             self.record(session.take_events(), &mut sent_at);
             for response in responses {
-                if tx.send(response).await.is_err() {
+                if tx.send(Ok(response)).await.is_err() {
                     return Ok(());
                 }
             }
@@ -218,46 +220,144 @@ impl AdsServer {
     }
 }
 
-fn peer_of<T>(request: &Request<T>) -> String {
-    request
-        .remote_addr()
+/// The peer's address, with or without TLS.
+fn peer_of<B>(request: &http::Request<B>) -> String {
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|info| info.get_ref().remote_addr())
+        })
         .map_or_else(|| "unknown".to_string(), |a| a.to_string())
 }
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for AdsServer {
-    type StreamAggregatedResourcesStream = ResponseStream<DiscoveryResponse>;
-    type DeltaAggregatedResourcesStream = ResponseStream<DeltaDiscoveryResponse>;
+/// Decodes a stream of requests of type `T` from the HTTP/2 request body.
+fn decode<T>(body: Body) -> Streaming<T>
+where
+    T: prost::Message + Default + Send + 'static,
+{
+    let mut codec = ProstCodec::<T, T>::default();
+    Streaming::new_request(codec.decoder(), body, None, Some(MAX_REQUEST_BYTES))
+}
 
-    async fn stream_aggregated_resources(
-        &self,
-        request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let peer = peer_of(&request);
-        let inbound = request.into_inner().map(|r| r.map(Incoming::Sotw));
-        let rx = self.start(Protocol::Sotw, peer, inbound);
-        let outbound = ReceiverStream::new(rx).filter_map(|response| async move {
-            match response {
-                Response::Sotw(r) => Some(Ok(r)),
-                Response::Delta(_) => None,
-            }
-        });
-        Ok(tonic::Response::new(Box::pin(outbound)))
+/// The ADS gRPC service. Written by hand rather than generated so that responses are
+/// encoded from the snapshot's shared resources as the stream takes them (see
+/// [`super::wire`]) instead of being copied whole into a message per Envoy.
+#[derive(Clone)]
+pub struct AdsService(AdsServer);
+
+impl NamedService for AdsService {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+const SOTW_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+const DELTA_PATH: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+const MAX_REQUEST_BYTES: usize = 64 << 20;
+
+impl tower_service::Service<http::Request<Body>> for AdsService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
-    async fn delta_aggregated_resources(
-        &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let peer = peer_of(&request);
-        let inbound = request.into_inner().map(|r| r.map(Incoming::Delta));
-        let rx = self.start(Protocol::Delta, peer, inbound);
-        let outbound = ReceiverStream::new(rx).filter_map(|response| async move {
-            match response {
-                Response::Delta(r) => Some(Ok(r)),
-                Response::Sotw(_) => None,
-            }
-        });
-        Ok(tonic::Response::new(Box::pin(outbound)))
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        ready(Ok(self.0.handle(request)))
     }
+}
+
+impl AdsServer {
+    fn handle(&self, request: http::Request<Body>) -> http::Response<Body> {
+        let protocol = match request.uri().path() {
+            SOTW_PATH => Protocol::Sotw,
+            DELTA_PATH => Protocol::Delta,
+            path => return Status::unimplemented(format!("no method {path}")).into_http(),
+        };
+        if let Some(encoding) = request.headers().get("grpc-encoding")
+            && encoding != "identity"
+        {
+            return Status::unimplemented(format!(
+                "request compression {encoding:?} is not supported"
+            ))
+            .into_http();
+        }
+        let peer = peer_of(&request);
+        let body = request.into_body();
+        let inbound: Inbound = match protocol {
+            Protocol::Sotw => Box::pin(decode(body).map(|r| r.map(Incoming::Sotw))),
+            Protocol::Delta => Box::pin(decode(body).map(|r| r.map(Incoming::Delta))),
+        };
+        let rx = self.start(protocol, peer, inbound);
+        let mut response = http::Response::new(Body::new(ResponseBody {
+            rx,
+            current: None,
+            finished: false,
+        }));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        response
+    }
+}
+
+/// The response side of one stream: the session's responses, each encoded when HTTP/2
+/// asks for more data, then the gRPC status as trailers.
+struct ResponseBody {
+    rx: mpsc::Receiver<Outbound>,
+    current: Option<Frames>,
+    finished: bool,
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        loop {
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            if let Some(chunk) = this.current.as_mut().and_then(Frames::next_chunk) {
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
+            this.current = None;
+            let end = match std::task::ready!(this.rx.poll_recv(cx)) {
+                Some(Ok(response)) => match Frames::new(response) {
+                    Ok(frames) => {
+                        this.current = Some(frames);
+                        continue;
+                    }
+                    Err(too_large) => {
+                        warn!(error = %too_large, "ending the stream");
+                        Status::resource_exhausted(too_large.to_string())
+                    }
+                },
+                Some(Err(status)) => status,
+                None => Status::ok(""),
+            };
+            this.finished = true;
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers(&end)))));
+        }
+    }
+}
+
+fn trailers(status: &Status) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    if status.add_header(&mut map).is_err() {
+        // Only a message that cannot be a header value gets here; the code still can.
+        map.insert("grpc-status", http::HeaderValue::from(status.code() as i32));
+    }
+    map
 }

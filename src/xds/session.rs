@@ -19,13 +19,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-    Resource as DeltaResource,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use serde::Serialize;
 
 use super::localize;
+pub use super::wire::{DeltaResponse, Response, SotwResponse};
 use super::snapshot::{
     self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
 };
@@ -47,12 +45,6 @@ pub enum Ordering {
     /// Everything pushed at once, like a naive control plane. For tests that prove the
     /// ordering matters; never a user-facing setting.
     AllAtOnce,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Response {
-    Sotw(DiscoveryResponse),
-    Delta(DeltaDiscoveryResponse),
 }
 
 /// What happened, for logs and metrics. The server loop owns the clock for latencies.
@@ -498,34 +490,26 @@ impl Session {
             Protocol::Sotw => {
                 let resources: Vec<_> = wanted
                     .values()
-                    .filter_map(|e| e.resource.as_ref().map(|r| r.body.clone()))
+                    .filter_map(|e| e.resource.clone())
                     .collect();
                 let count = resources.len();
-                let response = Response::Sotw(DiscoveryResponse {
+                let response = Response::Sotw(SotwResponse {
                     version_info: version.clone(),
                     resources,
                     type_url: type_url.to_string(),
                     nonce: nonce.clone(),
-                    ..Default::default()
                 });
                 (response, count, 0)
             }
             Protocol::Delta => {
                 let empty = Entries::new();
                 let held = ts.acked.as_ref().unwrap_or(&empty);
-                let resources: Vec<DeltaResource> = wanted
+                let resources: Vec<Arc<Resource>> = wanted
                     .iter()
                     .filter(|(name, entry)| {
                         held.get(*name).map(|h| &h.version) != Some(&entry.version)
                     })
-                    .filter_map(|(name, entry)| {
-                        entry.resource.as_ref().map(|r| DeltaResource {
-                            name: name.clone(),
-                            version: r.version.clone(),
-                            resource: Some(r.body.clone()),
-                            ..Default::default()
-                        })
-                    })
+                    .filter_map(|(_, entry)| entry.resource.clone())
                     .collect();
                 let removed: Vec<String> = held
                     .keys()
@@ -533,13 +517,12 @@ impl Session {
                     .cloned()
                     .collect();
                 let counts = (resources.len(), removed.len());
-                let response = Response::Delta(DeltaDiscoveryResponse {
+                let response = Response::Delta(DeltaResponse {
                     system_version_info: desired.version().to_string(),
                     resources,
                     type_url: type_url.to_string(),
                     removed_resources: removed,
                     nonce: nonce.clone(),
-                    ..Default::default()
                 });
                 (response, counts.0, counts.1)
             }
@@ -797,7 +780,7 @@ mod tests {
                 short_type(&r.type_url).to_string(),
                 r.resources
                     .iter()
-                    .map(|a| String::from_utf8_lossy(&a.value).to_string())
+                    .map(|a| String::from_utf8_lossy(&a.body.value).to_string())
                     .collect(),
                 vec![],
             ),
@@ -810,17 +793,11 @@ mod tests {
     }
 
     fn nonce(response: &Response) -> String {
-        match response {
-            Response::Sotw(r) => r.nonce.clone(),
-            Response::Delta(r) => r.nonce.clone(),
-        }
+        response.nonce().to_string()
     }
 
     fn type_of(response: &Response) -> String {
-        match response {
-            Response::Sotw(r) => r.type_url.clone(),
-            Response::Delta(r) => r.type_url.clone(),
-        }
+        response.type_url().to_string()
     }
 
     fn sotw(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {

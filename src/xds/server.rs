@@ -15,11 +15,11 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use futures::{Stream, StreamExt};
 use http_body::Frame;
 use tokio::sync::mpsc;
+use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{Codec, Streaming};
 use tonic::server::NamedService;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tonic::Status;
 use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -65,7 +65,12 @@ impl AdsServer {
     }
 
     /// Spawns the loop of one stream; responses come out of the returned channel.
-    fn start(&self, protocol: Protocol, peer: String, inbound: Inbound) -> mpsc::Receiver<Outbound> {
+    fn start(
+        &self,
+        protocol: Protocol,
+        peer: String,
+        inbound: Inbound,
+    ) -> mpsc::Receiver<Outbound> {
         let (tx, rx) = mpsc::channel(16);
         let stream = self.next_stream.fetch_add(1, AtomicOrdering::Relaxed);
         let span = info_span!("xds_stream", stream, ?protocol, %peer, node = tracing::field::Empty);

@@ -23,11 +23,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use serde::Serialize;
 
 use super::localize;
-pub use super::wire::{DeltaResponse, Response, SotwResponse};
 use super::snapshot::{
     self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
 };
+pub use super::wire::{DeltaResponse, Response, SotwResponse};
 use crate::hash;
+use imbl::ordmap::DiffItem;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {
@@ -74,32 +75,12 @@ pub enum Event {
     },
 }
 
-/// One resource as a node holds it. `resource` is None only for resources a reconnecting
-/// delta client says it has and that we have no content for: we keep them (never remove
-/// what routes may still use) but cannot send them.
-#[derive(Clone, Debug)]
-struct Entry {
-    version: String,
-    resource: Option<Arc<Resource>>,
-}
-
-/// Versions are content hashes: comparing them is comparing content, and cheap.
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.version == other.version && self.resource.is_some() == other.resource.is_some()
-    }
-}
-
-impl Entry {
-    fn of(resource: &Arc<Resource>) -> Self {
-        Self {
-            version: resource.version.clone(),
-            resource: Some(resource.clone()),
-        }
-    }
-}
-
-type Entries = BTreeMap<String, Entry>;
+/// What a node holds or should hold of one type: the same persistent map as the
+/// snapshot's, so a node in step with the snapshot shares it instead of copying it, and
+/// comparing the two skips whatever they share. A reconnecting delta client may say it
+/// holds resources we have no content for: those are [`Resource::held`] entries, kept
+/// (never remove what routes may still use) but never sent.
+type Entries = Resources;
 /// What a node should hold at the current step, per type.
 type View = BTreeMap<String, Entries>;
 
@@ -259,20 +240,17 @@ impl Session {
                     .initial_resource_versions
                     .into_iter()
                     .map(|(name, version)| {
-                        (
-                            name,
-                            Entry {
-                                version,
-                                resource: None,
-                            },
-                        )
+                        let entry = Arc::new(Resource::held(name.clone(), version));
+                        (name, entry)
                     })
                     .collect();
                 // Keep what the node already has in the view, so nothing it may still route
                 // to is removed before the route step.
                 let view = self.view.entry(type_url.clone()).or_default();
                 for (name, entry) in &held {
-                    view.entry(name.clone()).or_insert_with(|| entry.clone());
+                    if !view.contains_key(name) {
+                        view.insert(name.clone(), entry.clone());
+                    }
                 }
                 ts.acked = Some(held);
             }
@@ -438,18 +416,14 @@ impl Session {
             if !ts.force_send && ts.settled {
                 continue;
             }
-            // Compared in place: the entries to send are only built when something is sent.
-            let same = ts
-                .acked
-                .as_ref()
-                .is_some_and(|a| same_versions(a.iter(), self.wanted_iter(&type_url, ts)));
+            let wanted = self.wanted(&type_url, ts);
+            let same = ts.acked.as_ref().is_some_and(|a| same_versions(a, &wanted));
             if !ts.force_send && same {
                 if let Some(ts) = self.types.get_mut(&type_url) {
                     ts.settled = true;
                 }
                 continue;
             }
-            let wanted = self.wanted(&type_url, ts);
             let response = self.respond(&type_url, wanted, desired);
             out.push(response);
             sent += 1;
@@ -457,26 +431,18 @@ impl Session {
         sent
     }
 
-    /// The part of the current view this node subscribes to.
+    /// The part of the current view this node subscribes to: usually all of it, shared.
     fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
-        self.wanted_iter(type_url, ts)
+        let Some(view) = self.view.get(type_url) else {
+            return Entries::new();
+        };
+        if ts.wildcard || view.keys().all(|name| ts.subscribes(name)) {
+            return view.clone();
+        }
+        view.iter()
+            .filter(|(name, _)| ts.subscribes(name))
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect()
-    }
-
-    fn wanted_iter<'a>(
-        &'a self,
-        type_url: &str,
-        ts: &'a TypeState,
-    ) -> impl Iterator<Item = (&'a String, &'a Entry)> {
-        let protocol = self.protocol;
-        self.view
-            .get(type_url)
-            .into_iter()
-            .flatten()
-            .filter(move |(name, entry)| {
-                ts.subscribes(name) && (protocol == Protocol::Delta || entry.resource.is_some())
-            })
     }
 
     fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
@@ -488,9 +454,11 @@ impl Session {
         };
         let (response, resources, removed) = match self.protocol {
             Protocol::Sotw => {
+                // Held entries exist only in delta sessions; a SotW response could not carry one.
                 let resources: Vec<_> = wanted
                     .values()
-                    .filter_map(|e| e.resource.clone())
+                    .filter(|r| r.has_content())
+                    .cloned()
                     .collect();
                 let count = resources.len();
                 let response = Response::Sotw(SotwResponse {
@@ -504,18 +472,20 @@ impl Session {
             Protocol::Delta => {
                 let empty = Entries::new();
                 let held = ts.acked.as_ref().unwrap_or(&empty);
-                let resources: Vec<Arc<Resource>> = wanted
-                    .iter()
-                    .filter(|(name, entry)| {
-                        held.get(*name).map(|h| &h.version) != Some(&entry.version)
-                    })
-                    .filter_map(|(_, entry)| entry.resource.clone())
-                    .collect();
-                let removed: Vec<String> = held
-                    .keys()
-                    .filter(|name| !wanted.contains_key(*name))
-                    .cloned()
-                    .collect();
+                // Only what differs: a diff of two maps that share most of their nodes.
+                let mut resources: Vec<Arc<Resource>> = Vec::new();
+                let mut removed: Vec<String> = Vec::new();
+                for item in held.diff(&wanted) {
+                    match item {
+                        DiffItem::Add(_, new) => resources.push(new.clone()),
+                        DiffItem::Update { old, new } if old.1.version != new.1.version => {
+                            resources.push(new.1.clone())
+                        }
+                        DiffItem::Update { .. } => {}
+                        DiffItem::Remove(name, _) => removed.push(name.clone()),
+                    }
+                }
+                resources.retain(|r| r.has_content());
                 let counts = (resources.len(), removed.len());
                 let response = Response::Delta(DeltaResponse {
                     system_version_info: desired.version().to_string(),
@@ -570,7 +540,7 @@ impl Session {
                     || ts
                         .acked
                         .as_ref()
-                        .is_some_and(|a| same_versions(a.iter(), self.wanted_iter(type_url, ts)))
+                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
             })
     }
 
@@ -587,7 +557,7 @@ impl Session {
                         ts.names.len().to_string()
                     },
                     acked_version: ts.acked_version.clone(),
-                    acked_resources: ts.acked.as_ref().map_or(0, BTreeMap::len),
+                    acked_resources: ts.acked.as_ref().map_or(0, Entries::len),
                     pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
                     last_nack: ts.last_nack.clone(),
                 };
@@ -629,62 +599,64 @@ pub struct TypeStatus {
     pub last_nack: Option<NackInfo>,
 }
 
-/// Same names with the same versions, in the same order.
-fn same_versions<'a>(
-    mut a: impl Iterator<Item = (&'a String, &'a Entry)>,
-    mut b: impl Iterator<Item = (&'a String, &'a Entry)>,
-) -> bool {
-    loop {
-        match (a.next(), b.next()) {
-            (None, None) => return true,
-            (Some((na, ea)), Some((nb, eb))) if na == nb && ea.version == eb.version => {}
-            _ => return false,
-        }
-    }
-}
-
-/// The entry is this resource, with its content.
-fn is_resource(entry: &Entry, resource: &Resource) -> bool {
-    entry.version == resource.version && entry.resource.is_some()
+/// Same names with the same versions (content aside: a held entry equals the resource).
+fn same_versions(a: &Entries, b: &Entries) -> bool {
+    a.len() == b.len()
+        && a.diff(b).all(|item| match item {
+            DiffItem::Update { old, new } => old.1.version == new.1.version,
+            DiffItem::Add(..) | DiffItem::Remove(..) => false,
+        })
 }
 
 /// `entries` (None: none) hold exactly `resources`, with their content.
 fn holds_exactly(entries: Option<&Entries>, resources: &Resources) -> bool {
-    let empty = Entries::new();
-    let entries = entries.unwrap_or(&empty);
-    entries.len() == resources.len()
-        && entries
-            .iter()
-            .zip(resources)
-            .all(|((n, e), (rn, r))| n == rn && is_resource(e, r))
+    match entries {
+        Some(entries) => entries.ptr_eq(resources) || entries == resources,
+        None => resources.is_empty(),
+    }
 }
 
 /// Same names with the same versions as `resources` (None: none).
 fn same_as_desired(entries: Option<&Entries>, resources: Option<&Resources>) -> bool {
-    let empty_entries = Entries::new();
-    let empty_resources = Resources::new();
-    let entries = entries.unwrap_or(&empty_entries);
-    let resources = resources.unwrap_or(&empty_resources);
-    entries.len() == resources.len()
-        && entries
-            .iter()
-            .zip(resources)
-            .all(|((n, e), (rn, r))| n == rn && e.version == r.version)
+    match (entries, resources) {
+        (Some(entries), Some(resources)) => same_versions(entries, resources),
+        (Some(only), None) | (None, Some(only)) => only.is_empty(),
+        (None, None) => true,
+    }
 }
 
 /// Makes the view of one type exactly `resources`; true if that changed it.
 fn become_desired(view: &mut View, type_url: &str, resources: &Resources) -> bool {
     let entries = view.entry(type_url.to_string()).or_default();
-    let before = entries.len();
-    entries.retain(|name, _| resources.contains_key(name));
-    let mut changed = entries.len() != before;
-    for (name, resource) in resources {
-        if !entries.get(name).is_some_and(|e| is_resource(e, resource)) {
-            entries.insert(name.clone(), Entry::of(resource));
-            changed = true;
+    if holds_exactly(Some(entries), resources) {
+        return false;
+    }
+    *entries = resources.clone();
+    true
+}
+
+/// `resources`, plus whatever `held` has that `resources` lacks: the make step adds and
+/// updates, and removes nothing. Built from `resources` so that it shares its nodes.
+fn merged(held: &Entries, resources: &Resources) -> Entries {
+    let mut out = resources.clone();
+    for item in held.diff(resources) {
+        if let DiffItem::Remove(name, entry) = item {
+            out.insert(name.clone(), entry.clone());
         }
     }
-    changed
+    out
+}
+
+/// Some resource of `resources` is missing from `entries`, or there in another version.
+fn lacks(entries: Option<&Entries>, resources: &Resources) -> bool {
+    let Some(entries) = entries else {
+        return !resources.is_empty();
+    };
+    entries.diff(resources).any(|item| match item {
+        DiffItem::Add(..) => true,
+        DiffItem::Update { old, new } => old.1.version != new.1.version,
+        DiffItem::Remove(..) => false,
+    })
 }
 
 /// Moves `view` one step towards `desired` (see the module docs); true if it changed.
@@ -696,21 +668,15 @@ fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
         return become_everything(view, desired);
     }
     let referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t));
-    let lacks_referenced = referenced.clone().any(|t| {
-        let current = view.get(*t);
-        wanted(t).iter().any(|(name, resource)| {
-            current.and_then(|c| c.get(name)).map(|e| &e.version) != Some(&resource.version)
-        })
-    });
+    let lacks_referenced = referenced.clone().any(|t| lacks(view.get(*t), wanted(t)));
     if lacks_referenced {
         let mut changed = false;
         for t in referenced {
             let entries = view.entry(t.to_string()).or_default();
-            for (name, resource) in wanted(t) {
-                if !entries.get(name).is_some_and(|e| is_resource(e, resource)) {
-                    entries.insert(name.clone(), Entry::of(resource));
-                    changed = true;
-                }
+            let next = merged(entries, wanted(t));
+            if !holds_exactly(Some(entries), &next) {
+                *entries = next;
+                changed = true;
             }
         }
         return changed;

@@ -34,7 +34,7 @@ pub fn is_wildcard_type(type_url: &str) -> bool {
     matches!(type_url, CLUSTER | LISTENER)
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resource {
     pub name: String,
     /// Content hash of `body`.
@@ -50,6 +50,21 @@ impl Resource {
             version,
             body,
         }
+    }
+
+    /// A resource a node says it holds, known only by name and version (a reconnecting
+    /// delta client's initial versions): it has no content and is never sent.
+    pub fn held(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            body: Any::default(),
+        }
+    }
+
+    /// False for a [`Resource::held`] one. Every served resource has a type URL.
+    pub fn has_content(&self) -> bool {
+        !self.body.type_url.is_empty()
     }
 }
 

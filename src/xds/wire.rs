@@ -107,7 +107,9 @@ impl Response {
 
     fn tail_len(&self) -> usize {
         match self {
-            Response::Sotw(r) => string::encoded_len(4, &r.type_url) + string::encoded_len(5, &r.nonce),
+            Response::Sotw(r) => {
+                string::encoded_len(4, &r.type_url) + string::encoded_len(5, &r.nonce)
+            }
             Response::Delta(r) => {
                 string::encoded_len(4, &r.type_url)
                     + string::encoded_len(5, &r.nonce)
@@ -273,7 +275,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bytes.len(), expected.encoded_len());
-        assert_eq!(DiscoveryResponse::decode(bytes.as_slice()).ok(), Some(expected));
+        assert_eq!(
+            DiscoveryResponse::decode(bytes.as_slice()).ok(),
+            Some(expected)
+        );
     }
 
     #[test]
@@ -340,7 +345,10 @@ mod tests {
         }
         assert!(sizes.len() > 5, "{sizes:?}");
         let (last, full) = sizes.split_last().unwrap_or((&0, &[]));
-        assert!(full.iter().all(|&s| (CHUNK..CHUNK + 600).contains(&s)), "{sizes:?}");
+        assert!(
+            full.iter().all(|&s| (CHUNK..CHUNK + 600).contains(&s)),
+            "{sizes:?}"
+        );
         assert!(*last <= CHUNK + 600);
     }
 }

@@ -121,10 +121,6 @@ impl TypeState {
         self.settled = false;
         self.unchanged_since_sent = false;
     }
-
-    fn subscribes(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -436,11 +432,11 @@ impl Session {
         let Some(view) = self.view.get(type_url) else {
             return Entries::new();
         };
-        if ts.wildcard || view.keys().all(|name| ts.subscribes(name)) {
+        if ts.wildcard || subscribes_to_all(&ts.names, view) {
             return view.clone();
         }
         view.iter()
-            .filter(|(name, _)| ts.subscribes(name))
+            .filter(|(name, _)| ts.names.contains(*name))
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect()
     }
@@ -597,6 +593,18 @@ pub struct TypeStatus {
     pub acked_resources: usize,
     pub pending_nonce: Option<String>,
     pub last_nack: Option<NackInfo>,
+}
+
+/// Every name of `entries` is in `names`. One ordered walk of both: Envoy subscribes to
+/// every cluster's endpoints by name, and this runs on every message.
+fn subscribes_to_all(names: &BTreeSet<String>, entries: &Entries) -> bool {
+    if names.len() < entries.len() {
+        return false;
+    }
+    let mut names = names.iter();
+    entries
+        .keys()
+        .all(|key| names.by_ref().find(|name| *name >= key) == Some(key))
 }
 
 /// Same names with the same versions (content aside: a held entry equals the resource).
@@ -816,6 +824,24 @@ mod tests {
         }
         assert!(s.is_synced(), "{:#?}", s.status());
         (s, nonces)
+    }
+
+    #[test]
+    fn subscribing_to_all_is_every_entry_named() {
+        let entries: Entries = ["b", "d"]
+            .iter()
+            .map(|n| (n.to_string(), Arc::new(res(ENDPOINT, n, "e"))))
+            .collect();
+        let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        assert!(subscribes_to_all(&names(&["b", "d"]), &entries));
+        assert!(subscribes_to_all(
+            &names(&["a", "b", "c", "d", "e"]),
+            &entries
+        ));
+        assert!(!subscribes_to_all(&names(&["b", "c", "e"]), &entries));
+        assert!(!subscribes_to_all(&names(&["a", "b"]), &entries));
+        assert!(!subscribes_to_all(&names(&["d"]), &entries));
+        assert!(subscribes_to_all(&names(&[]), &Entries::new()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +45,13 @@ pub struct FanoutResult {
     /// CPU time of this whole process (server and clients) per change, median: the
     /// machine is shared, so this says more than wall time when it is busy.
     pub cpu_ms_per_change: f64,
+    /// CPU time of the server's own threads per change, median: what the control plane
+    /// spends; the rest is the simulated fleet, which in production runs elsewhere.
+    pub server_cpu_ms_per_change: f64,
 }
+
+/// Name of the server's runtime threads, to tell its CPU time from the clients'.
+const SERVER_THREAD: &str = "ads-server";
 
 /// `changes` route changes (each to a brand-new cluster, so every one is a full
 /// make-before-break switch) to `clients` clients of one protocol.
@@ -54,7 +61,30 @@ pub async fn measure_fanout(
     routes: usize,
     changes: usize,
 ) -> anyhow::Result<FanoutResult> {
-    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    // The server on a runtime of its own, so that its CPU time can be told apart.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(SERVER_THREAD)
+        .enable_all()
+        .build()
+        .context("building the server's runtime")?;
+    let server = runtime
+        .spawn(InProcessServer::start(Ordering::MakeBeforeBreak))
+        .await
+        .context("starting the server")?;
+    let result = fan_out(&server, protocol, clients, routes, changes).await;
+    drop(server);
+    runtime.shutdown_background();
+    result
+}
+
+async fn fan_out(
+    server: &InProcessServer,
+    protocol: Protocol,
+    clients: usize,
+    routes: usize,
+    changes: usize,
+) -> anyhow::Result<FanoutResult> {
     let mut config = synthetic::config(routes, 42);
     let first = Arc::new(translate(&config).snapshot);
     server.desired.publish(first.clone());
@@ -68,26 +98,29 @@ pub async fn measure_fanout(
         .await
         .context("first sync")?;
     let initial_sync_ms = started.elapsed().as_secs_f64() * 1000.0;
-    wait_server_synced(&server, clients, &first, started).await?;
+    wait_server_synced(server, clients, &first, started).await?;
 
     let mut times = Vec::new();
     let mut server_times = Vec::new();
     let mut cpu_times = Vec::new();
+    let mut server_cpu_times = Vec::new();
     for change in 0..changes {
         repoint_to_new_cluster(&mut config, change % routes, &format!("fresh-{change}"));
         let snapshot = Arc::new(translate(&config).snapshot);
         let target = Target::of(&snapshot);
         let started = Instant::now();
         let cpu_before = process_cpu_ms();
+        let server_cpu_before = threads_cpu_ms(SERVER_THREAD);
         server.desired.publish(snapshot.clone());
         let reached = wait_all(&fleet, &target, CHANGE_TIMEOUT)
             .await
             .with_context(|| format!("change {change}"))?;
         let last = reached.iter().max().copied().unwrap_or(started);
         times.push(last.saturating_duration_since(started).as_secs_f64() * 1000.0);
-        let acked = wait_server_synced(&server, clients, &snapshot, started).await?;
+        let acked = wait_server_synced(server, clients, &snapshot, started).await?;
         server_times.push(acked.as_secs_f64() * 1000.0);
         cpu_times.push(process_cpu_ms() - cpu_before);
+        server_cpu_times.push(threads_cpu_ms(SERVER_THREAD) - server_cpu_before);
     }
     Ok(FanoutResult {
         protocol: format!("{protocol:?}"),
@@ -100,6 +133,7 @@ pub async fn measure_fanout(
         server_p50_ms: quantile(&mut server_times, 0.5),
         server_max_ms: quantile(&mut server_times, 1.0),
         cpu_ms_per_change: quantile(&mut cpu_times, 0.5),
+        server_cpu_ms_per_change: quantile(&mut server_cpu_times, 0.5),
     })
 }
 
@@ -343,7 +377,26 @@ pub async fn serve_only(routes: usize) -> anyhow::Result<()> {
 
 /// User and system CPU time of this process so far (0 where there is no /proc).
 fn process_cpu_ms() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    cpu_ms_of(Path::new("/proc/self/stat"))
+}
+
+/// CPU time so far of this process's threads named `name` (0 where there is no /proc).
+fn threads_cpu_ms(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .map(|task| cpu_ms_of(&task.path().join("stat")))
+        .sum()
+}
+
+/// User and system CPU time from a /proc `stat` file.
+fn cpu_ms_of(path: &Path) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command name (which may contain spaces): utime and stime are

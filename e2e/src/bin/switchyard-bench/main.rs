@@ -195,12 +195,12 @@ fn print_table(results: &Results) {
     if !results.fanout.is_empty() {
         println!();
         println!(
-            "| one route change → N simulated clients, in-process | clients | routes | changes | first sync ms | all hold it p50 ms | max ms | server has all ACKs p50 ms | max ms | CPU ms/change |"
+            "| one route change → N simulated clients, in-process | clients | routes | changes | first sync ms | all hold it p50 ms | max ms | server has all ACKs p50 ms | max ms | CPU ms/change: all | of it the server |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for f in &results.fanout {
             println!(
-                "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+                "| {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} |",
                 f.protocol,
                 f.clients,
                 f.routes,
@@ -210,7 +210,8 @@ fn print_table(results: &Results) {
                 f.max_ms,
                 f.server_p50_ms,
                 f.server_max_ms,
-                f.cpu_ms_per_change
+                f.cpu_ms_per_change,
+                f.server_cpu_ms_per_change
             );
         }
     }

@@ -27,7 +27,6 @@ use super::snapshot::{
     self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
 };
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
-use crate::hash;
 use imbl::ordmap::DiffItem;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -444,7 +443,7 @@ impl Session {
     fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
         self.next_nonce += 1;
         let nonce = self.next_nonce.to_string();
-        let version = hash::digest_of_versions(wanted.iter().map(|(n, e)| (n, &e.version)));
+        let version = desired.version_of(type_url, &wanted);
         let Some(ts) = self.types.get(type_url) else {
             unreachable!("respond is only called for tracked types");
         };

@@ -174,7 +174,16 @@ impl Snapshot {
 
     /// Version of one type: a digest of its names and versions.
     pub fn type_version(&self, type_url: &str) -> String {
-        format!("{:032x}", self.sums.get(type_url).copied().unwrap_or(0))
+        format_version(self.sums.get(type_url).copied().unwrap_or(0))
+    }
+
+    /// Version of `resources`, a set of this type's resources, as [`version_of`] computes
+    /// it: O(1) when they are all of the type (the maps are shared), O(n) otherwise.
+    pub fn version_of(&self, type_url: &str, resources: &Resources) -> String {
+        match self.types.get(type_url) {
+            Some(all) if all.ptr_eq(resources) => self.type_version(type_url),
+            _ => version_of(resources),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -186,6 +195,19 @@ impl Snapshot {
     }
 }
 
+/// Version of a set of resources of one type, as [`Snapshot::type_version`] computes it.
+pub fn version_of(resources: &Resources) -> String {
+    format_version(
+        resources
+            .values()
+            .fold(0u128, |sum, r| sum.wrapping_add(entry_hash(r))),
+    )
+}
+
+fn format_version(sum: u128) -> String {
+    format!("{sum:032x}")
+}
+
 /// Hash of one resource's name and version, for its type's version.
 fn entry_hash(resource: &Resource) -> u128 {
     let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
@@ -193,4 +215,37 @@ fn entry_hash(resource: &Resource) -> u128 {
     hasher.update(&[0]);
     hasher.update(resource.version.as_bytes());
     hasher.digest128()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(name: &str, content: &str) -> Resource {
+        Resource::new(
+            name,
+            Any {
+                type_url: CLUSTER.to_string(),
+                value: content.as_bytes().to_vec(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_set_of_resources_has_its_types_version_whether_shared_or_copied() {
+        let snapshot = Snapshot::new([resource("a", "1"), resource("b", "2")]);
+        let all = snapshot.resources(CLUSTER).expect("clusters").clone();
+        let copy: Resources = all.iter().map(|(n, r)| (n.clone(), r.clone())).collect();
+        assert!(!copy.ptr_eq(&all));
+        let version = snapshot.type_version(CLUSTER);
+        assert_eq!(snapshot.version_of(CLUSTER, &all), version);
+        assert_eq!(snapshot.version_of(CLUSTER, &copy), version);
+        let mut fewer = copy.clone();
+        fewer.remove("b");
+        assert_ne!(snapshot.version_of(CLUSTER, &fewer), version);
+        assert_eq!(
+            version_of(&Resources::new()),
+            snapshot.type_version(ENDPOINT)
+        );
+    }
 }

@@ -406,14 +406,6 @@ fn short(type_url: &str) -> &str {
     type_url.rsplit('.').next().unwrap_or(type_url)
 }
 
-/// Field 1 is the name in every served type (Cluster, ClusterLoadAssignment, Listener,
-/// RouteConfiguration, Secret). Decoding only it skips the rest of a large body cheaply.
-#[derive(Clone, PartialEq, prost::Message)]
-struct NameOnly {
-    #[prost(string, tag = "1")]
-    name: String,
-}
-
 /// The names one cluster or listener makes the client ask for, by type.
 #[derive(Clone, Default)]
 struct References {
@@ -449,7 +441,10 @@ impl Subscriptions {
             _ => return Ok(Vec::new()),
         };
         let references = self.references.entry(source).or_default();
+        let before = references.len();
         references.retain(|name, _| held.resources.contains_key(name));
+        // Most responses change no reference: then no subscription changes either.
+        let mut reread = references.len() != before;
         for (name, resource) in &held.resources {
             if references
                 .get(name)
@@ -457,6 +452,7 @@ impl Subscriptions {
             {
                 continue;
             }
+            reread = true;
             let names = references_of(type_url, &resource.body)
                 .with_context(|| format!("decoding {} {name}", short(type_url)))?;
             let read = References {
@@ -466,6 +462,9 @@ impl Subscriptions {
             references.insert(name.clone(), read);
         }
         let mut changes = Vec::new();
+        if !reread {
+            return Ok(changes);
+        }
         for &derived_type in derived {
             // Borrowed names: most responses change nothing here, so compare before copying.
             let wanted: BTreeSet<&str> = references
@@ -637,27 +636,49 @@ async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Resu
     }
 }
 
-/// A SotW response is the whole set of its type (or of the names subscribed).
+/// A SotW response is the whole set of its type (or of the names subscribed). Applied in
+/// place: most of it is what the client already holds.
 fn apply_sotw(held: &mut TypeHeld, response: &mut DiscoveryResponse) -> anyhow::Result<()> {
-    let mut next = TypeHeld::default();
+    let mut names = BTreeSet::new();
     for any in std::mem::take(&mut response.resources) {
-        let name = NameOnly::decode(any.value.as_slice())
+        let name = name_of(&any.value)
             .context("reading a resource's name")?
-            .name;
+            .to_string();
         // Unchanged bodies keep their version: hashing every body of every response would
         // cost the simulation more than the server.
-        let (version, body) = match held.resources.get(&name) {
-            Some(h) if h.body == any.value => (h.version.clone(), any.value),
+        if held
+            .resources
+            .get(&name)
+            .is_none_or(|h| h.body != any.value)
+        {
             // Versioned as the server's snapshot versions its resources.
-            _ => {
-                let resource = Resource::new(name.clone(), any);
-                (resource.version, resource.body.value)
-            }
-        };
-        next.insert(name, Held { version, body });
+            let resource = Resource::new(name.clone(), any);
+            let held_now = Held {
+                version: resource.version,
+                body: resource.body.value,
+            };
+            held.insert(resource.name, held_now);
+        }
+        names.insert(name);
     }
-    *held = next;
+    held.keep_only(&names);
     Ok(())
+}
+
+/// Field 1, the name in every served type (Cluster, ClusterLoadAssignment, Listener,
+/// RouteConfiguration, Secret), read in place: the rest of a large body is skipped.
+fn name_of(body: &[u8]) -> anyhow::Result<&str> {
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (tag, wire_type) = prost::encoding::decode_key(&mut rest)?;
+        if tag == 1 && wire_type == prost::encoding::WireType::LengthDelimited {
+            let len = usize::try_from(prost::encoding::decode_varint(&mut rest)?)?;
+            let name = rest.get(..len).context("a name past the end of the body")?;
+            return Ok(std::str::from_utf8(name)?);
+        }
+        prost::encoding::skip_field(wire_type, tag, &mut rest, Default::default())?;
+    }
+    Ok("")
 }
 
 async fn run_delta(channel: Channel, node: Node, shared: &Shared) -> anyhow::Result<()> {

@@ -187,16 +187,20 @@ impl Session {
             return Vec::new();
         }
         let answers_pending = ts.pending.as_ref().is_some_and(|p| p.nonce == nonce);
-        let names: BTreeSet<String> = request.resource_names.into_iter().collect();
-        let wildcard =
-            names.contains("*") || (names.is_empty() && snapshot::is_wildcard_type(&type_url));
-        // SotW requests repeat the whole subscription: most ACKs change nothing.
-        if !ts.requested || ts.wildcard != wildcard || ts.names != names {
+        // SotW requests repeat the whole subscription: most ACKs change nothing, and
+        // looking up a thousand names costs less than collecting them again.
+        let same_names = request.resource_names.len() == ts.names.len()
+            && request.resource_names.iter().all(|n| ts.names.contains(n));
+        if !same_names {
+            ts.names = request.resource_names.into_iter().collect();
+        }
+        let wildcard = ts.names.contains("*")
+            || (ts.names.is_empty() && snapshot::is_wildcard_type(&type_url));
+        if !ts.requested || ts.wildcard != wildcard || !same_names {
             ts.unsettle();
         }
         ts.requested = true;
         ts.wildcard = wildcard;
-        ts.names = names;
         if answers_pending {
             match request.error_detail {
                 Some(status) => self.nack(&type_url, status.message),

@@ -533,9 +533,11 @@ impl Session {
             && self.view.iter().all(|(type_url, entries)| {
                 entries.is_empty() || desired.resources(type_url).is_some()
             });
+        // A settled type was found holding what it should, and neither changed since.
         view_is_desired
             && self.types.iter().all(|(type_url, ts)| {
                 !ts.requested
+                    || ts.settled
                     || ts
                         .acked
                         .as_ref()

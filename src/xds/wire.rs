@@ -161,7 +161,7 @@ fn delta_resource_len(resource: &Resource) -> usize {
         + string::encoded_len(3, &resource.name)
 }
 
-/// Pieces of this size or more go to the stream at once: big enough that framing costs
+/// Pieces of up to this size go to the stream at once: big enough that framing costs
 /// nothing, small enough that a stream holds little beyond HTTP/2's own send buffer.
 pub const CHUNK: usize = 64 * 1024;
 
@@ -215,8 +215,9 @@ impl Frames {
         })
     }
 
-    /// The next piece: about [`CHUNK`] bytes of encoded resources, or one large body
-    /// shared with the snapshot. None once the message is complete.
+    /// The next piece: up to [`CHUNK`] bytes of encoded resources (more only for a
+    /// single entry that is larger), or one large body shared with the snapshot. None once
+    /// the message is complete.
     pub fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(queued) = self.queued.pop_front() {
             return Some(queued);
@@ -236,11 +237,16 @@ impl Frames {
             }
         };
         let resources = self.response.resources();
-        while next < resources.len() && out.len() < CHUNK {
-            let resource = &resources[next];
+        while let Some(resource) = resources.get(next) {
+            let inline = resource.body.value.len() <= SHARED_BODY;
+            let entry_len = length_delimited_len(RESOURCES, self.response.resource_len(resource));
+            // Stop short of the chunk size rather than past it: the buffer never grows.
+            if inline && out.len() + entry_len > CHUNK && !out.is_empty() {
+                break;
+            }
             next += 1;
             self.response.write_before_body(resource, &mut out);
-            if resource.body.value.len() <= SHARED_BODY {
+            if inline {
                 out.put_slice(&resource.body.value);
                 self.response.write_after_body(resource, &mut out);
                 continue;
@@ -458,9 +464,9 @@ mod tests {
         assert!(sizes.len() > 5, "{sizes:?}");
         let (last, full) = sizes.split_last().unwrap_or((&0, &[]));
         assert!(
-            full.iter().all(|&s| (CHUNK..CHUNK + 600).contains(&s)),
+            full.iter().all(|&s| (CHUNK - 600..=CHUNK).contains(&s)),
             "{sizes:?}"
         );
-        assert!(*last <= CHUNK + 600);
+        assert!(*last <= CHUNK);
     }
 }

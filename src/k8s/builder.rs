@@ -15,11 +15,12 @@ use tracing::{error, info, warn};
 
 use super::address_map::AddressMap;
 use super::index::Index;
-use super::to_model::{self, Inputs, TlsData};
+use super::model_cache::{ModelCache, Step};
+use super::to_model::{Inputs, TlsData};
 use crate::api::ProxyConfigRole;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
-use crate::translate::{Problem, Translator};
+use crate::translate::{Changes, Edit, Problem, Translator};
 use crate::xds::Desired;
 
 /// At most one build per this interval: changes arriving within it are built together.
@@ -49,11 +50,13 @@ impl Builder {
             "every watcher has its initial list"
         );
         let mut secrets = SecretCache::default();
-        // Holds the last translation: each build rebuilds only what changed.
+        // Hold what the last build was made of: each build rebuilds only what changed.
+        let mut models = ModelCache::default();
         let mut translator = Translator::new();
         loop {
             changes.borrow_and_update();
-            self.build_and_publish(&mut secrets, &mut translator).await;
+            self.build_and_publish(&mut secrets, &mut models, &mut translator)
+                .await;
             let built = Instant::now();
             if changes.changed().await.is_err() {
                 return;
@@ -64,7 +67,12 @@ impl Builder {
         }
     }
 
-    async fn build_and_publish(&self, secrets: &mut SecretCache, translator: &mut Translator) {
+    async fn build_and_publish(
+        &self,
+        secrets: &mut SecretCache,
+        models: &mut ModelCache,
+        translator: &mut Translator,
+    ) {
         let proxy_configs = self.index.proxy_configs.state();
         let slices = self.index.endpoint_slices.state();
         let secret_meta: HashMap<(String, String), String> = self
@@ -90,14 +98,21 @@ impl Builder {
         let tls = secrets.fetch(&self.client, &wanted, &secret_meta).await;
 
         let started = Instant::now();
-        let (config, mut problems) = to_model::build(&Inputs {
+        let (step, mut problems) = models.step(&Inputs {
             listeners: self.listeners.clone(),
             address_map: self.address_map,
             proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
             endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
             secrets: &tls,
         });
-        let translation = translator.update(&config);
+        let full = matches!(step, Step::Full(_));
+        let translation = match step {
+            Step::Full(config) => translator.update(&config),
+            Step::Clusters(clusters) => translator.apply(Changes {
+                clusters: clusters.into_iter().map(Edit::Put).collect(),
+                ..Changes::default()
+            }),
+        };
         let elapsed = started.elapsed();
         problems.extend(translation.problems.iter().cloned());
         for problem in &problems {
@@ -111,6 +126,7 @@ impl Builder {
             resources = snapshot.len(),
             left_out = problems.len(),
             build_ms = elapsed.as_secs_f64() * 1000.0,
+            full,
             "snapshot built"
         );
         self.problems.send_replace(problems);

@@ -7,6 +7,7 @@ pub mod builder;
 pub mod controller;
 pub mod index;
 pub mod leader;
+pub mod model_cache;
 pub mod rbac;
 pub mod resolve;
 pub mod shift;

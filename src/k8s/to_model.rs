@@ -40,6 +40,22 @@ pub struct Inputs<'a> {
 
 /// The model, and what was left out (with why).
 pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<Problem>) {
+    let built = build_with_sources(inputs);
+    (built.config, built.problems)
+}
+
+/// Where a cluster's endpoints come from: (namespace, Service, port name).
+pub type EndpointsKey = (String, String, String);
+
+/// A model as [`build`] makes it, with where each cluster's endpoints come from.
+pub struct Built {
+    pub config: model::Config,
+    pub problems: Vec<Problem>,
+    /// Cluster name → the slices' key its endpoints are taken from.
+    pub endpoint_sources: BTreeMap<String, EndpointsKey>,
+}
+
+pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
     let mut problems = Vec::new();
     let mut config = model::Config {
         listeners: inputs.listeners.clone(),
@@ -104,6 +120,7 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<Problem>) {
         }
     }
     let endpoints = endpoints_by_service(&inputs.endpoint_slices, inputs.address_map);
+    let mut endpoint_sources = BTreeMap::new();
     config.clusters = clusters
         .into_iter()
         .map(|(name, (namespace, cluster))| {
@@ -112,6 +129,7 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<Problem>) {
                 cluster.service.clone(),
                 cluster.port_name.clone(),
             );
+            endpoint_sources.insert(name.clone(), key.clone());
             model::Cluster {
                 name,
                 service: service_ref(&namespace, &cluster),
@@ -134,7 +152,11 @@ pub fn build(inputs: &Inputs<'_>) -> (model::Config, Vec<Problem>) {
             )),
         }
     }
-    (config, problems)
+    Built {
+        config,
+        problems,
+        endpoint_sources,
+    }
 }
 
 /// The id of the endpoint probe of a probe ProxyConfig; the prober sends it.
@@ -166,17 +188,22 @@ fn secret_name(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// The (namespace, Service) whose endpoints a slice lists, from its label.
+pub fn service_of(slice: &EndpointSlice) -> Option<(String, String)> {
+    let service = slice.labels().get(SERVICE_NAME_LABEL)?;
+    Some((slice.namespace().unwrap_or_default(), service.clone()))
+}
+
 /// (namespace, service, port name) → endpoints.
-fn endpoints_by_service(
+pub fn endpoints_by_service(
     slices: &[&EndpointSlice],
     address_map: Option<AddressMap>,
-) -> BTreeMap<(String, String, String), Vec<model::Endpoint>> {
-    let mut out: BTreeMap<(String, String, String), Vec<model::Endpoint>> = BTreeMap::new();
+) -> BTreeMap<EndpointsKey, Vec<model::Endpoint>> {
+    let mut out: BTreeMap<EndpointsKey, Vec<model::Endpoint>> = BTreeMap::new();
     for slice in slices {
-        let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) else {
+        let Some((namespace, service)) = service_of(slice) else {
             continue;
         };
-        let namespace = slice.namespace().unwrap_or_default();
         for port in slice.ports.iter().flatten() {
             let Some(number) = port.port.and_then(|p| u16::try_from(p).ok()) else {
                 continue;

@@ -30,8 +30,12 @@ pub struct ModelCache {
     last: Option<Last>,
 }
 
+/// (namespace, name).
+type Key = (String, String);
 /// An object's identity for "did it change": (namespace, name) → resourceVersion.
-type Versions = BTreeMap<(String, String), String>;
+type Versions = BTreeMap<Key, String>;
+/// A slice's identity and the (namespace, Service) it lists endpoints of.
+type SliceVersions = BTreeMap<Key, (String, Option<Key>)>;
 
 struct Last {
     listeners: ListenerSettings,
@@ -39,13 +43,13 @@ struct Last {
     secrets: BTreeMap<(String, String), TlsData>,
     proxy_configs: Versions,
     /// Slice identity → the (namespace, Service) it lists endpoints of.
-    slices: BTreeMap<(String, String), (String, Option<(String, String)>)>,
+    slices: SliceVersions,
     clusters: BTreeMap<String, model::Cluster>,
     endpoint_sources: BTreeMap<String, EndpointsKey>,
     problems: Vec<Problem>,
 }
 
-fn identity<K: ResourceExt>(object: &K) -> ((String, String), String) {
+fn identity<K: ResourceExt>(object: &K) -> (Key, String) {
     (
         (object.namespace().unwrap_or_default(), object.name_any()),
         // An object without a resourceVersion never compares equal to itself: it is
@@ -56,9 +60,7 @@ fn identity<K: ResourceExt>(object: &K) -> ((String, String), String) {
     )
 }
 
-fn slice_identities(
-    slices: &[&EndpointSlice],
-) -> BTreeMap<(String, String), (String, Option<(String, String)>)> {
+fn slice_identities(slices: &[&EndpointSlice]) -> SliceVersions {
     slices
         .iter()
         .map(|slice| {
@@ -118,9 +120,9 @@ impl Last {
     fn refresh_endpoints(
         &mut self,
         inputs: &Inputs<'_>,
-        slices: BTreeMap<(String, String), (String, Option<(String, String)>)>,
+        slices: SliceVersions,
     ) -> Vec<model::Cluster> {
-        let mut services: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut services: BTreeSet<Key> = BTreeSet::new();
         for (key, (version, service)) in &slices {
             if self.slices.get(key).map(|(v, _)| v) != Some(version) {
                 services.extend(service.clone());

@@ -3,6 +3,16 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::discovery::v1::{
+    Endpoint as K8sEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
+};
+use kube::api::ObjectMeta;
+use switchyard::api::proxy_config::{
+    ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedVirtualHost,
+};
+use switchyard::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};
+use switchyard::k8s::to_model::SERVICE_NAME_LABEL;
+
 use switchyard::model::{
     Cluster, ClusterSettings, Config, Endpoint, EndpointCondition, Forward, HeaderEdits,
     ListenerSettings, PathMatch, Route, RouteAction, ServiceRef, VirtualHost, WeightedCluster,
@@ -83,5 +93,108 @@ pub fn config(routes: usize, seed: u64) -> Config {
         virtual_hosts,
         clusters,
         ..Config::default()
+    }
+}
+
+/// The Kubernetes objects the operator's builder would see for [`config`]: a live
+/// ProxyConfig per virtual host and an EndpointSlice per Service, all at resourceVersion 1.
+pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointSlice>) {
+    let config = config(routes, seed);
+    let clusters: std::collections::HashMap<&str, &Cluster> = config
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
+    let resolved = |cluster: &Cluster| ResolvedCluster {
+        service: cluster.service.name.clone(),
+        port: i32::from(cluster.service.port),
+        port_name: "http".into(),
+        http2: false,
+    };
+    let proxy_configs = config
+        .virtual_hosts
+        .iter()
+        .map(|vh| {
+            let (namespace, route) = vh.name.split_once('/').unwrap_or(("default", &vh.name));
+            let RouteAction::Forward(forward) = &vh.routes[0].action else {
+                unreachable!("synthetic routes forward");
+            };
+            let backends: Vec<ResolvedBackend> = forward
+                .backends
+                .iter()
+                .filter_map(|b| clusters.get(b.cluster.as_str()))
+                .zip(&forward.backends)
+                .map(|(c, b)| ResolvedBackend {
+                    cluster: resolved(c),
+                    weight: i32::try_from(b.weight).unwrap_or(1),
+                })
+                .collect();
+            let mut pc = ProxyConfig::new(
+                &format!("{route}-live"),
+                ProxyConfigSpec {
+                    role: ProxyConfigRole::Live,
+                    route: route.into(),
+                    generation: 1,
+                    version: "v1".into(),
+                    virtual_host: Some(ResolvedVirtualHost {
+                        hosts: vh.hosts.clone(),
+                        tls: None,
+                        rules: vec![ResolvedRule {
+                            name: "main".into(),
+                            backends: backends.clone(),
+                            timeout: Some("5s".into()),
+                            ..Default::default()
+                        }],
+                    }),
+                    clusters: backends.into_iter().map(|b| b.cluster).collect(),
+                },
+            );
+            pc.metadata.namespace = Some(namespace.into());
+            pc.metadata.resource_version = Some("1".into());
+            pc
+        })
+        .collect();
+    let slices = config
+        .clusters
+        .iter()
+        .map(|c| endpoint_slice(c, 1))
+        .collect();
+    (proxy_configs, slices)
+}
+
+/// The EndpointSlice listing `cluster`'s endpoints, at `version`.
+pub fn endpoint_slice(cluster: &Cluster, version: u64) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-1", cluster.service.name)),
+            namespace: Some(cluster.service.namespace.clone()),
+            resource_version: Some(version.to_string()),
+            labels: Some([(SERVICE_NAME_LABEL.to_string(), cluster.service.name.clone())].into()),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            cluster
+                .endpoints
+                .iter()
+                .map(|e| K8sEndpoint {
+                    addresses: vec![e.address.clone()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(e.condition.ready),
+                        serving: Some(e.condition.serving),
+                        terminating: Some(e.condition.terminating),
+                    }),
+                    zone: e.zone.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            port: Some(i32::from(
+                cluster.endpoints.first().map_or(8080, |e| e.port),
+            )),
+            ..Default::default()
+        }]),
     }
 }

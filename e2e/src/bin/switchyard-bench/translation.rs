@@ -1,10 +1,17 @@
 //! Translation time, full and incremental, and peak memory, in a child process per size.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use serde::{Deserialize, Serialize};
+use switchyard::api::ProxyConfig;
+use switchyard::k8s::model_cache::{ModelCache, Step};
+use switchyard::k8s::to_model::{self, Inputs, TlsData};
 use switchyard::model::{
-    Cluster, Config, EndpointCondition, RouteAction, ServiceRef, WeightedCluster, cluster_name,
+    Cluster, Config, EndpointCondition, ListenerSettings, RouteAction, ServiceRef, WeightedCluster,
+    cluster_name,
 };
 use switchyard::translate::{Changes, Edit, Translator, translate};
 use switchyard_e2e::synthetic;
@@ -51,8 +58,121 @@ pub fn measure_translation(routes: usize) -> TranslationResult {
         best_ms: times[0],
         median_ms: times[times.len() / 2],
         peak_rss_mib: peak_rss_mib(),
-        incremental: measure_incremental(&config),
+        incremental: {
+            let mut results = measure_incremental(&config);
+            results.extend(measure_operator_path(routes));
+            results
+        },
     }
+}
+
+fn operator_inputs<'a>(
+    listeners: &ListenerSettings,
+    proxy_configs: &'a [ProxyConfig],
+    slices: &'a [EndpointSlice],
+    secrets: &'a BTreeMap<(String, String), TlsData>,
+) -> Inputs<'a> {
+    Inputs {
+        listeners: listeners.clone(),
+        address_map: None,
+        proxy_configs: proxy_configs.iter().collect(),
+        endpoint_slices: slices.iter().collect(),
+        secrets,
+    }
+}
+
+/// An EndpointSlice change as the operator's builder takes it: from the Kubernetes
+/// objects to the new snapshot, now (model cache + `apply`) and before (a whole model
+/// built from every object, then `update`).
+fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
+    let (proxy_configs, mut slices) = synthetic::k8s_objects(routes, 42);
+    let listeners = synthetic::config(1, 42).listeners;
+    let secrets = BTreeMap::new();
+    // One endpoint of one slice flips readiness, under a new resourceVersion.
+    let mut version = 1;
+    let mut change_one = |slices: &mut [EndpointSlice], i: usize| {
+        version += 1;
+        let n = (i * 104_729) % slices.len();
+        let slice = &mut slices[n];
+        slice.metadata.resource_version = Some(version.to_string());
+        if let Some(endpoint) = slice.endpoints.iter_mut().flatten().next()
+            && let Some(conditions) = endpoint.conditions.as_mut()
+        {
+            conditions.ready = Some(!conditions.ready.unwrap_or(true));
+        }
+    };
+    let mut results = Vec::new();
+
+    let mut cache = ModelCache::default();
+    let mut translator = Translator::new();
+    let (Step::Full(config), _) = cache.step(&operator_inputs(
+        &listeners,
+        &proxy_configs,
+        &slices,
+        &secrets,
+    )) else {
+        unreachable!("the first step is a full build");
+    };
+    assert_eq!(
+        (config.virtual_hosts.len(), config.clusters.len()),
+        (routes, routes),
+        "the synthetic objects make one virtual host and one cluster per route"
+    );
+    translator.update(&config);
+    let times = timed(|i| {
+        change_one(&mut slices, i);
+        let started = Instant::now();
+        match cache
+            .step(&operator_inputs(
+                &listeners,
+                &proxy_configs,
+                &slices,
+                &secrets,
+            ))
+            .0
+        {
+            Step::Full(config) => translator.update(&config),
+            Step::Clusters(clusters) => translator.apply(Changes {
+                clusters: clusters.into_iter().map(Edit::Put).collect(),
+                ..Changes::default()
+            }),
+        };
+        started.elapsed()
+    });
+    results.push(incremental(
+        "one EndpointSlice, operator (model cache + apply)",
+        times,
+    ));
+
+    let mut translator = Translator::new();
+    translator.update(
+        &to_model::build(&operator_inputs(
+            &listeners,
+            &proxy_configs,
+            &slices,
+            &secrets,
+        ))
+        .0,
+    );
+    let times = timed(|i| {
+        change_one(&mut slices, i);
+        let started = Instant::now();
+        translator.update(
+            &to_model::build(&operator_inputs(
+                &listeners,
+                &proxy_configs,
+                &slices,
+                &secrets,
+            ))
+            .0,
+        );
+        started.elapsed()
+    });
+    results.push(incremental(
+        "one EndpointSlice, operator before (whole model + update)",
+        times,
+    ));
+    results
 }
 
 /// One change at a time on a translator that holds the whole configuration.

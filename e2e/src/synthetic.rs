@@ -151,6 +151,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
             );
             pc.metadata.namespace = Some(namespace.into());
             pc.metadata.resource_version = Some("1".into());
+            pc.metadata.uid = Some(format!("pc-{namespace}-{route}"));
             pc
         })
         .collect();
@@ -169,6 +170,10 @@ pub fn endpoint_slice(cluster: &Cluster, version: u64) -> EndpointSlice {
             name: Some(format!("{}-1", cluster.service.name)),
             namespace: Some(cluster.service.namespace.clone()),
             resource_version: Some(version.to_string()),
+            uid: Some(format!(
+                "slice-{}-{}",
+                cluster.service.namespace, cluster.service.name
+            )),
             labels: Some([(SERVICE_NAME_LABEL.to_string(), cluster.service.name.clone())].into()),
             ..Default::default()
         },

@@ -6,13 +6,15 @@
 //! Anything else that changes (a ProxyConfig, a TLS Secret, listener settings) rebuilds
 //! the whole model: those changes are rollouts, rare next to endpoint churn.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use super::address_map::AddressMap;
-use super::to_model::{self, EndpointsKey, Inputs, TlsData};
+use super::to_model::{self, EndpointsKey, Inputs, SERVICE_NAME_LABEL, TlsData};
 use crate::model::{self, ListenerSettings};
 use crate::translate::Problem;
 
@@ -30,64 +32,80 @@ pub struct ModelCache {
     last: Option<Last>,
 }
 
-/// (namespace, name).
-type Key = (String, String);
-/// An object's identity for "did it change": (namespace, name) → resourceVersion.
-type Versions = BTreeMap<Key, String>;
-/// A slice's identity and the (namespace, Service) it lists endpoints of.
-type SliceVersions = BTreeMap<Key, (String, Option<Key>)>;
+/// (namespace, Service name).
+type Service = (String, String);
+/// Looked up once per object on every step: a fast hash (no untrusted keys here, the
+/// uids come from the API server).
+type ByUid<V> = HashMap<String, V, Xxh3DefaultBuilder>;
 
 struct Last {
     listeners: ListenerSettings,
     address_map: Option<AddressMap>,
     secrets: BTreeMap<(String, String), TlsData>,
-    proxy_configs: Versions,
-    /// Slice identity → the (namespace, Service) it lists endpoints of.
-    slices: SliceVersions,
+    /// uid → resourceVersion of every ProxyConfig the model was built from.
+    proxy_configs: ByUid<String>,
+    /// uid → resourceVersion (None: never equal) and the Service the slice lists.
+    slices: ByUid<(Option<String>, Option<Service>)>,
     clusters: BTreeMap<String, model::Cluster>,
     endpoint_sources: BTreeMap<String, EndpointsKey>,
     problems: Vec<Problem>,
 }
 
-fn identity<K: ResourceExt>(object: &K) -> (Key, String) {
-    (
-        (object.namespace().unwrap_or_default(), object.name_any()),
-        // An object without a resourceVersion never compares equal to itself: it is
-        // always taken as changed, which is never wrong.
-        object
-            .resource_version()
-            .unwrap_or_else(|| format!("unversioned-{:p}", object)),
-    )
+/// An object's identity: its uid, or where there is none (objects built by hand), its
+/// namespace and name. Borrowed in the common case: this runs for every object.
+fn uid<K: ResourceExt>(object: &K) -> Cow<'_, str> {
+    match object.meta().uid.as_deref() {
+        Some(uid) => Cow::Borrowed(uid),
+        None => Cow::Owned(format!(
+            "{}/{}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        )),
+    }
 }
 
-fn slice_identities(slices: &[&EndpointSlice]) -> SliceVersions {
-    slices
+fn version<K: ResourceExt>(object: &K) -> Option<&str> {
+    object.meta().resource_version.as_deref()
+}
+
+/// uid → resourceVersion; objects without a version are left out, so that they never
+/// compare equal (taken as changed, which is never wrong).
+fn versions_of<K: ResourceExt>(objects: &[&K]) -> ByUid<String> {
+    objects
         .iter()
-        .map(|slice| {
-            let (key, version) = identity(*slice);
-            (key, (version, to_model::service_of(slice)))
-        })
+        .filter_map(|o| Some((uid(*o).into_owned(), version(*o)?.to_owned())))
         .collect()
+}
+
+/// `objects` are exactly those `versions` was taken from, at the same versions.
+fn same_objects<K: ResourceExt>(versions: &ByUid<String>, objects: &[&K]) -> bool {
+    objects.len() == versions.len()
+        && objects.iter().all(|o| {
+            version(*o)
+                .is_some_and(|v| versions.get(uid(*o).as_ref()).map(String::as_str) == Some(v))
+        })
+}
+
+fn lists_one_of(slice: &EndpointSlice, services: &[Service]) -> bool {
+    let Some(name) = slice.labels().get(SERVICE_NAME_LABEL) else {
+        return false;
+    };
+    let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
+    services.iter().any(|(n, s)| n == namespace && s == name)
 }
 
 impl ModelCache {
     /// The next step from `inputs`, and what was left out of the model (with why).
     pub fn step(&mut self, inputs: &Inputs<'_>) -> (Step, Vec<Problem>) {
-        let proxy_configs: Versions = inputs
-            .proxy_configs
-            .iter()
-            .map(|pc| identity(*pc))
-            .collect();
-        let slices = slice_identities(&inputs.endpoint_slices);
         let only_slices_changed = self.last.as_ref().is_some_and(|last| {
             last.listeners == inputs.listeners
                 && last.address_map == inputs.address_map
                 && &last.secrets == inputs.secrets
-                && last.proxy_configs == proxy_configs
+                && same_objects(&last.proxy_configs, &inputs.proxy_configs)
         });
         match self.last.as_mut() {
             Some(last) if only_slices_changed => {
-                let clusters = last.refresh_endpoints(inputs, slices);
+                let clusters = last.refresh_endpoints(inputs);
                 (Step::Clusters(clusters), last.problems.clone())
             }
             _ => {
@@ -97,8 +115,15 @@ impl ModelCache {
                     listeners: inputs.listeners.clone(),
                     address_map: inputs.address_map,
                     secrets: inputs.secrets.clone(),
-                    proxy_configs,
-                    slices,
+                    proxy_configs: versions_of(&inputs.proxy_configs),
+                    slices: inputs
+                        .endpoint_slices
+                        .iter()
+                        .map(|s| {
+                            let state = (version(*s).map(str::to_owned), to_model::service_of(s));
+                            (uid(*s).into_owned(), state)
+                        })
+                        .collect(),
                     clusters: built
                         .config
                         .clusters
@@ -117,24 +142,48 @@ impl ModelCache {
 impl Last {
     /// Recomputes the endpoints of the Services whose slices changed; returns the
     /// clusters whose endpoints are now different.
-    fn refresh_endpoints(
-        &mut self,
-        inputs: &Inputs<'_>,
-        slices: SliceVersions,
-    ) -> Vec<model::Cluster> {
-        let mut services: BTreeSet<Key> = BTreeSet::new();
-        for (key, (version, service)) in &slices {
-            if self.slices.get(key).map(|(v, _)| v) != Some(version) {
-                services.extend(service.clone());
+    fn refresh_endpoints(&mut self, inputs: &Inputs<'_>) -> Vec<model::Cluster> {
+        // Usually one or two: a plain list.
+        let mut services: Vec<Service> = Vec::new();
+        let mut touch = |service: &Option<Service>| {
+            if let Some(service) = service
+                && !services.contains(service)
+            {
+                services.push(service.clone());
             }
-        }
-        for (key, (_, service)) in &self.slices {
-            let now = slices.get(key).map(|(_, s)| s);
-            if now != Some(service) {
-                services.extend(service.clone());
+        };
+        let before = self.slices.len();
+        let mut known = 0;
+        for slice in &inputs.endpoint_slices {
+            let id = uid(*slice);
+            let now = version(*slice);
+            let old = self.slices.get(id.as_ref());
+            known += usize::from(old.is_some());
+            if let Some((Some(v), _)) = old
+                && Some(v.as_str()) == now
+            {
+                continue;
             }
+            let service = to_model::service_of(slice);
+            if let Some((_, before)) = old {
+                touch(before);
+            }
+            touch(&service);
+            self.slices
+                .insert(id.into_owned(), (now.map(str::to_owned), service));
         }
-        self.slices = slices;
+        // Fewer of the slices held were seen than there are: some are gone.
+        if known < before {
+            let present: HashSet<Cow<'_, str>> =
+                inputs.endpoint_slices.iter().map(|s| uid(*s)).collect();
+            self.slices.retain(|id, (_, service)| {
+                let keep = present.contains(id.as_str());
+                if !keep {
+                    touch(service);
+                }
+                keep
+            });
+        }
         if services.is_empty() {
             return Vec::new();
         }
@@ -142,19 +191,19 @@ impl Last {
             .endpoint_slices
             .iter()
             .copied()
-            .filter(|slice| to_model::service_of(slice).is_some_and(|s| services.contains(&s)))
+            .filter(|slice| lists_one_of(slice, &services))
             .collect();
         let endpoints = to_model::endpoints_by_service(&relevant, inputs.address_map);
         let mut changed = Vec::new();
-        for (name, (namespace, service, port_name)) in &self.endpoint_sources {
-            if !services.contains(&(namespace.clone(), service.clone())) {
+        for (name, key) in &self.endpoint_sources {
+            let (namespace, service, _) = key;
+            if !services.iter().any(|(n, s)| n == namespace && s == service) {
                 continue;
             }
             let Some(cluster) = self.clusters.get_mut(name) else {
                 continue;
             };
-            let key = (namespace.clone(), service.clone(), port_name.clone());
-            let now = endpoints.get(&key).cloned().unwrap_or_default();
+            let now = endpoints.get(key).cloned().unwrap_or_default();
             if cluster.endpoints != now {
                 cluster.endpoints = now;
                 changed.push(cluster.clone());

@@ -20,7 +20,7 @@ use super::to_model::{Inputs, TlsData};
 use crate::api::ProxyConfigRole;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
-use crate::translate::{Changes, Edit, Problem, Translator};
+use crate::translate::{Problem, Translator};
 use crate::xds::Desired;
 
 /// At most one build per this interval: changes arriving within it are built together.
@@ -108,10 +108,7 @@ impl Builder {
         let full = matches!(step, Step::Full(_));
         let translation = match step {
             Step::Full(config) => translator.update(&config),
-            Step::Clusters(clusters) => translator.apply(Changes {
-                clusters: clusters.into_iter().map(Edit::Put).collect(),
-                ..Changes::default()
-            }),
+            Step::Changes(changes) => translator.apply(changes),
         };
         let elapsed = started.elapsed();
         problems.extend(translation.problems.iter().cloned());

@@ -9,7 +9,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
 use super::address_map::AddressMap;
-use crate::api::proxy_config::{ResolvedCluster, ResolvedRule};
+pub use crate::api::proxy_config::ResolvedCluster;
+use crate::api::proxy_config::ResolvedRule;
 use crate::api::traffic_route::{HeaderEdits as ApiHeaderEdits, HeaderMatch as ApiHeaderMatch};
 use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::model::{
@@ -55,7 +56,93 @@ pub struct Built {
     pub endpoint_sources: BTreeMap<String, EndpointsKey>,
 }
 
+/// What one ProxyConfig adds to the model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Contribution {
+    /// Its clusters: name, namespace, and the resolved cluster.
+    pub clusters: Vec<(String, String, ResolvedCluster)>,
+    pub virtual_host: Option<VirtualHost>,
+    pub version_probe: Option<VersionProbe>,
+    pub endpoint_probe: Option<EndpointProbe>,
+    /// (namespace, name) of the TLS Secret its virtual host serves.
+    pub secret: Option<(String, String)>,
+    pub problems: Vec<Problem>,
+}
+
+pub fn contribution(pc: &ProxyConfig) -> Contribution {
+    let namespace = pc.namespace().unwrap_or_default();
+    let spec = &pc.spec;
+    let id = format!("{namespace}/{}", spec.route);
+    let mut out = Contribution {
+        clusters: spec
+            .clusters
+            .iter()
+            .map(|c| (cluster_name(&namespace, c), namespace.clone(), c.clone()))
+            .collect(),
+        ..Contribution::default()
+    };
+    match spec.role {
+        ProxyConfigRole::Probe => {
+            out.endpoint_probe = Some(EndpointProbe {
+                id: endpoint_probe_id(&namespace, &spec.route, &spec.version),
+                clusters: spec
+                    .clusters
+                    .iter()
+                    .map(|c| (cluster_name(&namespace, c), 1))
+                    .collect(),
+            })
+        }
+        ProxyConfigRole::Live => {
+            let Some(vh) = &spec.virtual_host else {
+                out.problems.push(Problem::new(
+                    &id,
+                    format!("live ProxyConfig {} has no virtual host", pc.name_any()),
+                ));
+                return out;
+            };
+            let routes: Result<Vec<Route>, String> =
+                vh.rules.iter().map(|r| route(&namespace, r)).collect();
+            let routes = match routes {
+                Ok(routes) => routes,
+                Err(e) => {
+                    out.problems.push(Problem::new(&id, e));
+                    return out;
+                }
+            };
+            let tls = vh.tls.as_ref().map(|t| {
+                out.secret = Some((namespace.clone(), t.secret_name.clone()));
+                VirtualHostTls {
+                    secret: secret_name(&namespace, &t.secret_name),
+                    redirect_http: t.redirect_http,
+                }
+            });
+            out.virtual_host = Some(VirtualHost {
+                name: id.clone(),
+                hosts: vh.hosts.clone(),
+                tls,
+                routes,
+            });
+            out.version_probe = Some(VersionProbe {
+                id,
+                version: spec.version.clone(),
+            });
+        }
+    }
+    out
+}
+
 pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
+    let parts: Vec<Contribution> = inputs
+        .proxy_configs
+        .iter()
+        .map(|pc| contribution(pc))
+        .collect();
+    build_from(inputs, &parts)
+}
+
+/// The model from the ProxyConfigs' contributions (in the order of
+/// `inputs.proxy_configs`) and the rest of `inputs`.
+pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     let mut problems = Vec::new();
     let mut config = model::Config {
         listeners: inputs.listeners.clone(),
@@ -63,79 +150,25 @@ pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
     };
     let mut clusters: BTreeMap<String, (String, ResolvedCluster)> = BTreeMap::new();
     let mut secrets = BTreeSet::new();
-    for pc in &inputs.proxy_configs {
-        let namespace = pc.namespace().unwrap_or_default();
-        let spec = &pc.spec;
-        let id = format!("{namespace}/{}", spec.route);
-        for cluster in &spec.clusters {
-            clusters.insert(
-                cluster_name(&namespace, cluster),
-                (namespace.clone(), cluster.clone()),
-            );
+    for part in parts {
+        for (name, namespace, cluster) in &part.clusters {
+            clusters.insert(name.clone(), (namespace.clone(), cluster.clone()));
         }
-        match spec.role {
-            ProxyConfigRole::Probe => config.endpoint_probes.push(EndpointProbe {
-                id: endpoint_probe_id(&namespace, &spec.route, &spec.version),
-                clusters: spec
-                    .clusters
-                    .iter()
-                    .map(|c| (cluster_name(&namespace, c), 1))
-                    .collect(),
-            }),
-            ProxyConfigRole::Live => {
-                let Some(vh) = &spec.virtual_host else {
-                    problems.push(Problem::new(
-                        &id,
-                        format!("live ProxyConfig {} has no virtual host", pc.name_any()),
-                    ));
-                    continue;
-                };
-                let routes: Result<Vec<Route>, String> =
-                    vh.rules.iter().map(|r| route(&namespace, r)).collect();
-                let routes = match routes {
-                    Ok(routes) => routes,
-                    Err(e) => {
-                        problems.push(Problem::new(&id, e));
-                        continue;
-                    }
-                };
-                let tls = vh.tls.as_ref().map(|t| {
-                    secrets.insert((namespace.clone(), t.secret_name.clone()));
-                    VirtualHostTls {
-                        secret: secret_name(&namespace, &t.secret_name),
-                        redirect_http: t.redirect_http,
-                    }
-                });
-                config.virtual_hosts.push(VirtualHost {
-                    name: id.clone(),
-                    hosts: vh.hosts.clone(),
-                    tls,
-                    routes,
-                });
-                config.version_probes.push(VersionProbe {
-                    id,
-                    version: spec.version.clone(),
-                });
-            }
-        }
+        config.virtual_hosts.extend(part.virtual_host.clone());
+        config.version_probes.extend(part.version_probe.clone());
+        config.endpoint_probes.extend(part.endpoint_probe.clone());
+        secrets.extend(part.secret.clone());
+        problems.extend(part.problems.iter().cloned());
     }
     let endpoints = endpoints_by_service(&inputs.endpoint_slices, inputs.address_map);
     let mut endpoint_sources = BTreeMap::new();
     config.clusters = clusters
         .into_iter()
         .map(|(name, (namespace, cluster))| {
-            let key = (
-                namespace.clone(),
-                cluster.service.clone(),
-                cluster.port_name.clone(),
-            );
+            let key = endpoints_key(&namespace, &cluster);
             endpoint_sources.insert(name.clone(), key.clone());
-            model::Cluster {
-                name,
-                service: service_ref(&namespace, &cluster),
-                settings: settings(&cluster),
-                endpoints: endpoints.get(&key).cloned().unwrap_or_default(),
-            }
+            let endpoints = endpoints.get(&key).cloned().unwrap_or_default();
+            model_cluster(name, &namespace, &cluster, endpoints)
         })
         .collect();
     for (namespace, name) in secrets {
@@ -166,6 +199,29 @@ pub fn endpoint_probe_id(namespace: &str, route: &str, version: &str) -> String 
 
 pub fn cluster_name(namespace: &str, cluster: &ResolvedCluster) -> String {
     model::cluster_name(&service_ref(namespace, cluster), &settings(cluster))
+}
+
+pub fn model_cluster(
+    name: String,
+    namespace: &str,
+    cluster: &ResolvedCluster,
+    endpoints: Vec<model::Endpoint>,
+) -> model::Cluster {
+    model::Cluster {
+        name,
+        service: service_ref(namespace, cluster),
+        settings: settings(cluster),
+        endpoints,
+    }
+}
+
+/// Where the endpoints of `cluster` in `namespace` come from.
+pub fn endpoints_key(namespace: &str, cluster: &ResolvedCluster) -> EndpointsKey {
+    (
+        namespace.to_string(),
+        cluster.service.clone(),
+        cluster.port_name.clone(),
+    )
 }
 
 fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {

@@ -7,6 +7,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use serde::{Deserialize, Serialize};
 use switchyard::api::ProxyConfig;
+use switchyard::api::proxy_config::ResolvedBackend;
 use switchyard::k8s::model_cache::{ModelCache, Step};
 use switchyard::k8s::to_model::{self, Inputs, TlsData};
 use switchyard::model::{
@@ -134,15 +135,53 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
             .0
         {
             Step::Full(config) => translator.update(&config),
-            Step::Clusters(clusters) => translator.apply(Changes {
-                clusters: clusters.into_iter().map(Edit::Put).collect(),
-                ..Changes::default()
-            }),
+            Step::Changes(changes) => translator.apply(changes),
         };
         started.elapsed()
     });
     results.push(incremental(
         "one EndpointSlice, operator (model cache + apply)",
+        times,
+    ));
+
+    // A route switched to another route's Service (a rollout's live step).
+    let mut proxy_configs = proxy_configs.clone();
+    let mut pc_version = 1;
+    let times = timed(|i| {
+        pc_version += 1;
+        let n = (i * 7919) % proxy_configs.len();
+        let other = proxy_configs[(n + 1) % proxy_configs.len()].spec.clusters[0].clone();
+        let pc = &mut proxy_configs[n];
+        pc.metadata.resource_version = Some(pc_version.to_string());
+        if let Some(rule) = pc
+            .spec
+            .virtual_host
+            .as_mut()
+            .and_then(|v| v.rules.first_mut())
+        {
+            rule.backends = vec![ResolvedBackend {
+                cluster: other.clone(),
+                weight: 1,
+            }];
+        }
+        pc.spec.clusters = vec![other];
+        let started = Instant::now();
+        match cache
+            .step(&operator_inputs(
+                &listeners,
+                &proxy_configs,
+                &slices,
+                &secrets,
+            ))
+            .0
+        {
+            Step::Full(config) => translator.update(&config),
+            Step::Changes(changes) => translator.apply(changes),
+        };
+        started.elapsed()
+    });
+    results.push(incremental(
+        "one route → another Service, operator (model cache + apply)",
         times,
     ));
 

@@ -179,6 +179,16 @@ impl Last {
         last
     }
 
+    /// Remembers how many users `part`'s clusters had before this step touched them.
+    fn note_users(&self, part: &Contribution, users_before: &mut BTreeMap<String, usize>) {
+        for (name, _, _) in &part.clusters {
+            if !users_before.contains_key(name) {
+                let users = self.cluster_users.get(name).copied().unwrap_or(0);
+                users_before.insert(name.clone(), users);
+            }
+        }
+    }
+
     /// Counts what `part` uses and claims; a claim already held makes this ambiguous.
     fn add(&mut self, id: &str, part: &Contribution) {
         let names: BTreeSet<&String> = part.clusters.iter().map(|(n, _, _)| n).collect();
@@ -222,10 +232,12 @@ impl Last {
             .collect();
         let mut changes = Changes::default();
         if !pc_changes.is_empty() {
-            let users_before = self.cluster_users.clone();
+            // Users of each cluster the changed ProxyConfigs name, before the change.
+            let mut users_before: BTreeMap<String, usize> = BTreeMap::new();
             let mut befores = Vec::new();
             for change in &pc_changes {
                 if let Some((_, before)) = self.proxy_configs.remove(&change.uid) {
+                    self.note_users(&before, &mut users_before);
                     self.retract(&before);
                     befores.push(before);
                 }
@@ -233,6 +245,7 @@ impl Last {
             let mut nows = Vec::new();
             for change in pc_changes {
                 if let Some((version, now)) = change.now {
+                    self.note_users(&now, &mut users_before);
                     self.add(&change.uid, &now);
                     if self.ambiguous {
                         return None;
@@ -307,7 +320,7 @@ impl Last {
 
     /// Clusters that gained their first user or lost their last, as edits; None when a
     /// new user describes a cluster differently from the one in place (a full build
-    /// decides which wins).
+    /// decides which wins). `users_before` holds every cluster this step touched.
     fn cluster_edits(
         &mut self,
         inputs: &Inputs<'_>,

@@ -90,6 +90,49 @@ fn lists_one_of(slice: &EndpointSlice, services: &[Service]) -> bool {
     services.iter().any(|(n, s)| n == namespace && s == name)
 }
 
+/// The endpoints of `services`, from their slices only.
+fn endpoints_of(
+    inputs: &Inputs<'_>,
+    services: &[Service],
+) -> BTreeMap<EndpointsKey, Vec<model::Endpoint>> {
+    let relevant: Vec<&EndpointSlice> = inputs
+        .endpoint_slices
+        .iter()
+        .copied()
+        .filter(|slice| lists_one_of(slice, services))
+        .collect();
+    to_model::endpoints_by_service(&relevant, inputs.address_map)
+}
+
+/// Calls `visit` for every object with what `held` has for it, or None when it is new or
+/// at another resourceVersion; returns the uids held that are no longer among `objects`.
+fn visit_objects<'h, 'o, K: ResourceExt, V>(
+    held: &'h ByUid<(Option<String>, V)>,
+    objects: &[&'o K],
+    mut visit: impl FnMut(&'o K, Option<&'h V>),
+) -> Vec<String> {
+    let mut known = 0;
+    for object in objects {
+        let before = held.get(uid(*object).as_ref());
+        known += usize::from(before.is_some());
+        match before {
+            Some((Some(v), value)) if Some(v.as_str()) == version(*object) => {
+                visit(*object, Some(value))
+            }
+            _ => visit(*object, None),
+        }
+    }
+    // Fewer of the held objects were seen than there are: some are gone.
+    if known == held.len() {
+        return Vec::new();
+    }
+    let present: HashSet<Cow<'_, str>> = objects.iter().map(|o| uid(*o)).collect();
+    held.keys()
+        .filter(|id| !present.contains(id.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// The names a contribution claims, each to be had by one ProxyConfig only.
 fn claims(part: &Contribution) -> impl Iterator<Item = String> + '_ {
     let host = part.virtual_host.iter().map(|v| format!("host {}", v.name));
@@ -284,37 +327,23 @@ impl Last {
     fn changed_proxy_configs(&self, inputs: &Inputs<'_>) -> (Vec<PcChange>, Vec<Problem>) {
         let mut changes = Vec::new();
         let mut problems = Vec::new();
-        let mut known = 0;
-        for pc in &inputs.proxy_configs {
-            let id = uid(*pc);
-            let now = version(*pc);
-            let before = self.proxy_configs.get(id.as_ref());
-            known += usize::from(before.is_some());
-            if let Some((Some(v), part)) = before
-                && Some(v.as_str()) == now
-            {
-                problems.extend(part.problems.iter().cloned());
-                continue;
-            }
-            let part = to_model::contribution(pc);
-            problems.extend(part.problems.iter().cloned());
-            changes.push(PcChange {
-                uid: id.into_owned(),
-                now: Some((now.map(str::to_owned), part)),
-            });
-        }
-        if known < self.proxy_configs.len() {
-            let present: HashSet<Cow<'_, str>> =
-                inputs.proxy_configs.iter().map(|pc| uid(*pc)).collect();
-            for id in self.proxy_configs.keys() {
-                if !present.contains(id.as_str()) {
+        let gone = visit_objects(
+            &self.proxy_configs,
+            &inputs.proxy_configs,
+            |pc, held| match held {
+                Some(part) => problems.extend(part.problems.iter().cloned()),
+                None => {
+                    let part = to_model::contribution(pc);
+                    problems.extend(part.problems.iter().cloned());
+                    let now = Some((version(pc).map(str::to_owned), part));
                     changes.push(PcChange {
-                        uid: id.clone(),
-                        now: None,
+                        uid: uid(pc).into_owned(),
+                        now,
                     });
                 }
-            }
-        }
+            },
+        );
+        changes.extend(gone.into_iter().map(|uid| PcChange { uid, now: None }));
         (changes, problems)
     }
 
@@ -367,13 +396,7 @@ impl Last {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let relevant: Vec<&EndpointSlice> = inputs
-            .endpoint_slices
-            .iter()
-            .copied()
-            .filter(|slice| lists_one_of(slice, &services))
-            .collect();
-        let endpoints = to_model::endpoints_by_service(&relevant, inputs.address_map);
+        let endpoints = endpoints_of(inputs, &services);
         for (name, (namespace, cluster)) in fresh {
             let key = to_model::endpoints_key(&namespace, &cluster);
             let list = endpoints.get(&key).cloned().unwrap_or_default();
@@ -397,48 +420,29 @@ impl Last {
                 services.push(service.clone());
             }
         };
-        let before = self.slices.len();
-        let mut known = 0;
-        for slice in &inputs.endpoint_slices {
-            let id = uid(*slice);
-            let now = version(*slice);
-            let old = self.slices.get(id.as_ref());
-            known += usize::from(old.is_some());
-            if let Some((Some(v), _)) = old
-                && Some(v.as_str()) == now
-            {
-                continue;
+        let mut seen = Vec::new();
+        let gone = visit_objects(&self.slices, &inputs.endpoint_slices, |slice, held| {
+            if held.is_none() {
+                seen.push(slice);
             }
+        });
+        for slice in seen {
             let service = to_model::service_of(slice);
-            if let Some((_, before)) = old {
-                touch(before);
+            let state = (version(slice).map(str::to_owned), service.clone());
+            if let Some((_, before)) = self.slices.insert(uid(slice).into_owned(), state) {
+                touch(&before);
             }
             touch(&service);
-            self.slices
-                .insert(id.into_owned(), (now.map(str::to_owned), service));
         }
-        // Fewer of the slices held were seen than there are: some are gone.
-        if known < before {
-            let present: HashSet<Cow<'_, str>> =
-                inputs.endpoint_slices.iter().map(|s| uid(*s)).collect();
-            self.slices.retain(|id, (_, service)| {
-                let keep = present.contains(id.as_str());
-                if !keep {
-                    touch(service);
-                }
-                keep
-            });
+        for id in gone {
+            if let Some((_, service)) = self.slices.remove(&id) {
+                touch(&service);
+            }
         }
         if services.is_empty() {
             return Vec::new();
         }
-        let relevant: Vec<&EndpointSlice> = inputs
-            .endpoint_slices
-            .iter()
-            .copied()
-            .filter(|slice| lists_one_of(slice, &services))
-            .collect();
-        let endpoints = to_model::endpoints_by_service(&relevant, inputs.address_map);
+        let endpoints = endpoints_of(inputs, &services);
         let mut changed = Vec::new();
         for (name, key) in &self.endpoint_sources {
             let (namespace, service, _) = key;
@@ -555,178 +559,102 @@ mod tests {
         crate::model::Config::default().listeners
     }
 
-    /// Steps `cache` and `translator` through `inputs`; the translator must end where a
-    /// fresh translation of a full model of the same inputs does.
-    fn step_and_compare(
-        cache: &mut ModelCache,
-        translator: &mut Translator,
-        proxy_configs: &[&ProxyConfig],
-        slices: &[&EndpointSlice],
-    ) -> bool {
-        let secrets = BTreeMap::new();
-        let inputs = Inputs {
-            listeners: listeners(),
-            address_map: None,
-            proxy_configs: proxy_configs.to_vec(),
-            endpoint_slices: slices.to_vec(),
-            secrets: &secrets,
-        };
-        let (step, problems) = cache.step(&inputs);
-        let full = matches!(step, Step::Full(_));
-        let translation = match step {
-            Step::Full(config) => translator.update(&config),
-            Step::Changes(changes) => translator.apply(changes),
-        };
-        let (config, expected_problems) = to_model::build(&inputs);
-        assert_eq!(problems, expected_problems);
-        let fresh = crate::translate::translate(&config);
-        assert!(
-            translation.snapshot == fresh.snapshot,
-            "the incremental step differs from a full build"
-        );
-        assert_eq!(translation.problems, fresh.problems);
-        full
+    /// A builder's model cache and translator, stepped as the builder steps them.
+    struct Rig {
+        cache: ModelCache,
+        translator: Translator,
+    }
+
+    impl Rig {
+        fn new() -> Self {
+            Self {
+                cache: ModelCache::default(),
+                translator: Translator::new(),
+            }
+        }
+
+        /// One step; the translator must end where a fresh translation of a full model of
+        /// the same inputs does. True when the step was a full build.
+        fn step(&mut self, proxy_configs: &[&ProxyConfig], slices: &[&EndpointSlice]) -> bool {
+            let secrets = BTreeMap::new();
+            let inputs = Inputs {
+                listeners: listeners(),
+                address_map: None,
+                proxy_configs: proxy_configs.to_vec(),
+                endpoint_slices: slices.to_vec(),
+                secrets: &secrets,
+            };
+            let (step, problems) = self.cache.step(&inputs);
+            let full = matches!(step, Step::Full(_));
+            let translation = match step {
+                Step::Full(config) => self.translator.update(&config),
+                Step::Changes(changes) => self.translator.apply(changes),
+            };
+            let (config, expected_problems) = to_model::build(&inputs);
+            assert_eq!(problems, expected_problems);
+            let fresh = crate::translate::translate(&config);
+            assert!(
+                translation.snapshot == fresh.snapshot,
+                "the incremental step differs from a full build"
+            );
+            assert_eq!(translation.problems, fresh.problems);
+            full
+        }
     }
 
     #[test]
     fn slice_changes_update_only_their_services_clusters() {
-        let mut cache = ModelCache::default();
-        let mut translator = Translator::new();
+        let mut rig = Rig::new();
         let a = live("a", &["web", "api"], "1");
         let b = live("b", &["api", "img"], "1");
         let web = slice("web-1", "web", &["10.0.0.1"], "1");
         let api = slice("api-1", "api", &["10.0.1.1"], "1");
         let img = slice("img-1", "img", &["10.0.2.1"], "1");
         let pcs = [&a, &b];
-        assert!(step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&web, &api, &img]
-        ));
+        assert!(rig.step(&pcs, &[&web, &api, &img]));
 
         // An endpoint moves.
         let api2 = slice("api-1", "api", &["10.0.1.1", "10.0.1.2"], "2");
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&web, &api2, &img]
-        ));
+        assert!(!rig.step(&pcs, &[&web, &api2, &img]));
         // A second slice for a Service, then a slice goes away.
         let api3 = slice("api-2", "api", &["10.0.1.3"], "3");
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&web, &api2, &api3, &img]
-        ));
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&api2, &api3, &img]
-        ));
+        assert!(!rig.step(&pcs, &[&web, &api2, &api3, &img]));
+        assert!(!rig.step(&pcs, &[&api2, &api3, &img]));
         // A slice is relabelled to another Service: both Services change.
         let moved = slice("api-2", "img", &["10.0.1.3"], "4");
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&api2, &moved, &img]
-        ));
+        assert!(!rig.step(&pcs, &[&api2, &moved, &img]));
         // Nothing changed.
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &pcs,
-            &[&api2, &moved, &img]
-        ));
+        assert!(!rig.step(&pcs, &[&api2, &moved, &img]));
         // A ProxyConfig changes: "api" loses a user but keeps one, nothing is rebuilt.
         let b2 = live("b", &["img"], "2");
         let slices = [&api2, &moved, &img];
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&a, &b2],
-            &slices
-        ));
+        assert!(!rig.step(&[&a, &b2], &slices));
         // "web" gets a slice back; a new route takes a new Service and an old one.
         let web = slice("web-1", "web", &["10.0.0.7"], "5");
         let slices = [&web, &api2, &moved, &img];
         let c = live("c", &["web", "new"], "1");
         let new = slice("new-1", "new", &["10.0.3.1"], "1");
         let with_new = [&web, &api2, &moved, &img, &new];
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&a, &b2, &c],
-            &slices
-        ));
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&a, &b2, &c],
-            &with_new
-        ));
+        assert!(!rig.step(&[&a, &b2, &c], &slices));
+        assert!(!rig.step(&[&a, &b2, &c], &with_new));
         // A probe ProxyConfig comes and goes; a route goes, taking its last clusters.
         let probe = probe("a", &["api", "other"], "1");
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&a, &b2, &c, &probe],
-            &with_new
-        ));
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&a, &b2, &c],
-            &with_new
-        ));
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c],
-            &with_new
-        ));
+        assert!(!rig.step(&[&a, &b2, &c, &probe], &with_new));
+        assert!(!rig.step(&[&a, &b2, &c], &with_new));
+        assert!(!rig.step(&[&b2, &c], &with_new));
         // A route moves to another Service and back in one step each.
         let c2 = live("c", &["img"], "2");
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c2],
-            &with_new
-        ));
-        assert!(!step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c],
-            &with_new
-        ));
+        assert!(!rig.step(&[&b2, &c2], &with_new));
+        assert!(!rig.step(&[&b2, &c], &with_new));
         // Two ProxyConfigs claiming one route: left to full builds.
         let twin = {
             let mut twin = live("c", &["web"], "1");
             twin.metadata.name = Some("c-twin".into());
             twin
         };
-        assert!(step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c, &twin],
-            &with_new
-        ));
-        assert!(step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c, &twin],
-            &with_new
-        ));
-        assert!(step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c],
-            &with_new
-        ));
+        assert!(rig.step(&[&b2, &c, &twin], &with_new));
+        assert!(rig.step(&[&b2, &c, &twin], &with_new));
+        assert!(rig.step(&[&b2, &c], &with_new));
         // A live ProxyConfig with TLS: a full build.
         let mut tls = live("d", &["web"], "1");
         if let Some(vh) = tls.spec.virtual_host.as_mut() {
@@ -735,12 +663,7 @@ mod tests {
                 redirect_http: false,
             });
         }
-        assert!(step_and_compare(
-            &mut cache,
-            &mut translator,
-            &[&b2, &c, &tls],
-            &with_new
-        ));
+        assert!(rig.step(&[&b2, &c, &tls], &with_new));
     }
 
     #[test]

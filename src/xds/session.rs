@@ -8,7 +8,9 @@
 //!    updated, nothing is removed; wait until Envoy has ACKed every one of them (Envoy holds
 //!    the CDS ACK until new clusters are warm, and the EDS ACK names the new clusters);
 //! 2. **route**: listeners and route configurations become the desired ones; wait for ACKs;
-//! 3. **break**: whatever the desired snapshot no longer has is removed.
+//! 3. **break**: whatever the desired snapshot no longer has is removed. (In SotW, types
+//!    asked for by name are not answered only to leave resources out: Envoy drops them
+//!    when the cluster or listener using them goes, and says so in its next request.)
 //!
 //! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
@@ -210,10 +212,12 @@ impl Session {
                 Some(status) => self.nack(&type_url, status.message),
                 None => self.ack(&type_url, now),
             }
-        } else if !fewer_names {
+        } else if !fewer_names || self.ordering == Ordering::AllAtOnce {
             // A first request, or a new request on the last nonce (the node subscribes to
             // more, or asks again for a cluster it rebuilt): always answer, or a cluster can
-            // stay warming forever. Asking for fewer needs no answer.
+            // stay warming forever. Asking for fewer needs no answer when clusters are
+            // only ever removed in a step of their own (make before break); pushed all at
+            // once, a removal can come with a rebuilt cluster that waits for its endpoints.
             ts.force_send = true;
         }
         if !same_names
@@ -443,6 +447,7 @@ impl Session {
             // drop one) is not sent; the node's next request says it forgot them.
             let only_fewer = !same
                 && self.protocol == Protocol::Sotw
+                && self.ordering == Ordering::MakeBeforeBreak
                 && !ts.wildcard
                 && ts.acked.as_ref().is_some_and(|a| only_removals(a, &wanted));
             if !ts.force_send && (same || only_fewer) {
@@ -1032,9 +1037,10 @@ mod tests {
         let (mut s, _) = synced_sotw("a", Ordering::AllAtOnce);
         let out = s.set_desired(switch_to("b"), now);
         let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
-        // (No endpoints: the node asks for b's only once it has the cluster, and an
-        // answer that would only leave a's out is not sent.)
-        assert_eq!(kinds, ["Cluster", "RouteConfiguration"]);
+        assert_eq!(
+            kinds,
+            ["Cluster", "ClusterLoadAssignment", "RouteConfiguration"]
+        );
         assert_eq!(names(&out[0]).1, ["b:c"], "old cluster removed at once");
     }
 

@@ -1,14 +1,14 @@
-//! The tonic ADS service: a thin loop per stream around a [`Session`].
+//! The ADS gRPC service: a thin loop per stream around a [`Session`], and the response
+//! body that encodes the session's responses as the stream takes them.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{Ready, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::time::{Instant, SystemTime};
-
-use std::convert::Infallible;
-use std::future::{Ready, ready};
 use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};

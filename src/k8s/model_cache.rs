@@ -173,15 +173,25 @@ impl ModelCache {
             .map(|pc| to_model::contribution(pc))
             .collect();
         let built = to_model::build_from(inputs, &parts);
-        let problems = built.problems.clone();
-        let config = built.config.clone();
-        self.last = Some(Last::of(inputs, parts, built));
-        (Step::Full(config), problems)
+        self.last = Some(Last::of(
+            inputs,
+            parts,
+            &built.config.clusters,
+            built.endpoint_sources,
+            &built.problems,
+        ));
+        (Step::Full(built.config), built.problems)
     }
 }
 
 impl Last {
-    fn of(inputs: &Inputs<'_>, parts: Vec<Contribution>, built: to_model::Built) -> Self {
+    fn of(
+        inputs: &Inputs<'_>,
+        parts: Vec<Contribution>,
+        clusters: &[model::Cluster],
+        endpoint_sources: BTreeMap<String, EndpointsKey>,
+        problems: &[Problem],
+    ) -> Self {
         let mut last = Last {
             listeners: inputs.listeners.clone(),
             address_map: inputs.address_map,
@@ -195,13 +205,11 @@ impl Last {
                     (uid(*s).into_owned(), state)
                 })
                 .collect(),
-            clusters: built
-                .config
-                .clusters
-                .into_iter()
-                .map(|c| (c.name.clone(), c))
+            clusters: clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.clone()))
                 .collect(),
-            endpoint_sources: built.endpoint_sources,
+            endpoint_sources,
             cluster_users: BTreeMap::new(),
             owners: HashMap::new(),
             secret_problems: Vec::new(),
@@ -218,7 +226,7 @@ impl Last {
             }
         }
         // The full build lists the ProxyConfigs' problems first, then the Secrets'.
-        last.secret_problems = built.problems.into_iter().skip(pc_problems).collect();
+        last.secret_problems = problems.iter().skip(pc_problems).cloned().collect();
         last
     }
 

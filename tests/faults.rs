@@ -301,8 +301,8 @@ async fn envoy_restarted_mid_rollout() {
     rig.apply_route("web", &spec("svc-0", "1s")).await;
     rig.wait_ready("web", Duration::from_secs(60)).await;
     let targets = rig.targets();
-    let load_started = Instant::now();
     let load = Load::start(targets.clone(), HOST, RATE, Duration::from_secs(300));
+    let load_started = load.started();
     // Per victim: (target, killed at, first answer at), relative to the load's start.
     let mut down = Vec::new();
     let mut ready_after = Vec::new();
@@ -333,8 +333,9 @@ async fn envoy_restarted_mid_rollout() {
             )
             .await;
         }
-        rig.kill_envoy(victim);
+        // Before the kill: the load runs on its own threads and may see the refusal at once.
         let killed = load_started.elapsed();
+        rig.kill_envoy(victim);
         eprintln!(
             "round {round}: envoy-{victim} killed; {}",
             rollout_state(&rig).await

@@ -347,13 +347,10 @@ impl Envoy {
         command
             .arg("-c")
             .arg(&path)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
+            .args(["--disable-hot-restart", "--concurrency", "1"])
+            // SWITCHYARD_E2E_ENVOY_LOG: e.g. "debug" or "info,conn_handler:debug" to read
+            // why a connection closed (with SWITCHYARD_E2E_KEEP to keep the logs).
+            .args(envoy_log_level())
             .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"]);
         let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
         Envoy {
@@ -369,6 +366,36 @@ impl Envoy {
             Err(e) => format!("admin unreachable: {e}"),
         }
     }
+}
+
+/// The runtime that backends and load run on, apart from each test's own (single-threaded)
+/// runtime: a test busy polling the apiserver or starting processes must not delay the
+/// traffic it measures, nor time out its requests.
+pub fn traffic_runtime() -> &'static tokio::runtime::Handle {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("traffic")
+                .enable_all()
+                .build()
+                .expect("traffic runtime")
+        })
+        .handle()
+}
+
+/// Envoy's `-l` (and `--component-log-level`) from SWITCHYARD_E2E_ENVOY_LOG: "LEVEL" or
+/// "LEVEL,component:level,...". Warnings by default.
+fn envoy_log_level() -> Vec<String> {
+    let setting = std::env::var("SWITCHYARD_E2E_ENVOY_LOG").unwrap_or_default();
+    let (level, components) = setting.split_once(',').unwrap_or((&setting, ""));
+    let level = if level.is_empty() { "warning" } else { level };
+    let mut args = vec!["-l".to_string(), level.to_string()];
+    if !components.is_empty() {
+        args.extend(["--component-log-level".to_string(), components.to_string()]);
+    }
+    args
 }
 
 /// An HTTP server on `address` that answers every request with its name.
@@ -390,9 +417,12 @@ struct Behaviour {
 
 impl Backend {
     pub async fn start(name: &str, ip: &str) -> Backend {
-        let listener = tokio::net::TcpListener::bind((ip, 0))
-            .await
-            .expect("bind backend");
+        let listener = std::net::TcpListener::bind((ip, 0)).expect("bind backend");
+        listener.set_nonblocking(true).expect("nonblocking backend");
+        let listener = {
+            let _runtime = traffic_runtime().enter();
+            tokio::net::TcpListener::from_std(listener).expect("backend listener")
+        };
         let address = listener.local_addr().expect("backend address");
         let behaviour = Arc::new(Behaviour::default());
         let body = name.to_string();
@@ -419,7 +449,7 @@ impl Backend {
                 (status, [("x-backend", body.clone())], body)
             }
         });
-        let task = tokio::spawn(async move {
+        let task = traffic_runtime().spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         Backend {
@@ -455,7 +485,10 @@ impl Drop for Backend {
 /// One non-2xx answer, with what is needed to tell why.
 #[derive(Clone, Debug)]
 pub struct Failure {
+    /// When the answer (or error) came, from the start of the load.
     pub at: Duration,
+    /// How long the request took.
+    pub took: Duration,
     pub target: String,
     pub status: Option<u16>,
     pub body: String,
@@ -472,6 +505,19 @@ pub struct LoadReport {
     /// Requests sent through each target.
     pub by_target: BTreeMap<String, usize>,
     pub failures: Vec<Failure>,
+}
+
+/// An error with its sources ("error sending request: connection closed before message
+/// completed"), so a transport failure in a report says what happened.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
 }
 
 impl LoadReport {
@@ -503,7 +549,7 @@ impl Load {
             let report = report.clone();
             let targets = targets.clone();
             let host = host.to_string();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(traffic_runtime().spawn(async move {
                 let client = reqwest::Client::builder()
                     .timeout(Duration::from_secs(2))
                     .build()
@@ -518,6 +564,7 @@ impl Load {
                     ticker.tick().await;
                     let target = &targets[i % targets.len()];
                     i += workers;
+                    let sent = Instant::now();
                     let result = client
                         .get(format!("{target}/"))
                         .header("host", &host)
@@ -547,7 +594,7 @@ impl Load {
                                 r.text().await.unwrap_or_default(),
                             )
                         }
-                        Err(e) => (None, "-".to_string(), Vec::new(), e.to_string()),
+                        Err(e) => (None, "-".to_string(), Vec::new(), error_chain(&e)),
                     };
                     let mut report = report.lock().unwrap_or_else(|p| p.into_inner());
                     report.sent += 1;
@@ -558,6 +605,7 @@ impl Load {
                     if !status.is_some_and(|s| (200..300).contains(&s)) {
                         report.failures.push(Failure {
                             at,
+                            took: sent.elapsed(),
                             target: target.clone(),
                             status,
                             body,
@@ -573,6 +621,11 @@ impl Load {
             report,
             tasks,
         }
+    }
+
+    /// When the load started: [`Failure::at`] counts from here.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     pub fn snapshot(&self) -> LoadReport {

@@ -51,12 +51,27 @@ pub struct Rig {
     _dir: tempfile::TempDir,
 }
 
+/// The rig's working directory (configs, logs); kept after the test when
+/// SWITCHYARD_E2E_KEEP is set, to read the Envoy and operator logs of a failed run.
+fn work_dir() -> tempfile::TempDir {
+    let keep = std::env::var_os("SWITCHYARD_E2E_KEEP").is_some();
+    let dir = tempfile::Builder::new()
+        .prefix("switchyard-rig-")
+        .disable_cleanup(keep)
+        .tempdir()
+        .expect("temp dir");
+    if keep {
+        eprintln!("rig work directory (kept): {}", dir.path().display());
+    }
+    dir
+}
+
 impl Rig {
     /// The apiserver (shared by the tests of one binary), CRDs applied, a fresh namespace,
     /// and `envoys` loopback addresses registered as the fleet (Envoys start with the
     /// first operator).
     pub async fn start(envoys: u8) -> Rig {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = work_dir();
         let work = dir.path().to_path_buf();
         let api = KubeApi::shared().await;
         let client = api.client().await;
@@ -481,8 +496,10 @@ impl Rig {
 async fn get(target: &str) -> Result<reqwest::Response, reqwest::Error> {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     let client = CLIENT.get_or_init(|| {
+        // No pooled connections: tests, each on its own runtime, share this client.
         reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
+            .pool_max_idle_per_host(0)
             .build()
             .expect("client")
     });

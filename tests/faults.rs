@@ -98,7 +98,14 @@ where
             "{what}: not within {within:?}; {}",
             rollout_state(rig).await
         );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        // Close polling catches a step that passes quickly (a config staged for a moment);
+        // after a second, poll gently: three GETs a time, beside Envoys under load.
+        let poll = if started.elapsed() < Duration::from_secs(1) {
+            2
+        } else {
+            20
+        };
+        tokio::time::sleep(Duration::from_millis(poll)).await;
     }
 }
 

@@ -29,6 +29,19 @@ pub enum Verdict {
     Unreachable(String),
 }
 
+/// No answer: the whole error chain ("... connection refused"), which stays the same
+/// from one attempt to the next while nothing changes.
+fn unreachable(error: &reqwest::Error) -> Verdict {
+    let mut why = format!("unreachable: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        why.push_str(": ");
+        why.push_str(&e.to_string());
+        source = e.source();
+    }
+    Verdict::Unreachable(why)
+}
+
 /// The fleet's answers to one check.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FleetResult {
@@ -54,10 +67,18 @@ pub struct Prober {
     probe_port: u16,
     token: String,
     parallelism: usize,
-    /// Per unreachable Envoy: when it may be asked again, and its current backoff. Envoys
+    /// Per unreachable Envoy: when it may be asked again, its current backoff and why it
+    /// was unreachable (reported unchanged while backing off: the reason ends up in a
+    /// route's status, and a countdown there would rewrite the status on every check). Envoys
     /// that answer are asked whenever a rollout wants to know: an answer costs Envoy
     /// nothing, and a "not yet" for one route must not hold back the check of another.
-    backoff: Arc<Mutex<HashMap<String, (Instant, Duration)>>>,
+    backoff: Arc<Mutex<HashMap<String, Backoff>>>,
+}
+
+struct Backoff {
+    until: Instant,
+    current: Duration,
+    why: String,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -113,8 +134,7 @@ impl Prober {
                 let fut = check(self.clone(), envoy.clone());
                 let this = self.clone();
                 async move {
-                    if let Some(wait) = this.wait_for(&envoy).await {
-                        let why = format!("unreachable, backing off {wait:?}");
+                    if let Some(why) = this.backing_off(&envoy).await {
                         return (envoy, Verdict::Unreachable(why));
                     }
                     let verdict = fut.await;
@@ -139,11 +159,11 @@ impl Prober {
         result
     }
 
-    /// Some(remaining) while this Envoy is backing off.
-    async fn wait_for(&self, envoy: &str) -> Option<Duration> {
+    /// Why this Envoy was last unreachable, while it is backing off.
+    async fn backing_off(&self, envoy: &str) -> Option<String> {
         let backoff = self.backoff.lock().await;
-        let (next, _) = backoff.get(envoy)?;
-        next.checked_duration_since(Instant::now())
+        let entry = backoff.get(envoy)?;
+        (Instant::now() < entry.until).then(|| entry.why.clone())
     }
 
     async fn record(&self, envoy: &str, verdict: &Verdict) {
@@ -152,11 +172,16 @@ impl Prober {
             Verdict::Ready | Verdict::NotReady(_) => {
                 backoff.remove(envoy);
             }
-            Verdict::Unreachable(_) => {
+            Verdict::Unreachable(why) => {
                 let current = backoff
                     .get(envoy)
-                    .map_or(FIRST_BACKOFF, |(_, d)| (*d * 2).min(MAX_BACKOFF));
-                backoff.insert(envoy.to_string(), (Instant::now() + current, current));
+                    .map_or(FIRST_BACKOFF, |b| (b.current * 2).min(MAX_BACKOFF));
+                let entry = Backoff {
+                    until: Instant::now() + current,
+                    current,
+                    why: why.clone(),
+                };
+                backoff.insert(envoy.to_string(), entry);
             }
         }
     }
@@ -187,7 +212,7 @@ impl Prober {
                 Verdict::NotReady("clusters missing, warming or without ready endpoints".into())
             }
             Ok(r) => Verdict::NotReady(format!("unexpected status {}", r.status())),
-            Err(e) => Verdict::Unreachable(format!("unreachable: {e}")),
+            Err(e) => unreachable(&e),
         }
     }
 
@@ -213,7 +238,34 @@ impl Prober {
                 }
             }
             Ok(r) => Verdict::NotReady(format!("no live version yet (status {})", r.status())),
-            Err(e) => Verdict::Unreachable(format!("unreachable: {e}")),
+            Err(e) => unreachable(&e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback port nobody listens on.
+    fn closed_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_envoy_keeps_one_reason_while_backing_off() {
+        let prober = Prober::new(closed_port(), "token".into()).expect("client");
+        let envoys = vec!["127.0.0.1".to_string()];
+        let first = prober.check_endpoints(&envoys, "probe").await;
+        assert!(!first.all_ready());
+        let (_, why) = &first.lagging[0];
+        assert!(why.starts_with("unreachable: "), "{why}");
+        assert!(why.contains("refused"), "the cause is in the reason: {why}");
+        // Asked again at once: backing off, same words (a route's status stays put).
+        for _ in 0..3 {
+            let again = prober.check_endpoints(&envoys, "probe").await;
+            assert_eq!(again, first);
         }
     }
 }

@@ -412,10 +412,23 @@ impl Rig {
                     .iter()
                     .map(|o| o.process.log_tail())
                     .collect();
+                let envoy_logs: Vec<String> = self
+                    .envoys
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} ({}):\n{}",
+                            e.process.name,
+                            e.address,
+                            e.process.log_tail()
+                        )
+                    })
+                    .collect();
                 panic!(
-                    "route {name} generation {generation:?} not Ready within {within:?}: {:#?}\n--- operator logs ---\n{}",
+                    "route {name} generation {generation:?} not Ready within {within:?}: {:#?}\n--- operator logs ---\n{}\n--- Envoy logs ---\n{}",
                     route.status,
-                    logs.join("\n---\n")
+                    logs.join("\n---\n"),
+                    envoy_logs.join("\n---\n")
                 );
             }
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 
 use super::address_map::AddressMap;
 use super::index::Index;
-use super::model_cache::{ModelCache, Step};
+use super::model_cache::{ModelCache, Settings, Step, Touched};
 use super::to_model::{Inputs, TlsData};
 use crate::api::ProxyConfigRole;
 use crate::metrics::Metrics;
@@ -73,38 +73,44 @@ impl Builder {
         models: &mut ModelCache,
         translator: &mut Translator,
     ) {
-        let proxy_configs = self.index.proxy_configs.state();
-        let slices = self.index.endpoint_slices.state();
-        let secret_meta: HashMap<(String, String), String> = self
-            .index
-            .tls_secrets
-            .state()
-            .iter()
-            .map(|s| {
-                (
-                    (s.namespace().unwrap_or_default(), s.name_any()),
-                    s.resource_version().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let wanted: Vec<(String, String)> = proxy_configs
-            .iter()
-            .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
-            .filter_map(|pc| {
-                let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
-                Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
-            })
-            .collect();
-        let tls = secrets.fetch(&self.client, &wanted, &secret_meta).await;
+        // What changed, taken before anything is read (see `Watched::take_touched`).
+        let proxy_configs_touched = self.index.proxy_configs.take_touched();
+        let slices_touched = self.index.endpoint_slices.take_touched();
+        let secrets_touched = self.index.tls_secrets.take_touched();
+        let tls_may_differ = proxy_configs_touched.all
+            || !proxy_configs_touched.keys.is_empty()
+            || secrets_touched.all
+            || !secrets_touched.keys.is_empty()
+            || secrets.failed;
+        if tls_may_differ {
+            secrets.refresh(&self.client, &self.index).await;
+        }
 
         let started = Instant::now();
-        let (step, mut problems) = models.step(&Inputs {
-            listeners: self.listeners.clone(),
+        let settings = Settings {
+            listeners: &self.listeners,
             address_map: self.address_map,
-            proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
-            endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
-            secrets: &tls,
+            secrets: &secrets.current,
+        };
+        let touched = (!proxy_configs_touched.all && !slices_touched.all).then_some(Touched {
+            proxy_configs: proxy_configs_touched.keys,
+            endpoint_slices: slices_touched.keys,
         });
+        let step = touched.and_then(|touched| models.step(&settings, &touched, &self.index));
+        let (step, mut problems) = match step {
+            Some(step) => step,
+            None => {
+                let proxy_configs = self.index.proxy_configs.state();
+                let slices = self.index.endpoint_slices.state();
+                models.full(&Inputs {
+                    listeners: self.listeners.clone(),
+                    address_map: self.address_map,
+                    proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
+                    endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
+                    secrets: &secrets.current,
+                })
+            }
+        };
         let full = matches!(step, Step::Full(_));
         let translation = match step {
             Step::Full(config) => translator.update(&config),
@@ -119,7 +125,7 @@ impl Builder {
         self.metrics.record_snapshot(&snapshot, elapsed);
         info!(
             version = snapshot.version(),
-            proxy_configs = proxy_configs.len(),
+            proxy_configs = self.index.proxy_configs.count(),
             resources = snapshot.len(),
             left_out = problems.len(),
             build_ms = elapsed.as_secs_f64() * 1000.0,
@@ -138,17 +144,39 @@ impl Builder {
 #[derive(Default)]
 struct SecretCache {
     entries: HashMap<(String, String), (String, TlsData)>,
+    /// What the last refresh found, for the model.
+    current: BTreeMap<(String, String), TlsData>,
+    /// A Secret could not be read: try again at the next build.
+    failed: bool,
 }
 
 impl SecretCache {
-    async fn fetch(
-        &mut self,
-        client: &Client,
-        wanted: &[(String, String)],
-        versions: &HashMap<(String, String), String>,
-    ) -> BTreeMap<(String, String), TlsData> {
+    /// Reads what live ProxyConfigs serve now (content only where the version changed).
+    async fn refresh(&mut self, client: &Client, index: &Index) {
+        let versions: HashMap<(String, String), String> = index
+            .tls_secrets
+            .state()
+            .iter()
+            .map(|s| {
+                (
+                    (s.namespace().unwrap_or_default(), s.name_any()),
+                    s.resource_version().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let wanted: Vec<(String, String)> = index
+            .proxy_configs
+            .state()
+            .iter()
+            .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
+            .filter_map(|pc| {
+                let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
+                Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
+            })
+            .collect();
+        self.failed = false;
         let mut out = BTreeMap::new();
-        for key in wanted {
+        for key in &wanted {
             let Some(version) = versions.get(key) else {
                 continue;
             };
@@ -165,6 +193,7 @@ impl SecretCache {
                         Ok(secret) => tls_data(&secret),
                         Err(error) => {
                             warn!(namespace = %key.0, name = %key.1, %error, "cannot read TLS Secret");
+                            self.failed = true;
                             None
                         }
                     }
@@ -177,7 +206,7 @@ impl SecretCache {
             }
         }
         self.entries.retain(|k, _| wanted.contains(k));
-        out
+        self.current = out;
     }
 }
 

@@ -2,22 +2,25 @@
 //!
 //! Each kind is reflected into a store per watched namespace (or one for all). The index is
 //! ready once every store has received its complete initial list (I5); after that every
-//! event bumps a change counter that the snapshot builder waits on.
+//! event bumps a change counter that the snapshot builder waits on, and names the object it
+//! changed, so that a build looks at those objects alone (a relist names none: everything).
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::warn;
 
+use super::model_cache::{ObjectKey, Objects, key_of};
 use super::to_model::SERVICE_NAME_LABEL;
 use crate::api::ProxyConfig;
 
@@ -50,7 +53,41 @@ where
     K::DynamicType: std::hash::Hash + Eq,
 {
     stores: Vec<Store<K>>,
+    /// Which objects changed since [`Watched::take_touched`] was last called (when tracked).
+    touched: Option<Arc<Mutex<Touches>>>,
     _reflectors: Vec<TaskGuard>,
+}
+
+/// The objects of one kind that watch events named since they were last taken.
+#[derive(Debug, PartialEq)]
+pub struct Touches {
+    /// A (re)list happened, or nothing was taken yet: any object may have changed.
+    pub all: bool,
+    pub keys: BTreeSet<ObjectKey>,
+}
+
+impl Default for Touches {
+    fn default() -> Self {
+        Self {
+            all: true,
+            keys: BTreeSet::new(),
+        }
+    }
+}
+
+impl Touches {
+    fn note<K: Resource>(&mut self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+                self.keys.insert(key_of(object));
+            }
+            // A relist replaces the store at InitDone, dropping what was deleted meanwhile
+            // without an event for it.
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {
+                self.all = true;
+            }
+        }
+    }
 }
 
 impl<K> Watched<K>
@@ -64,18 +101,66 @@ where
         config: watcher::Config,
         changes: &Arc<watch::Sender<u64>>,
     ) -> Self {
+        Self::start_with(apis, config, changes, None)
+    }
+
+    /// [`Watched::start`], also keeping which objects changed for [`Watched::take_touched`].
+    pub fn start_tracked(
+        apis: Vec<Api<K>>,
+        config: watcher::Config,
+        changes: &Arc<watch::Sender<u64>>,
+    ) -> Self {
+        let touched = Arc::new(Mutex::new(Touches::default()));
+        Self::start_with(apis, config, changes, Some(touched))
+    }
+
+    fn start_with(
+        apis: Vec<Api<K>>,
+        config: watcher::Config,
+        changes: &Arc<watch::Sender<u64>>,
+        touched: Option<Arc<Mutex<Touches>>>,
+    ) -> Self {
         let (stores, reflectors) = apis
             .into_iter()
-            .map(|api| reflect(api, config.clone(), changes.clone()))
+            .map(|api| reflect(api, config.clone(), changes.clone(), touched.clone()))
             .unzip();
         Self {
             stores,
+            touched,
             _reflectors: reflectors,
         }
     }
 
     pub fn state(&self) -> Vec<Arc<K>> {
         self.stores.iter().flat_map(|s| s.state()).collect()
+    }
+
+    /// How many objects the stores hold.
+    pub fn count(&self) -> usize {
+        self.stores.iter().map(Store::len).sum()
+    }
+
+    /// The object named `key` as it is now.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        let reference = ObjectRef::new(&key.1).within(&key.0);
+        self.stores.iter().find_map(|s| s.get(&reference))
+    }
+
+    /// What changed since the last call (everything, when not tracked). Taken before the
+    /// objects are read: an event that comes in between is in the next take, and looking
+    /// at an object twice is harmless.
+    pub fn take_touched(&self) -> Touches {
+        let Some(touched) = &self.touched else {
+            return Touches::default();
+        };
+        let mut touched = touched.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(
+            &mut *touched,
+            Touches {
+                all: false,
+                keys: BTreeSet::new(),
+            },
+        )
     }
 
     pub async fn ready(&self) -> bool {
@@ -97,12 +182,13 @@ impl Drop for TaskGuard {
     }
 }
 
-/// Starts a reflector for `api` and returns its store; every event bumps `changes`.
-/// The reflector runs until the returned guard drops.
-pub(super) fn reflect<K>(
+/// Starts a reflector for `api` and returns its store; every event is noted in `touched`
+/// and bumps `changes`. The reflector runs until the returned guard drops.
+fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     changes: Arc<watch::Sender<u64>>,
+    touched: Option<Arc<Mutex<Touches>>>,
 ) -> (Store<K>, TaskGuard)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -117,7 +203,15 @@ where
             .boxed();
         while let Some(event) = events.next().await {
             match event {
-                Ok(_) => changes.send_modify(|n| *n += 1),
+                Ok(event) => {
+                    if let Some(touched) = &touched {
+                        touched
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .note(&event);
+                    }
+                    changes.send_modify(|n| *n += 1);
+                }
                 Err(error) => warn!(%kind, %error, "watch failed; retrying with backoff"),
             }
         }
@@ -141,10 +235,14 @@ impl Index {
         let slices = watcher::Config::default().labels(SERVICE_NAME_LABEL);
         let secrets = watcher::Config::default().fields("type=kubernetes.io/tls");
         Self {
-            proxy_configs: Watched::start(scope.apis(client), watcher::Config::default(), &changes),
-            endpoint_slices: Watched::start(scope.apis(client), slices, &changes),
+            proxy_configs: Watched::start_tracked(
+                scope.apis(client),
+                watcher::Config::default(),
+                &changes,
+            ),
+            endpoint_slices: Watched::start_tracked(scope.apis(client), slices, &changes),
             // Api<PartialObjectMeta<_>> asks for metadata only.
-            tls_secrets: Watched::start(
+            tls_secrets: Watched::start_tracked(
                 scope.apis::<PartialObjectMeta<Secret>>(client),
                 secrets,
                 &changes,
@@ -162,5 +260,59 @@ impl Index {
 
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+}
+
+impl Objects for Index {
+    fn proxy_config(&self, key: &ObjectKey) -> Option<Arc<ProxyConfig>> {
+        self.proxy_configs.get(key)
+    }
+
+    fn endpoint_slice(&self, key: &ObjectKey) -> Option<Arc<EndpointSlice>> {
+        self.endpoint_slices.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn slice(name: &str) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: None,
+            ports: None,
+        }
+    }
+
+    #[test]
+    fn events_name_their_objects_and_a_relist_names_everything() {
+        let mut touches = Touches {
+            all: false,
+            keys: BTreeSet::new(),
+        };
+        touches.note(&watcher::Event::Apply(slice("a")));
+        touches.note(&watcher::Event::Delete(slice("b")));
+        touches.note(&watcher::Event::Apply(slice("a")));
+        assert!(!touches.all);
+        let keys: Vec<ObjectKey> = touches.keys.iter().cloned().collect();
+        assert_eq!(
+            keys,
+            [
+                ("shop".to_string(), "a".to_string()),
+                ("shop".to_string(), "b".to_string())
+            ]
+        );
+        // A relist (after a watch expired, say) may drop objects without a Delete.
+        touches.note(&watcher::Event::<EndpointSlice>::Init);
+        assert!(touches.all);
+        // Nothing taken yet: everything.
+        assert!(Touches::default().all);
     }
 }

@@ -132,16 +132,26 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
 }
 
 pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
-    let parts: Vec<Contribution> = inputs
-        .proxy_configs
+    let parts: Vec<Contribution> = in_key_order(&inputs.proxy_configs)
         .iter()
         .map(|pc| contribution(pc))
         .collect();
     build_from(inputs, &parts)
 }
 
-/// The model from the ProxyConfigs' contributions (in the order of
-/// `inputs.proxy_configs`) and the rest of `inputs`.
+/// `objects` by (namespace, name): the order a build takes them in, whatever order the
+/// watchers' stores hand them out.
+pub fn in_key_order<'a, K: ResourceExt>(objects: &[&'a K]) -> Vec<&'a K> {
+    let mut sorted = objects.to_vec();
+    sorted.sort_by(|a, b| {
+        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+    });
+    sorted
+}
+
+/// The model from the ProxyConfigs' contributions (problems in their order, see
+/// [`in_key_order`]) and the rest of `inputs`.
 pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     let mut problems = Vec::new();
     let mut config = model::Config {
@@ -250,13 +260,13 @@ pub fn service_of(slice: &EndpointSlice) -> Option<(String, String)> {
     Some((slice.namespace().unwrap_or_default(), service.clone()))
 }
 
-/// (namespace, service, port name) → endpoints.
+/// (namespace, service, port name) → endpoints, slice after slice in key order.
 pub fn endpoints_by_service(
     slices: &[&EndpointSlice],
     address_map: Option<AddressMap>,
 ) -> BTreeMap<EndpointsKey, Vec<model::Endpoint>> {
     let mut out: BTreeMap<EndpointsKey, Vec<model::Endpoint>> = BTreeMap::new();
-    for slice in slices {
+    for slice in in_key_order(slices) {
         let Some((namespace, service)) = service_of(slice) else {
             continue;
         };

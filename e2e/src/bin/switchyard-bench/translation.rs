@@ -1,6 +1,7 @@
 //! Translation time, full and incremental, and peak memory, in a child process per size.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -8,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::{Deserialize, Serialize};
 use switchyard::api::ProxyConfig;
 use switchyard::api::proxy_config::ResolvedBackend;
-use switchyard::k8s::model_cache::{ModelCache, Step};
+use switchyard::k8s::model_cache::{ModelCache, ObjectMaps, Settings, Step, Touched, key_of};
 use switchyard::k8s::to_model::{self, Inputs, TlsData};
 use switchyard::model::{
     Cluster, Config, EndpointCondition, ListenerSettings, RouteAction, ServiceRef, WeightedCluster,
@@ -82,24 +83,36 @@ fn operator_inputs<'a>(
     }
 }
 
-/// One build as the operator's builder does it.
-fn operator_step(cache: &mut ModelCache, translator: &mut Translator, inputs: &Inputs<'_>) {
-    match cache.step(inputs).0 {
-        Step::Full(config) => translator.update(&config),
-        Step::Changes(changes) => translator.apply(changes),
+/// One build as the operator's builder does it: the objects the watchers named, looked
+/// up in their stores.
+fn operator_step(
+    cache: &mut ModelCache,
+    translator: &mut Translator,
+    settings: &Settings<'_>,
+    touched: &Touched,
+    objects: &ObjectMaps,
+) {
+    match cache.step(settings, touched, objects) {
+        Some((Step::Changes(changes), _)) => translator.apply(changes),
+        _ => unreachable!("a slice or a route change at this size is incremental"),
     };
 }
 
-/// An EndpointSlice change as the operator's builder takes it: from the Kubernetes
-/// objects to the new snapshot, now (model cache + `apply`) and before (a whole model
-/// built from every object, then `update`).
+/// An EndpointSlice or route change as the operator's builder takes it: from the
+/// Kubernetes objects to the new snapshot, now (the changed object looked up, model cache +
+/// `apply`) and before (a whole model built from every object, then `update`).
 fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
     let (proxy_configs, mut slices) = synthetic::k8s_objects(routes, 42);
     let listeners = synthetic::config(1, 42).listeners;
     let secrets = BTreeMap::new();
+    let settings = Settings {
+        listeners: &listeners,
+        address_map: None,
+        secrets: &secrets,
+    };
     // One endpoint of one slice flips readiness, under a new resourceVersion.
     let mut version = 1;
-    let mut change_one = |slices: &mut [EndpointSlice], i: usize| {
+    let mut change_one = |slices: &mut [EndpointSlice], i: usize| -> usize {
         version += 1;
         let n = (i * 104_729) % slices.len();
         let slice = &mut slices[n];
@@ -109,18 +122,19 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
         {
             conditions.ready = Some(!conditions.ready.unwrap_or(true));
         }
+        n
     };
     let mut results = Vec::new();
 
     let mut cache = ModelCache::default();
     let mut translator = Translator::new();
-    let (Step::Full(config), _) = cache.step(&operator_inputs(
+    let (Step::Full(config), _) = cache.full(&operator_inputs(
         &listeners,
         &proxy_configs,
         &slices,
         &secrets,
     )) else {
-        unreachable!("the first step is a full build");
+        unreachable!("a full build");
     };
     // (Clusters are a tenth more: a split's second Service is looked up in the route's
     // own namespace, as Kubernetes would.)
@@ -130,11 +144,23 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
         "the synthetic objects make one virtual host per route"
     );
     translator.update(&config);
+    let pc_refs: Vec<&ProxyConfig> = proxy_configs.iter().collect();
+    let slice_refs: Vec<&EndpointSlice> = slices.iter().collect();
+    // The watchers' stores.
+    let mut objects = ObjectMaps::new(&pc_refs, &slice_refs);
     let times = timed(|i| {
-        change_one(&mut slices, i);
+        let n = change_one(&mut slices, i);
+        let key = key_of(&slices[n]);
+        // The reflector's part: the new object in its store, the key in the change set.
+        objects
+            .endpoint_slices
+            .insert(key.clone(), Arc::new(slices[n].clone()));
+        let touched = Touched {
+            endpoint_slices: [key].into(),
+            ..Touched::default()
+        };
         let started = Instant::now();
-        let inputs = operator_inputs(&listeners, &proxy_configs, &slices, &secrets);
-        operator_step(&mut cache, &mut translator, &inputs);
+        operator_step(&mut cache, &mut translator, &settings, &touched, &objects);
         started.elapsed()
     });
     results.push(incremental(
@@ -163,9 +189,16 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
             }];
         }
         pc.spec.clusters = vec![other];
+        let key = key_of(&*pc);
+        objects
+            .proxy_configs
+            .insert(key.clone(), Arc::new(pc.clone()));
+        let touched = Touched {
+            proxy_configs: [key].into(),
+            ..Touched::default()
+        };
         let started = Instant::now();
-        let inputs = operator_inputs(&listeners, &proxy_configs, &slices, &secrets);
-        operator_step(&mut cache, &mut translator, &inputs);
+        operator_step(&mut cache, &mut translator, &settings, &touched, &objects);
         started.elapsed()
     });
     results.push(incremental(

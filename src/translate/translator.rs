@@ -123,6 +123,9 @@ pub struct Translator {
     /// Names and domains that probes hold before any user virtual host.
     reserved_names: HashSet<String>,
     reserved_domains: HashMap<String, String>,
+    /// The domains each reserving name was given (some may have gone to a later one):
+    /// a version probe's change looks up its own instead of scanning every reservation.
+    reserved_by_holder: HashMap<String, Vec<String>>,
     /// Valid version probes (they hold their host), by id.
     selected_version_probes: BTreeSet<String>,
     /// Valid endpoint probes, by id, and the clusters they count as used.
@@ -173,6 +176,10 @@ impl Translator {
                 .iter()
                 .map(|d| (d.clone(), catch_all.name.clone()))
                 .collect(),
+            reserved_by_holder: HashMap::from([(
+                catch_all.name.clone(),
+                catch_all.domains.clone(),
+            )]),
             selected_version_probes: BTreeSet::new(),
             selected_endpoint_probes: Vec::new(),
             endpoint_probe_clusters: Vec::new(),
@@ -492,11 +499,10 @@ impl Translator {
     /// the domains whose holder may have changed.
     fn reserve_version_probe(&mut self, id: &str) -> (String, Vec<String>) {
         let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
-        let mut domains: Vec<String> = self
-            .reserved_domains
-            .iter()
-            .filter(|(_, holder)| **holder == name)
-            .map(|(d, _)| d.clone())
+        let given = self.reserved_by_holder.remove(&name).unwrap_or_default();
+        let mut domains: Vec<String> = given
+            .into_iter()
+            .filter(|d| self.reserved_domains.get(d) == Some(&name))
             .collect();
         for d in &domains {
             self.reserved_domains.remove(d);
@@ -514,6 +520,8 @@ impl Translator {
                 for d in &vhost.domains {
                     self.reserved_domains.insert(d.clone(), vhost.name.clone());
                 }
+                self.reserved_by_holder
+                    .insert(vhost.name.clone(), vhost.domains.clone());
                 domains.extend(vhost.domains);
                 self.reserved_names.insert(vhost.name);
                 self.selected_version_probes.insert(id.to_owned());
@@ -944,6 +952,10 @@ const PARALLEL_CLUSTERS: usize = 512;
 /// Builds clusters, on every core when there are many: in a full build, encoding clusters
 /// and their endpoints is most of the work. The output keeps the input order.
 fn build_clusters(clusters: &[&model::Cluster]) -> Vec<BuiltCluster> {
+    // Asked only when it could matter: it reads the cgroup's CPU limit from files.
+    if clusters.len() < 2 * PARALLEL_CLUSTERS {
+        return clusters.iter().map(|c| build_cluster(c)).collect();
+    }
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(clusters.len() / PARALLEL_CLUSTERS)

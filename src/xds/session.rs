@@ -463,13 +463,23 @@ impl Session {
         sent
     }
 
-    /// The part of the current view this node subscribes to: usually all of it, shared.
+    /// The part of the current view this node subscribes to: usually all of it, shared;
+    /// otherwise mostly (a new cluster's endpoints Envoy has yet to ask for), so the view
+    /// less the few names it lacks, still sharing the rest.
     fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
         let Some(view) = self.view.get(type_url) else {
             return Entries::new();
         };
-        if ts.wildcard || subscribes_to_all(&ts.names, view) {
+        if ts.wildcard {
             return view.clone();
+        }
+        let unsubscribed = unsubscribed(&ts.names, view);
+        if unsubscribed.len() <= view.len() / 2 {
+            let mut wanted = view.clone();
+            for name in unsubscribed {
+                wanted.remove(name);
+            }
+            return wanted;
         }
         view.iter()
             .filter(|(name, _)| ts.names.contains(*name))
@@ -633,16 +643,18 @@ pub struct TypeStatus {
     pub last_nack: Option<NackInfo>,
 }
 
-/// Every name of `entries` is in `names`. One ordered walk of both: Envoy subscribes to
-/// every cluster's endpoints by name, and this runs on every message.
-fn subscribes_to_all(names: &BTreeSet<String>, entries: &Entries) -> bool {
-    if names.len() < entries.len() {
-        return false;
+/// The names of `entries` that are not in `names`. One ordered walk of both: Envoy
+/// subscribes to every cluster's endpoints by name, and this runs on every message.
+fn unsubscribed<'e>(names: &BTreeSet<String>, entries: &'e Entries) -> Vec<&'e String> {
+    let mut names = names.iter().peekable();
+    let mut out = Vec::new();
+    for key in entries.keys() {
+        while names.next_if(|name| *name < key).is_some() {}
+        if names.next_if(|name| *name == key).is_none() {
+            out.push(key);
+        }
     }
-    let mut names = names.iter();
-    entries
-        .keys()
-        .all(|key| names.by_ref().find(|name| *name >= key) == Some(key))
+    out
 }
 
 /// Same names with the same versions (content aside: a held entry equals the resource).
@@ -874,21 +886,25 @@ mod tests {
     }
 
     #[test]
-    fn subscribing_to_all_is_every_entry_named() {
+    fn unsubscribed_names_are_those_of_the_entries_not_named() {
         let entries: Entries = ["b", "d"]
             .iter()
             .map(|n| (n.to_string(), Arc::new(res(ENDPOINT, n, "e"))))
             .collect();
         let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
-        assert!(subscribes_to_all(&names(&["b", "d"]), &entries));
-        assert!(subscribes_to_all(
-            &names(&["a", "b", "c", "d", "e"]),
-            &entries
-        ));
-        assert!(!subscribes_to_all(&names(&["b", "c", "e"]), &entries));
-        assert!(!subscribes_to_all(&names(&["a", "b"]), &entries));
-        assert!(!subscribes_to_all(&names(&["d"]), &entries));
-        assert!(subscribes_to_all(&names(&[]), &Entries::new()));
+        let missing = |ns: &[&str]| -> Vec<String> {
+            unsubscribed(&names(ns), &entries)
+                .into_iter()
+                .cloned()
+                .collect()
+        };
+        assert!(missing(&["b", "d"]).is_empty());
+        assert!(missing(&["a", "b", "c", "d", "e"]).is_empty());
+        assert_eq!(missing(&["b", "c", "e"]), ["d"]);
+        assert_eq!(missing(&["a", "b"]), ["d"]);
+        assert_eq!(missing(&["d"]), ["b"]);
+        assert_eq!(missing(&[]), ["b", "d"]);
+        assert!(unsubscribed(&names(&[]), &Entries::new()).is_empty());
     }
 
     #[test]

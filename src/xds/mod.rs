@@ -4,6 +4,7 @@
 
 pub mod desired;
 pub mod localize;
+mod names;
 pub mod nodes;
 pub mod server;
 pub mod session;

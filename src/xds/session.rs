@@ -16,7 +16,7 @@
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
 //! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,6 +25,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use serde::Serialize;
 
 use super::localize;
+use super::names::Names;
 use super::snapshot::{
     self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
 };
@@ -97,7 +98,7 @@ struct Pending {
 struct TypeState {
     requested: bool,
     wildcard: bool,
-    names: BTreeSet<String>,
+    names: Names,
     /// What the node has accepted; None until it has been answered once.
     acked: Option<Entries>,
     acked_version: Option<String>,
@@ -195,10 +196,14 @@ impl Session {
             && request.resource_names.iter().all(|n| ts.names.contains(n));
         let mut fewer_names = false;
         if !same_names {
-            let names: BTreeSet<String> = request.resource_names.into_iter().collect();
+            let names = Names::from_request(request.resource_names, self.view.get(&type_url));
             fewer_names =
                 ts.requested && names.len() < ts.names.len() && names.is_subset(&ts.names);
             ts.names = names;
+        }
+        // (Also when the names did not change: the view may have come to match them.)
+        if let Some(view) = self.view.get(&type_url) {
+            ts.names.share(view);
         }
         let wildcard = ts.names.contains("*")
             || (ts.names.is_empty() && snapshot::is_wildcard_type(&type_url));
@@ -228,7 +233,7 @@ impl Session {
             // Envoy forgets what it stops asking for by name.
             let forgotten: Vec<String> = acked
                 .keys()
-                .filter(|name| !ts.names.contains(*name))
+                .filter(|name| !ts.names.contains(name))
                 .cloned()
                 .collect();
             for name in forgotten {
@@ -297,6 +302,9 @@ impl Session {
                     acked.remove(&name);
                 }
             }
+        }
+        if let Some(view) = self.view.get(&type_url) {
+            ts.names.share(view);
         }
         let nonce = request.response_nonce;
         if !nonce.is_empty() {
@@ -482,7 +490,7 @@ impl Session {
             return wanted;
         }
         view.iter()
-            .filter(|(name, _)| ts.names.contains(*name))
+            .filter(|(name, _)| ts.names.contains(name))
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect()
     }
@@ -645,7 +653,10 @@ pub struct TypeStatus {
 
 /// The names of `entries` that are not in `names`. One ordered walk of both: Envoy
 /// subscribes to every cluster's endpoints by name, and this runs on every message.
-fn unsubscribed<'e>(names: &BTreeSet<String>, entries: &'e Entries) -> Vec<&'e String> {
+fn unsubscribed<'e>(names: &Names, entries: &'e Entries) -> Vec<&'e String> {
+    if names.are_keys_of(entries) {
+        return Vec::new();
+    }
     let mut names = names.iter().peekable();
     let mut out = Vec::new();
     for key in entries.keys() {
@@ -886,12 +897,24 @@ mod tests {
     }
 
     #[test]
+    fn a_subscription_to_every_name_of_the_view_shares_the_view() {
+        let (s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        for type_url in [ENDPOINT, ROUTE] {
+            let names = &s.types[type_url].names;
+            assert!(
+                names.are_keys_of(&s.view[type_url]),
+                "{type_url}: {names:?}"
+            );
+        }
+    }
+
+    #[test]
     fn unsubscribed_names_are_those_of_the_entries_not_named() {
         let entries: Entries = ["b", "d"]
             .iter()
             .map(|n| (n.to_string(), Arc::new(res(ENDPOINT, n, "e"))))
             .collect();
-        let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Names>();
         let missing = |ns: &[&str]| -> Vec<String> {
             unsubscribed(&names(ns), &entries)
                 .into_iter()

@@ -1,0 +1,167 @@
+//! The names a node subscribes to, for one resource type.
+//!
+//! Envoy names every cluster's endpoints: at 10k clusters a set of its own is ≈ 0.7 MB per
+//! Envoy, most of what a connected Envoy costs. The names are kept as a persistent map
+//! whose keys are the names (the values mean nothing): a subscription that is exactly the
+//! names of the node's view becomes that view's own map, shared with the snapshot, and a
+//! name subscribed or dropped later copies one path of it, not the whole.
+
+use std::sync::{Arc, LazyLock};
+
+use imbl::ordmap::DiffItem;
+
+use super::snapshot::{Resource, Resources};
+
+/// The value of a name that did not come from a view.
+static NAMED: LazyLock<Arc<Resource>> = LazyLock::new(|| Arc::new(Resource::held("", "")));
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct Names(Resources);
+
+impl FromIterator<String> for Names {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        Names(names.into_iter().map(|n| (n, NAMED.clone())).collect())
+    }
+}
+
+impl Names {
+    /// The names a SotW request lists: `view`'s own map when they are exactly its names
+    /// (the common case, found without building anything).
+    pub(super) fn from_request(mut names: Vec<String>, view: Option<&Resources>) -> Self {
+        names.sort_unstable();
+        names.dedup();
+        match view {
+            Some(view) if names.len() == view.len() && names.iter().eq(view.keys()) => {
+                Names(view.clone())
+            }
+            _ => names.into_iter().collect(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// In order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &String> {
+        self.0.keys()
+    }
+
+    /// Every name of `self` is in `other`.
+    pub(super) fn is_subset(&self, other: &Names) -> bool {
+        self.len() <= other.len() && self.iter().all(|name| other.contains(name))
+    }
+
+    /// True when these are the names of `map` itself (not a copy): nothing to compare.
+    pub(super) fn are_keys_of(&self, map: &Resources) -> bool {
+        self.0.ptr_eq(map)
+    }
+
+    pub(super) fn insert(&mut self, name: String) {
+        if !self.0.contains_key(&name) {
+            self.0.insert(name, NAMED.clone());
+        }
+    }
+
+    pub(super) fn remove(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+
+    /// Shares `view`'s map when its names are exactly these. A diff of the two skips what
+    /// they already share: after one name changed, that name.
+    pub(super) fn share(&mut self, view: &Resources) {
+        if self.0.ptr_eq(view) || self.0.len() != view.len() {
+            return;
+        }
+        let same_names = self
+            .0
+            .diff(view)
+            .all(|item| matches!(item, DiffItem::Update { .. }));
+        if same_names {
+            self.0 = view.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::google::protobuf::Any;
+
+    use super::*;
+
+    fn map(names: &[&str]) -> Resources {
+        names
+            .iter()
+            .map(|n| {
+                let body = Any {
+                    type_url: "t".into(),
+                    value: n.as_bytes().to_vec(),
+                };
+                (n.to_string(), Arc::new(Resource::new(n.to_string(), body)))
+            })
+            .collect()
+    }
+
+    fn names(names: &[&str]) -> Names {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn the_view_is_shared_only_when_the_names_are_exactly_its_own() {
+        let view = map(&["a", "b", "c"]);
+        for other in [&["a", "b"][..], &["a", "b", "c", "d"], &["a", "b", "d"]] {
+            let mut subscription = names(other);
+            subscription.share(&view);
+            assert!(!subscription.are_keys_of(&view), "{other:?}");
+        }
+        let mut subscription = names(&["c", "b", "a"]);
+        subscription.share(&view);
+        assert!(subscription.are_keys_of(&view));
+        assert!(subscription.contains("b") && !subscription.contains("d"));
+        assert_eq!(subscription.iter().collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(names(&["a", "c"]).is_subset(&subscription));
+        assert!(!names(&["a", "d"]).is_subset(&subscription));
+    }
+
+    #[test]
+    fn a_request_naming_exactly_the_view_is_the_view() {
+        let view = map(&["a", "b"]);
+        let request = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(Names::from_request(request(&["b", "a"]), Some(&view)).are_keys_of(&view));
+        let twice = Names::from_request(request(&["b", "a", "a"]), Some(&view));
+        assert!(twice.are_keys_of(&view));
+        for other in [&["a"][..], &["a", "c"], &["a", "b", "c"]] {
+            let subscription = Names::from_request(request(other), Some(&view));
+            assert!(!subscription.are_keys_of(&view), "{other:?}");
+            assert_eq!(subscription.len(), other.len());
+        }
+        assert_eq!(Names::from_request(request(&["a"]), None).len(), 1);
+    }
+
+    #[test]
+    fn a_shared_subscription_changes_by_one_name_and_is_shared_again() {
+        let view = map(&["a", "b"]);
+        let mut subscription = names(&["a", "b"]);
+        subscription.share(&view);
+        subscription.insert("c".into());
+        assert!(!subscription.are_keys_of(&view));
+        assert_eq!(subscription.iter().collect::<Vec<_>>(), ["a", "b", "c"]);
+        // The view itself is untouched.
+        assert_eq!(view.keys().collect::<Vec<_>>(), ["a", "b"]);
+        // The view gains the name too (a new cluster's endpoints): shared again.
+        let mut next = view.clone();
+        next.insert("c".into(), map(&["c"])["c"].clone());
+        subscription.share(&next);
+        assert!(subscription.are_keys_of(&next));
+        subscription.remove("a");
+        assert_eq!(subscription.iter().collect::<Vec<_>>(), ["b", "c"]);
+    }
+}

@@ -191,9 +191,15 @@ impl Session {
         }
         let answers_pending = ts.pending.as_ref().is_some_and(|p| p.nonce == nonce);
         // SotW requests repeat the whole subscription: most ACKs change nothing, and
-        // looking up a thousand names costs less than collecting them again.
-        let same_names = request.resource_names.len() == ts.names.len()
-            && request.resource_names.iter().all(|n| ts.names.contains(n));
+        // comparing a thousand names costs less than collecting them again (in one walk
+        // when they come sorted, else a lookup each).
+        let names = &request.resource_names;
+        let same_names = names.len() == ts.names.len()
+            && if names.is_sorted() {
+                names.iter().eq(ts.names.iter())
+            } else {
+                names.iter().all(|n| ts.names.contains(n))
+            };
         let mut fewer_names = false;
         if !same_names {
             let names = Names::from_request(request.resource_names, self.view.get(&type_url));

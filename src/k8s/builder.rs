@@ -17,7 +17,7 @@ use super::address_map::AddressMap;
 use super::index::Index;
 use super::model_cache::{ModelCache, Settings, Step, Touched};
 use super::to_model::{Inputs, TlsData};
-use crate::api::ProxyConfigRole;
+use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
 use crate::translate::{Problem, Translator};
@@ -77,11 +77,15 @@ impl Builder {
         let proxy_configs_touched = self.index.proxy_configs.take_touched();
         let slices_touched = self.index.endpoint_slices.take_touched();
         let secrets_touched = self.index.tls_secrets.take_touched();
-        let tls_may_differ = proxy_configs_touched.all
-            || !proxy_configs_touched.keys.is_empty()
-            || secrets_touched.all
-            || !secrets_touched.keys.is_empty()
-            || secrets.failed;
+        // A ProxyConfig that stopped serving a Secret leaves it unused in the cache, which
+        // is harmless; only one that serves one now may need its content.
+        let tls_may_differ = secrets_touched.any()
+            || secrets.failed
+            || proxy_configs_touched.all
+            || proxy_configs_touched.keys.iter().any(|key| {
+                let pc = self.index.proxy_configs.get(key);
+                pc.is_some_and(|pc| tls_secret_of(&pc).is_some())
+            });
         if tls_may_differ {
             secrets.refresh(&self.client, &self.index).await;
         }
@@ -168,11 +172,7 @@ impl SecretCache {
             .proxy_configs
             .state()
             .iter()
-            .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
-            .filter_map(|pc| {
-                let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
-                Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
-            })
+            .filter_map(|pc| tls_secret_of(pc))
             .collect();
         self.failed = false;
         let mut out = BTreeMap::new();
@@ -208,6 +208,15 @@ impl SecretCache {
         self.entries.retain(|k, _| wanted.contains(k));
         self.current = out;
     }
+}
+
+/// (namespace, name) of the TLS Secret a live ProxyConfig serves.
+fn tls_secret_of(pc: &ProxyConfig) -> Option<(String, String)> {
+    if pc.spec.role != ProxyConfigRole::Live {
+        return None;
+    }
+    let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
+    Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
 }
 
 fn tls_data(secret: &Secret) -> Option<TlsData> {

@@ -76,6 +76,19 @@ impl Default for Touches {
 }
 
 impl Touches {
+    /// Nothing changed.
+    fn none() -> Self {
+        Self {
+            all: false,
+            keys: BTreeSet::new(),
+        }
+    }
+
+    /// Something changed.
+    pub fn any(&self) -> bool {
+        self.all || !self.keys.is_empty()
+    }
+
     fn note<K: Resource>(&mut self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
@@ -154,13 +167,7 @@ where
             return Touches::default();
         };
         let mut touched = touched.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(
-            &mut *touched,
-            Touches {
-                all: false,
-                keys: BTreeSet::new(),
-            },
-        )
+        std::mem::replace(&mut *touched, Touches::none())
     }
 
     pub async fn ready(&self) -> bool {
@@ -293,10 +300,7 @@ mod tests {
 
     #[test]
     fn events_name_their_objects_and_a_relist_names_everything() {
-        let mut touches = Touches {
-            all: false,
-            keys: BTreeSet::new(),
-        };
+        let mut touches = Touches::none();
         touches.note(&watcher::Event::Apply(slice("a")));
         touches.note(&watcher::Event::Delete(slice("b")));
         touches.note(&watcher::Event::Apply(slice("a")));

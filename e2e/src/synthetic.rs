@@ -147,6 +147,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
                         }],
                     }),
                     clusters: backends.into_iter().map(|b| b.cluster).collect(),
+                    kept_clusters: Vec::new(),
                 },
             );
             pc.metadata.namespace = Some(namespace.into());

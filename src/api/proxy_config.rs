@@ -2,8 +2,9 @@
 //! written only by Switchyard. The translator reads these, never TrafficRoutes, so every
 //! replica serves the same thing (I6).
 //!
-//! Two roles per route: `probe` holds the clusters that must be warm on every Envoy before
-//! a switch (new ∪ live), `live` holds what serves user traffic.
+//! Two roles per route: `probe` holds the clusters that must be on every Envoy before a
+//! switch (new ∪ live; only the new ones must have ready endpoints), `live` holds what
+//! serves user traffic.
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,11 @@ pub struct ProxyConfigSpec {
     /// Every cluster this config needs on every Envoy.
     #[serde(default)]
     pub clusters: Vec<ResolvedCluster>,
+    /// Probe role: those of `clusters` that are live now and only kept through the
+    /// switch. The probe asks that they exist, never that they have ready endpoints: a
+    /// route whose current backend lost its endpoints must still be able to move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_clusters: Vec<ResolvedCluster>,
 }
 
 #[derive(

@@ -635,6 +635,7 @@ mod tests {
                     }],
                 }),
                 clusters: services.iter().map(|s| cluster(s)).collect(),
+                kept_clusters: Vec::new(),
             },
         );
         pc.metadata.namespace = Some("shop".into());

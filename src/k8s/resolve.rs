@@ -141,27 +141,31 @@ pub fn resolve_route(
 /// The spec of one of a route's two ProxyConfigs.
 ///
 /// - `Live`: the routes (`virtual_host`) and the clusters they reference; `version` is
-///   `resolved.version`. `extra_clusters` is not used.
-/// - `Probe`: no routes; the clusters that must be warm on every Envoy: those of `resolved`
-///   and `extra_clusters` (the clusters live now, so that nothing live is dropped), sorted
-///   and deduplicated; `version` is a digest of that list.
+///   `resolved.version`. `live_clusters` is not used.
+/// - `Probe`: no routes; the clusters that must be on every Envoy: those of `resolved`
+///   and `live_clusters` (the clusters live now, so that nothing live is dropped), sorted
+///   and deduplicated. The live ones are `kept_clusters`: the probe proves only that
+///   they exist, and ready endpoints for the others only. `version` is a digest of both
+///   lists.
 pub fn proxy_config_spec(
     route_name: &str,
     generation: i64,
     role: ProxyConfigRole,
     resolved: &ResolvedRoute,
-    extra_clusters: &[ResolvedCluster],
+    live_clusters: &[ResolvedCluster],
 ) -> ProxyConfigSpec {
-    let (virtual_host, clusters, version) = match role {
+    let (virtual_host, clusters, kept_clusters, version) = match role {
         ProxyConfigRole::Live => (
             Some(resolved.virtual_host.clone()),
             sorted_unique(resolved.clusters.iter().cloned()),
+            Vec::new(),
             resolved.version.clone(),
         ),
         ProxyConfigRole::Probe => {
-            let clusters = sorted_unique(resolved.clusters.iter().chain(extra_clusters).cloned());
-            let version = hash::digest_of(&clusters);
-            (None, clusters, version)
+            let clusters = sorted_unique(resolved.clusters.iter().chain(live_clusters).cloned());
+            let kept = sorted_unique(live_clusters.iter().cloned());
+            let version = hash::digest_of(&(&clusters, &kept));
+            (None, clusters, kept, version)
         }
     };
     ProxyConfigSpec {
@@ -171,6 +175,7 @@ pub fn proxy_config_spec(
         version,
         virtual_host,
         clusters,
+        kept_clusters,
     }
 }
 
@@ -1169,7 +1174,7 @@ mod tests {
     }
 
     #[test]
-    fn probe_spec_keeps_extra_clusters_and_dedups() {
+    fn probe_spec_keeps_live_clusters_and_dedups() {
         let resolved = resolve(&busy_route(), &busy_services()).unwrap();
         let old = cluster("old", 80, "http", false);
         let extra = vec![
@@ -1182,10 +1187,17 @@ mod tests {
         assert_eq!(spec.generation, 4);
         assert!(spec.virtual_host.is_none());
         let mut expected = resolved.clusters.clone();
-        expected.push(old);
+        expected.push(old.clone());
         expected.sort();
         assert_eq!(spec.clusters, expected);
-        assert_eq!(spec.version, hash::digest_of(&spec.clusters));
+        // The live ones are only kept: "web" is live and new at once, so kept too.
+        let mut kept = vec![cluster("web", 80, "http", false), old];
+        kept.sort();
+        assert_eq!(spec.kept_clusters, kept);
+        assert_eq!(
+            spec.version,
+            hash::digest_of(&(&spec.clusters, &spec.kept_clusters))
+        );
 
         // The order of the extra clusters does not matter.
         let mut shuffled = extra.clone();
@@ -1196,6 +1208,7 @@ mod tests {
         // Without extras, the probe covers exactly the new clusters.
         let bare = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &[]);
         assert_eq!(bare.clusters, resolved.clusters);
+        assert!(bare.kept_clusters.is_empty());
         assert_ne!(bare.version, spec.version);
     }
 

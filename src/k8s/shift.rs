@@ -245,6 +245,24 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_asks_ready_endpoints_of_new_clusters_only() {
+        // Whatever happened to blue (its Service deleted, scaled to zero), the switch
+        // away from it must not wait for blue to be healthy: it is only kept.
+        let old = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
+        let new = resolved(&["blue", "green"], "x");
+        let step = next_step(&observed(&new, Some(&live), None), &Verified::default());
+        let Step::Stage(probe) = step else {
+            panic!("{step:?}")
+        };
+        let services = |list: &[ResolvedCluster]| -> Vec<String> {
+            list.iter().map(|c| c.service.clone()).collect()
+        };
+        assert_eq!(services(&probe.clusters), ["blue", "green"]);
+        assert_eq!(services(&probe.kept_clusters), ["blue"]);
+    }
+
+    #[test]
     fn changes_among_live_clusters_skip_staging() {
         let old = resolved(&["blue"], "x");
         let live = spec(ProxyConfigRole::Live, &old, 1, &[]);

@@ -88,7 +88,12 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
                 clusters: spec
                     .clusters
                     .iter()
-                    .map(|c| (cluster_name(&namespace, c), 1))
+                    .map(|c| {
+                        // A kept cluster must exist; only a new one must have a ready
+                        // endpoint (I3).
+                        let pct = u32::from(!spec.kept_clusters.contains(c));
+                        (cluster_name(&namespace, c), pct)
+                    })
                     .collect(),
             })
         }
@@ -428,6 +433,7 @@ mod tests {
                     }],
                 }),
                 clusters: vec![cluster(service)],
+                kept_clusters: Vec::new(),
             },
         );
         pc.metadata.namespace = Some("shop".into());
@@ -552,6 +558,7 @@ mod tests {
         probe.spec.virtual_host = None;
         probe.spec.version = "p1".into();
         probe.spec.clusters = vec![cluster("app"), cluster("app-v2")];
+        probe.spec.kept_clusters = vec![cluster("app")];
         let pcs = [live("web", "app"), probe];
         let secrets = BTreeMap::new();
         let (config, problems) = build(&inputs(&pcs, &[], &secrets));
@@ -559,7 +566,14 @@ mod tests {
         let names: Vec<_> = config.clusters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["shop/app-v2/80", "shop/app/80"]);
         assert_eq!(config.endpoint_probes[0].id, "shop/web/p1");
-        assert_eq!(config.endpoint_probes[0].clusters.len(), 2);
+        // The new cluster needs a ready endpoint; the live one, kept through the switch,
+        // only has to exist: its endpoints may be the very thing that is gone (I3).
+        let expected: BTreeMap<String, u32> = [
+            ("shop/app-v2/80".to_string(), 1),
+            ("shop/app/80".to_string(), 0),
+        ]
+        .into();
+        assert_eq!(config.endpoint_probes[0].clusters, expected);
     }
 
     #[test]

@@ -135,6 +135,11 @@ struct OperatorArgs {
     /// map a range onto another (FROM/LEN=TO/LEN, e.g. 198.18.0.0/16=127.0.0.0/16).
     #[arg(long, env = "SWITCHYARD_ENDPOINT_ADDRESS_MAP")]
     endpoint_address_map: Option<AddressMap>,
+    /// How long the endpoints of a deleted Service keep serving the routes that still
+    /// use them: its Pods usually outlive it, and a route repointed in the same sync must
+    /// not lose its backends before the switch (0 drops them at once).
+    #[arg(long, env = "SWITCHYARD_ENDPOINT_HOLD", default_value = "10s", value_parser = parse_duration)]
+    endpoint_hold: Duration,
     /// DIAGNOSTIC ONLY: write the live config directly, without staging and verifying new
     /// clusters on every Envoy first. Drops requests; exists to show the two phases matter.
     #[arg(long, hide = true)]
@@ -375,7 +380,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let builder = Builder {
         index: Index::start(&client, &scope),
         address_map: args.endpoint_address_map,
-        client: client.clone(),
+        endpoint_hold: args.endpoint_hold,
         listeners: ListenerSettings {
             address: args.listeners.listen_address.clone(),
             http_port: args.listeners.http_port,
@@ -440,9 +445,19 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             "two-phase rollout is OFF: live routes change before new clusters are proven ready"
         );
     }
+    // The leader's first pass reconciles every route at once; started before the first
+    // snapshot, it would compete with the initial lists for the API server and hold the
+    // startup gate (I5). A replica that cannot serve xDS has no business leading either.
+    let mut first_snapshot = desired.subscribe();
+    let lead_once_serving = async move {
+        if first_snapshot.wait_for(Option::is_some).await.is_err() {
+            anyhow::bail!("the snapshot builder stopped before the first snapshot");
+        }
+        run_when_leader(client, lease, lead).await
+    };
     tokio::select! {
         result = serve(args.serve, desired, nodes, metrics, registry) => result,
-        result = run_when_leader(client, lease, lead) => result,
+        result = lead_once_serving => result,
     }
 }
 

@@ -332,6 +332,18 @@ impl Rig {
         .await;
     }
 
+    /// Deletes a backend's Service and EndpointSlices, as deleting a Service does; its
+    /// server keeps running, as Pods outlive their Service, until [`Rig::stop_backend`].
+    pub async fn delete_service(&self, name: &str) {
+        k::delete_endpoint_slices(&self.client, &self.namespace, name).await;
+        k::delete_service(&self.client, &self.namespace, name).await;
+    }
+
+    /// Stops a backend's server (its Pods are gone).
+    pub fn stop_backend(&mut self, name: &str) {
+        self.backends.remove(name);
+    }
+
     /// Removes a backend: its EndpointSlices, Service and server.
     pub async fn remove_backend(&mut self, name: &str) {
         k::delete_endpoint_slices(&self.client, &self.namespace, name).await;

@@ -4,18 +4,20 @@
 //! initial list and the first full snapshot is built from it; only then does the xDS
 //! server answer. Status writing is elsewhere and never waits here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use super::address_map::AddressMap;
+use super::departed::Departed;
 use super::index::Index;
-use super::model_cache::{ModelCache, Settings, Step, Touched};
+use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
 use super::to_model::{Inputs, TlsData};
 use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::metrics::Metrics;
@@ -28,9 +30,10 @@ const DEBOUNCE: Duration = Duration::from_millis(10);
 
 pub struct Builder {
     pub index: Index,
-    pub client: Client,
     pub listeners: ListenerSettings,
     pub address_map: Option<AddressMap>,
+    /// How long the endpoints of a deleted Service keep serving (see [`Departed`]).
+    pub endpoint_hold: Duration,
     pub desired: Arc<Desired>,
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
@@ -49,17 +52,22 @@ impl Builder {
             after_ms = started.elapsed().as_millis() as u64,
             "every watcher has its initial list"
         );
-        let mut secrets = SecretCache::default();
+        let mut secrets = BTreeMap::new();
         // Hold what the last build was made of: each build rebuilds only what changed.
         let mut models = ModelCache::default();
         let mut translator = Translator::new();
+        let mut departed = Departed::new(self.endpoint_hold);
         loop {
             changes.borrow_and_update();
-            self.build_and_publish(&mut secrets, &mut models, &mut translator)
-                .await;
+            self.build_and_publish(&mut secrets, &mut models, &mut translator, &mut departed);
             let built = Instant::now();
-            if changes.changed().await.is_err() {
-                return;
+            let release = departed.next_release();
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    return;
+                },
+                // A held slice is due: build without it.
+                () = sleep_until(release) => {}
             }
             // A change after a quiet spell is built at once; changes that keep coming are
             // batched, one build per DEBOUNCE at most.
@@ -67,51 +75,71 @@ impl Builder {
         }
     }
 
-    async fn build_and_publish(
+    fn build_and_publish(
         &self,
-        secrets: &mut SecretCache,
+        secrets: &mut BTreeMap<(String, String), TlsData>,
         models: &mut ModelCache,
         translator: &mut Translator,
+        departed: &mut Departed,
     ) {
         // What changed, taken before anything is read (see `Watched::take_touched`).
         let proxy_configs_touched = self.index.proxy_configs.take_touched();
-        let slices_touched = self.index.endpoint_slices.take_touched();
+        let mut slices_touched = self.index.endpoint_slices.take_touched();
+        let released = departed.update(
+            std::mem::take(&mut slices_touched.deleted),
+            || self.index.endpoint_slices.state(),
+            tokio::time::Instant::now(),
+        );
+        slices_touched.keys.extend(released);
         let secrets_touched = self.index.tls_secrets.take_touched();
         // A ProxyConfig that stopped serving a Secret leaves it unused in the cache, which
         // is harmless; only one that serves one now may need its content.
         let tls_may_differ = secrets_touched.any()
-            || secrets.failed
             || proxy_configs_touched.all
             || proxy_configs_touched.keys.iter().any(|key| {
                 let pc = self.index.proxy_configs.get(key);
                 pc.is_some_and(|pc| tls_secret_of(&pc).is_some())
             });
         if tls_may_differ {
-            secrets.refresh(&self.client, &self.index).await;
+            *secrets = served_secrets(&self.index);
         }
 
         let started = Instant::now();
         let settings = Settings {
             listeners: &self.listeners,
             address_map: self.address_map,
-            secrets: &secrets.current,
+            secrets,
         };
         let touched = (!proxy_configs_touched.all && !slices_touched.all).then_some(Touched {
             proxy_configs: proxy_configs_touched.keys,
             endpoint_slices: slices_touched.keys,
         });
-        let step = touched.and_then(|touched| models.step(&settings, &touched, &self.index));
+        let objects = WithDeparted {
+            index: &self.index,
+            departed,
+        };
+        let step = touched.and_then(|touched| models.step(&settings, &touched, &objects));
         let (step, mut problems) = match step {
             Some(step) => step,
             None => {
                 let proxy_configs = self.index.proxy_configs.state();
-                let slices = self.index.endpoint_slices.state();
+                let mut slices = self.index.endpoint_slices.state();
+                let present: std::collections::BTreeSet<ObjectKey> = slices
+                    .iter()
+                    .map(|s| super::model_cache::key_of(s.as_ref()))
+                    .collect();
+                slices.extend(
+                    departed
+                        .slices()
+                        .filter(|s| !present.contains(&super::model_cache::key_of(s.as_ref())))
+                        .cloned(),
+                );
                 models.full(&Inputs {
                     listeners: self.listeners.clone(),
                     address_map: self.address_map,
                     proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
                     endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
-                    secrets: &secrets.current,
+                    secrets,
                 })
             }
         };
@@ -143,71 +171,45 @@ impl Builder {
     }
 }
 
-/// TLS Secret contents for the referenced Secrets only, refetched when their
-/// resourceVersion changes.
-#[derive(Default)]
-struct SecretCache {
-    entries: HashMap<(String, String), (String, TlsData)>,
-    /// What the last refresh found, for the model.
-    current: BTreeMap<(String, String), TlsData>,
-    /// A Secret could not be read: try again at the next build.
-    failed: bool,
+/// The index, with the slices of deleted Services that are still held.
+struct WithDeparted<'a> {
+    index: &'a Index,
+    departed: &'a Departed,
 }
 
-impl SecretCache {
-    /// Reads what live ProxyConfigs serve now (content only where the version changed).
-    async fn refresh(&mut self, client: &Client, index: &Index) {
-        let versions: HashMap<(String, String), String> = index
-            .tls_secrets
-            .state()
-            .iter()
-            .map(|s| {
-                (
-                    (s.namespace().unwrap_or_default(), s.name_any()),
-                    s.resource_version().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let wanted: Vec<(String, String)> = index
-            .proxy_configs
-            .state()
-            .iter()
-            .filter_map(|pc| tls_secret_of(pc))
-            .collect();
-        self.failed = false;
-        let mut out = BTreeMap::new();
-        for key in &wanted {
-            let Some(version) = versions.get(key) else {
-                continue;
-            };
-            let cached = self
-                .entries
-                .get(key)
-                .filter(|(v, _)| v == version)
-                .map(|(_, data)| data.clone());
-            let data = match cached {
-                Some(data) => Some(data),
-                None => {
-                    let api: Api<Secret> = Api::namespaced(client.clone(), &key.0);
-                    match api.get(&key.1).await {
-                        Ok(secret) => tls_data(&secret),
-                        Err(error) => {
-                            warn!(namespace = %key.0, name = %key.1, %error, "cannot read TLS Secret");
-                            self.failed = true;
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(data) = data {
-                self.entries
-                    .insert(key.clone(), (version.clone(), data.clone()));
-                out.insert(key.clone(), data);
-            }
-        }
-        self.entries.retain(|k, _| wanted.contains(k));
-        self.current = out;
+impl Objects for WithDeparted<'_> {
+    fn proxy_config(&self, key: &ObjectKey) -> Option<Arc<ProxyConfig>> {
+        self.index.proxy_configs.get(key)
     }
+
+    fn endpoint_slice(&self, key: &ObjectKey) -> Option<Arc<EndpointSlice>> {
+        self.index
+            .endpoint_slices
+            .get(key)
+            .or_else(|| self.departed.get(key))
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The TLS Secrets that live ProxyConfigs serve, read from the watch store.
+fn served_secrets(index: &Index) -> BTreeMap<(String, String), TlsData> {
+    index
+        .proxy_configs
+        .state()
+        .iter()
+        .filter_map(|pc| tls_secret_of(pc))
+        .filter_map(|key| {
+            let secret = index.tls_secrets.get(&key)?;
+            Some((key, tls_data(&secret)?))
+        })
+        .collect()
 }
 
 /// (namespace, name) of the TLS Secret a live ProxyConfig serves.

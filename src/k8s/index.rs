@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -54,33 +53,37 @@ where
 {
     stores: Vec<Store<K>>,
     /// Which objects changed since [`Watched::take_touched`] was last called (when tracked).
-    touched: Option<Arc<Mutex<Touches>>>,
+    touched: Option<Arc<Mutex<Touches<K>>>>,
     _reflectors: Vec<TaskGuard>,
 }
 
 /// The objects of one kind that watch events named since they were last taken.
 #[derive(Debug, PartialEq)]
-pub struct Touches {
+pub struct Touches<K> {
     /// A (re)list happened, or nothing was taken yet: any object may have changed.
     pub all: bool,
     pub keys: BTreeSet<ObjectKey>,
+    /// The objects deleted, as they last were (the store no longer has them).
+    pub deleted: Vec<K>,
 }
 
-impl Default for Touches {
+impl<K> Default for Touches<K> {
     fn default() -> Self {
         Self {
             all: true,
             keys: BTreeSet::new(),
+            deleted: Vec::new(),
         }
     }
 }
 
-impl Touches {
+impl<K: Resource + Clone> Touches<K> {
     /// Nothing changed.
     fn none() -> Self {
         Self {
             all: false,
             keys: BTreeSet::new(),
+            deleted: Vec::new(),
         }
     }
 
@@ -89,10 +92,14 @@ impl Touches {
         self.all || !self.keys.is_empty()
     }
 
-    fn note<K: Resource>(&mut self, event: &watcher::Event<K>) {
+    fn note(&mut self, event: &watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
+            watcher::Event::Apply(object) => {
                 self.keys.insert(key_of(object));
+            }
+            watcher::Event::Delete(object) => {
+                self.keys.insert(key_of(object));
+                self.deleted.push(object.clone());
             }
             // A relist replaces the store at InitDone, dropping what was deleted meanwhile
             // without an event for it.
@@ -123,7 +130,7 @@ where
         config: watcher::Config,
         changes: &Arc<watch::Sender<u64>>,
     ) -> Self {
-        let touched = Arc::new(Mutex::new(Touches::default()));
+        let touched = Arc::new(Mutex::new(Touches::<K>::default()));
         Self::start_with(apis, config, changes, Some(touched))
     }
 
@@ -131,7 +138,7 @@ where
         apis: Vec<Api<K>>,
         config: watcher::Config,
         changes: &Arc<watch::Sender<u64>>,
-        touched: Option<Arc<Mutex<Touches>>>,
+        touched: Option<Arc<Mutex<Touches<K>>>>,
     ) -> Self {
         let (stores, reflectors) = apis
             .into_iter()
@@ -162,7 +169,7 @@ where
     /// What changed since the last call (everything, when not tracked). Taken before the
     /// objects are read: an event that comes in between is in the next take, and looking
     /// at an object twice is harmless.
-    pub fn take_touched(&self) -> Touches {
+    pub fn take_touched(&self) -> Touches<K> {
         let Some(touched) = &self.touched else {
             return Touches::default();
         };
@@ -195,7 +202,7 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     changes: Arc<watch::Sender<u64>>,
-    touched: Option<Arc<Mutex<Touches>>>,
+    touched: Option<Arc<Mutex<Touches<K>>>>,
 ) -> (Store<K>, TaskGuard)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -231,8 +238,9 @@ pub struct Index {
     pub proxy_configs: Watched<ProxyConfig>,
     /// EndpointSlices that belong to a Service.
     pub endpoint_slices: Watched<EndpointSlice>,
-    /// TLS Secrets, metadata only: content is fetched for referenced ones alone.
-    pub tls_secrets: Watched<PartialObjectMeta<Secret>>,
+    /// TLS Secrets (type kubernetes.io/tls only), content included: the first snapshot
+    /// after a start needs hundreds of them, and one GET each would hold the gate (I5).
+    pub tls_secrets: Watched<Secret>,
     changes: Arc<watch::Sender<u64>>,
 }
 
@@ -248,12 +256,7 @@ impl Index {
                 &changes,
             ),
             endpoint_slices: Watched::start_tracked(scope.apis(client), slices, &changes),
-            // Api<PartialObjectMeta<_>> asks for metadata only.
-            tls_secrets: Watched::start_tracked(
-                scope.apis::<PartialObjectMeta<Secret>>(client),
-                secrets,
-                &changes,
-            ),
+            tls_secrets: Watched::start_tracked(scope.apis(client), secrets, &changes),
             changes,
         }
     }
@@ -314,9 +317,11 @@ mod tests {
             ]
         );
         // A relist (after a watch expired, say) may drop objects without a Delete.
+        let deleted: Vec<_> = touches.deleted.iter().map(key_of).collect();
+        assert_eq!(deleted, [("shop".to_string(), "b".to_string())]);
         touches.note(&watcher::Event::<EndpointSlice>::Init);
         assert!(touches.all);
         // Nothing taken yet: everything.
-        assert!(Touches::default().all);
+        assert!(Touches::<EndpointSlice>::default().all);
     }
 }

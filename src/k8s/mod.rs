@@ -5,6 +5,7 @@
 pub mod address_map;
 pub mod builder;
 pub mod controller;
+pub mod departed;
 pub mod index;
 pub mod leader;
 pub mod model_cache;

@@ -39,8 +39,8 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "",
         "secrets",
-        &["get", "list", "watch"],
-        "TLS Secrets: metadata watched, referenced ones read",
+        &["list", "watch"],
+        "TLS Secrets (type kubernetes.io/tls), watched",
     ),
     (
         "coordination.k8s.io",

@@ -1,0 +1,154 @@
+//! Endpoints of a deleted Service, kept for a while.
+//!
+//! Deleting a Service deletes its EndpointSlices at once, but not its Pods: they terminate
+//! on their own schedule, and usually keep running. A rename in one sync (route repointed,
+//! old Service deleted) would otherwise leave the live route on a cluster without
+//! endpoints until the switch completes, answering 503 "no healthy upstream". So when the
+//! last slice of a Service goes, its slices stay in the model, as they last were, for
+//! `hold`, or until a slice of that Service appears again. A slice deleted while its
+//! Service keeps others (the EndpointSlice controller moving endpoints between slices) is
+//! gone at once: the Service's endpoints are still what its slices say.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use tokio::time::Instant;
+
+use super::model_cache::{ObjectKey, key_of};
+use super::to_model::service_of;
+
+pub struct Departed {
+    hold: Duration,
+    /// Slice key → when it is released, and the slice as it last was.
+    held: BTreeMap<ObjectKey, (Instant, Arc<EndpointSlice>)>,
+}
+
+impl Departed {
+    pub fn new(hold: Duration) -> Self {
+        Self {
+            hold,
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Takes note of the slices deleted since the last build and releases what is due:
+    /// held slices of Services that have a slice again, and those whose time is up.
+    /// `present` lists the slices that exist now. Returns the keys whose view changed
+    /// beyond what the watch already named (the released ones).
+    pub fn update(
+        &mut self,
+        deleted: Vec<EndpointSlice>,
+        present: impl FnOnce() -> Vec<Arc<EndpointSlice>>,
+        now: Instant,
+    ) -> Vec<ObjectKey> {
+        let mut released = Vec::new();
+        if !deleted.is_empty() || !self.held.is_empty() {
+            let present = present();
+            let live_services: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
+            for slice in deleted {
+                let Some(service) = service_of(&slice) else {
+                    continue;
+                };
+                if !live_services.contains(&service) && !self.hold.is_zero() {
+                    self.held
+                        .insert(key_of(&slice), (now + self.hold, Arc::new(slice)));
+                }
+            }
+            self.held.retain(|key, (until, slice)| {
+                let keep =
+                    *until > now && service_of(slice).is_none_or(|s| !live_services.contains(&s));
+                if !keep {
+                    released.push(key.clone());
+                }
+                keep
+            });
+        }
+        released
+    }
+
+    /// The held slice named `key`, if any.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<EndpointSlice>> {
+        self.held.get(key).map(|(_, slice)| slice.clone())
+    }
+
+    pub fn slices(&self) -> impl Iterator<Item = &Arc<EndpointSlice>> {
+        self.held.values().map(|(_, slice)| slice)
+    }
+
+    /// When the next held slice is due, if any.
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.values().map(|(until, _)| *until).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::to_model::SERVICE_NAME_LABEL;
+    use kube::api::ObjectMeta;
+
+    fn slice(name: &str, service: &str) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: None,
+            ports: None,
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ("shop".into(), name.into())
+    }
+
+    #[test]
+    fn the_last_slice_of_a_service_is_held_until_its_time_is_up() {
+        let mut departed = Departed::new(Duration::from_secs(10));
+        let start = Instant::now();
+        let released = departed.update(vec![slice("old-1", "old")], Vec::new, start);
+        assert!(released.is_empty());
+        assert!(departed.get(&key("old-1")).is_some());
+        assert_eq!(
+            departed.next_release(),
+            Some(start + Duration::from_secs(10))
+        );
+
+        let later = start + Duration::from_secs(9);
+        assert!(departed.update(vec![], Vec::new, later).is_empty());
+        let due = start + Duration::from_secs(10);
+        assert_eq!(departed.update(vec![], Vec::new, due), [key("old-1")]);
+        assert!(departed.get(&key("old-1")).is_none());
+        assert_eq!(departed.next_release(), None);
+    }
+
+    #[test]
+    fn a_slice_deleted_while_its_service_keeps_others_goes_at_once() {
+        let mut departed = Departed::new(Duration::from_secs(10));
+        let other = Arc::new(slice("web-2", "web"));
+        departed.update(vec![slice("web-1", "web")], || vec![other], Instant::now());
+        assert!(departed.get(&key("web-1")).is_none());
+    }
+
+    #[test]
+    fn a_service_that_has_a_slice_again_releases_the_held_ones() {
+        let mut departed = Departed::new(Duration::from_secs(10));
+        let start = Instant::now();
+        departed.update(vec![slice("old-1", "old")], Vec::new, start);
+        let recreated = Arc::new(slice("old-2", "old"));
+        let released = departed.update(vec![], || vec![recreated], start);
+        assert_eq!(released, [key("old-1")]);
+    }
+
+    #[test]
+    fn a_zero_hold_holds_nothing() {
+        let mut departed = Departed::new(Duration::ZERO);
+        departed.update(vec![slice("old-1", "old")], Vec::new, Instant::now());
+        assert!(departed.get(&key("old-1")).is_none());
+    }
+}

@@ -198,10 +198,16 @@ async fn a_service_without_endpoints_keeps_traffic_on_the_old_one_until_it_has_s
         "traffic stays on the old backend"
     );
 
+    // By now the rollout's retry backoff is at its cap (2 s): the endpoints appearing must
+    // wake it, not the timer.
     rig.set_ready("new", true).await;
     let took = rig.wait_ready("web", Duration::from_secs(30)).await;
     assert_eq!(rig.answers().await, ["new", "new", "new"]);
     let report = load.finish().await;
     summary("no endpoints yet", &report, &[took]);
     assert_eq!(report.non_2xx(), 0);
+    assert!(
+        took < Duration::from_secs(1),
+        "Ready {took:?} after the endpoints appeared: the rollout waited for its timer"
+    );
 }

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::address_map::AddressMap;
-use super::index::{Scope, Watched};
+use super::index::{Scope, WatchBackoff, Watched};
 use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec, resolve_route};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::status::{StatusWriter, condition};
@@ -69,8 +69,9 @@ struct Context {
     services: Watched<Service>,
     fleet: Watched<EndpointSlice>,
     recorder: Recorder,
-    /// Consecutive unsuccessful verifications per route, for the requeue backoff.
-    attempts: Mutex<HashMap<(String, String), u32>>,
+    /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
+    /// are the routes waiting on the fleet.
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
     /// The controller's own view of TrafficRoutes, to notice a newer generation.
     routes: Store<TrafficRoute>,
     /// The snapshot version every Envoy connected here has acknowledged, see
@@ -135,11 +136,16 @@ pub async fn run(client: Client, settings: Settings) {
         services,
         fleet,
         recorder,
-        attempts: Mutex::default(),
+        attempts: Arc::default(),
         routes: route_store.clone(),
         converged,
     });
+    let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
     let reconciling = controller
+        // A watch that failed (the API server restarted, say) retries within a second, so
+        // rollouts go on as soon as the API is back.
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_on(waiting)
         .owns(
             Api::<ProxyConfig>::all(client.clone()),
             watcher::Config::default(),
@@ -174,6 +180,29 @@ pub async fn run(client: Client, settings: Settings) {
         () = reconciling => {}
         () = tracker => {}
     }
+}
+
+/// The routes waiting on the fleet, each time the Envoys connected here converge on a new
+/// snapshot: new endpoints, a new probe or live config may be what they wait for, and
+/// their requeue timer may be seconds away.
+fn wake_waiting(
+    converged: watch::Receiver<Option<String>>,
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    futures::stream::unfold(converged, move |mut converged| {
+        let attempts = attempts.clone();
+        async move {
+            converged.changed().await.ok()?;
+            let waiting: Vec<ObjectRef<TrafficRoute>> = attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .collect();
+            Some((futures::stream::iter(waiting), converged))
+        }
+    })
+    .flatten()
 }
 
 /// Publishes the snapshot version once every Envoy connected to this replica holds it,

@@ -12,6 +12,12 @@
 //!    asked for by name are not answered only to leave resources out: Envoy drops them
 //!    when the cluster or listener using them goes, and says so in its next request.)
 //!
+//! A new stream knows nothing of what its Envoy holds: after a restart of the server, a
+//! reconnecting Envoy still serves the previous instance's configuration. So nothing is
+//! planned before its first request, and until the route step sets them, SotW listeners
+//! and routes are not answered at all: a SotW response is the whole set, and an empty one
+//! would remove them. (Delta only sends changes, and keeps what the node says it holds.)
+//!
 //! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
 //! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
@@ -83,7 +89,8 @@ pub enum Event {
 /// holds resources we have no content for: those are [`Resource::held`] entries, kept
 /// (never remove what routes may still use) but never sent.
 type Entries = Resources;
-/// What a node should hold at the current step, per type.
+/// What a node should hold at the current step, per type. A type is absent until a step
+/// of the plan sets it: until then the node keeps whatever it has (see `withheld`).
 type View = BTreeMap<String, Entries>;
 
 #[derive(Clone, Debug)]
@@ -405,6 +412,12 @@ impl Session {
         let Some(desired) = self.desired.clone() else {
             return out;
         };
+        // A stream that has asked for nothing yet has told nothing of what its Envoy holds:
+        // planning now would run every step for nobody (nothing subscribed, nothing to
+        // wait for) and release listeners before this stream's clusters were ACKed.
+        if !self.types.values().any(|t| t.requested) {
+            return out;
+        }
         // Each pass either sends something (and waits for ACKs) or completes a step whose
         // changes this node does not subscribe to; three steps at most.
         for _ in 0..4 {
@@ -447,7 +460,7 @@ impl Session {
             let Some(ts) = self.types.get(&type_url) else {
                 continue;
             };
-            if !ts.requested || ts.pending.is_some() {
+            if !ts.requested || ts.pending.is_some() || self.withheld(&type_url, desired) {
                 continue;
             }
             if !ts.force_send && ts.settled {
@@ -475,6 +488,16 @@ impl Session {
             sent += 1;
         }
         sent
+    }
+
+    /// SotW: the plan has not released this type to the node yet (a new stream before its
+    /// route step), so the view knows nothing of it. A SotW response is the whole set: an
+    /// empty one would make a reconnecting Envoy remove every listener it serves with.
+    /// Such a type is answered once the step that fills it comes (I1), never before.
+    fn withheld(&self, type_url: &str, desired: &Snapshot) -> bool {
+        self.protocol == Protocol::Sotw
+            && desired.resources(type_url).is_some()
+            && !self.view.contains_key(type_url)
     }
 
     /// The part of the current view this node subscribes to: usually all of it, shared;
@@ -751,6 +774,17 @@ fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
     if ordering == Ordering::AllAtOnce {
         return become_everything(view, desired);
     }
+    // A reconnecting delta node's held entries, at the versions of the snapshot, are its
+    // resources: take the snapshot's (with content), or the node never counts as synced.
+    // Not a step: the node holds them already, nothing is sent.
+    for t in ALL_TYPES {
+        if let Some(entries) = view.get_mut(t)
+            && !entries.ptr_eq(wanted(t))
+            && same_versions(entries, wanted(t))
+        {
+            *entries = wanted(t).clone();
+        }
+    }
     let referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t));
     let lacks_referenced = referenced.clone().any(|t| lacks(view.get(*t), wanted(t)));
     if lacks_referenced {
@@ -800,7 +834,7 @@ fn become_everything(view: &mut View, desired: &Snapshot) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE};
+    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
     use envoy_types::pb::google::protobuf::Any;
     use envoy_types::pb::google::rpc::Status;
 
@@ -944,9 +978,9 @@ mod tests {
         assert!(s.on_sotw_request(sotw(LISTENER, &[], ""), now).is_empty());
         let out = s.set_desired(switch_to("a"), now);
         let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
-        // Clusters first; the (empty) listener answer only ends Envoy's initial fetch.
-        assert_eq!(kinds, ["Cluster", "Listener"]);
-        assert!(names(&out[1]).1.is_empty());
+        // Clusters first; listeners wait for the route step (an empty answer would make
+        // a reconnecting Envoy drop the listeners it has).
+        assert_eq!(kinds, ["Cluster"]);
     }
 
     #[test]
@@ -1160,5 +1194,311 @@ mod tests {
         s.on_delta_request(req, now);
         let out = s.set_desired(a, now);
         assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec![]));
+    }
+
+    /// What a server instance serves: http, https and probe listeners with their route
+    /// configurations, a cluster with endpoints for each of `clusters`, a secret.
+    fn full_config(clusters: &[&str]) -> Arc<Snapshot> {
+        let mut resources = vec![res(SECRET, "cert", "s")];
+        for c in clusters {
+            resources.push(res(CLUSTER, c, "c"));
+            resources.push(res(ENDPOINT, c, "e"));
+        }
+        for l in ["http", "https", "probe"] {
+            resources.push(res(LISTENER, l, "l"));
+            resources.push(res(ROUTE, l, &format!("to {}", clusters.join(","))));
+        }
+        Arc::new(Snapshot::new(resources))
+    }
+
+    /// The names Envoy asks for by type when it holds `snapshot` (none: wildcard).
+    fn subscription(snapshot: &Snapshot, type_url: &str) -> Vec<String> {
+        if snapshot::is_wildcard_type(type_url) {
+            return Vec::new();
+        }
+        snapshot
+            .resources(type_url)
+            .map(|rs| rs.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The requests a SotW Envoy sends when its stream comes back, in its order: every
+    /// type it holds, with the version it accepted from the previous server instance.
+    fn sotw_reconnect(held: &Snapshot) -> Vec<DiscoveryRequest> {
+        [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET]
+            .iter()
+            .map(|t| DiscoveryRequest {
+                type_url: t.to_string(),
+                version_info: held.type_version(t),
+                resource_names: subscription(held, t),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Acts like a SotW Envoy holding `snapshot`: ACKs every response with the names it
+    /// holds. Every listener or route response must be the whole type, and come after the
+    /// clusters, endpoints and secrets of this stream were ACKed (I1). Returns the types
+    /// answered, in order.
+    fn drive_sotw(
+        s: &mut Session,
+        first: Vec<Response>,
+        held: &Snapshot,
+        snapshot: &Snapshot,
+    ) -> Vec<String> {
+        let now = Instant::now();
+        let mut clusters = subscription(held, ENDPOINT);
+        let mut nonces = BTreeMap::new();
+        let mut acked = std::collections::BTreeSet::new();
+        let mut answered = Vec::new();
+        let mut queue: std::collections::VecDeque<Response> = first.into();
+        while let Some(r) = queue.pop_front() {
+            let Response::Sotw(sotw) = &r else {
+                panic!("a SotW session sent {r:?}");
+            };
+            let t = sotw.type_url.clone();
+            let full = snapshot.resources(&t).map_or(0, |rs| rs.len());
+            // (Endpoints follow the clusters Envoy holds: checked through them.)
+            assert!(
+                t == ENDPOINT || sotw.resources.len() >= full,
+                "{}: {} of {full} resources: a SotW response is the whole set, Envoy drops the rest",
+                short_type(&t),
+                sotw.resources.len()
+            );
+            if t == LISTENER || t == ROUTE {
+                for needed in [CLUSTER, ENDPOINT, SECRET] {
+                    assert!(
+                        acked.contains(needed),
+                        "{} before {} was ACKed",
+                        short_type(&t),
+                        short_type(needed)
+                    );
+                }
+            }
+            answered.push(short_type(&t).to_string());
+            let names = if t == ENDPOINT {
+                clusters.clone()
+            } else {
+                subscription(snapshot, &t)
+            };
+            let ack = DiscoveryRequest {
+                type_url: t.clone(),
+                version_info: sotw.version_info.clone(),
+                resource_names: names,
+                response_nonce: sotw.nonce.clone(),
+                ..Default::default()
+            };
+            queue.extend(s.on_sotw_request(ack, now));
+            if t == CLUSTER {
+                // Envoy asks for the endpoints of the clusters it now has.
+                clusters = sotw.resources.iter().map(|r| r.name.clone()).collect();
+                let eds = DiscoveryRequest {
+                    type_url: ENDPOINT.to_string(),
+                    resource_names: clusters.clone(),
+                    response_nonce: nonces.get(ENDPOINT).cloned().unwrap_or_default(),
+                    ..Default::default()
+                };
+                queue.extend(s.on_sotw_request(eds, now));
+            }
+            nonces.insert(t.clone(), sotw.nonce.clone());
+            acked.insert(t);
+        }
+        answered
+    }
+
+    #[test]
+    fn sotw_reconnect_before_the_gate_opens_withholds_listeners_and_routes() {
+        let now = Instant::now();
+        let config = full_config(&["a", "b"]);
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        for request in sotw_reconnect(&config) {
+            assert!(s.on_sotw_request(request, now).is_empty(), "gate closed");
+        }
+        let out = s.set_desired(config.clone(), now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(
+            kinds,
+            ["Cluster", "ClusterLoadAssignment", "Secret"],
+            "no listeners or routes before their clusters are ACKed"
+        );
+        let answered = drive_sotw(&mut s, out, &config, &config);
+        assert!(answered.contains(&"Listener".to_string()), "{answered:?}");
+        assert!(answered.contains(&"RouteConfiguration".into()));
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn sotw_reconnect_after_the_gate_opened_withholds_listeners_and_routes() {
+        let now = Instant::now();
+        let config = full_config(&["a", "b"]);
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        assert!(
+            s.set_desired(config.clone(), now).is_empty(),
+            "no stream yet"
+        );
+        let mut out = Vec::new();
+        for request in sotw_reconnect(&config) {
+            out.extend(s.on_sotw_request(request, now));
+        }
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(kinds, ["Cluster", "ClusterLoadAssignment", "Secret"]);
+        drive_sotw(&mut s, out, &config, &config);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn sotw_reconnect_to_a_changed_config_moves_make_before_break() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b", "c"]);
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        for request in sotw_reconnect(&held) {
+            assert!(s.on_sotw_request(request, now).is_empty());
+        }
+        let out = s.set_desired(config.clone(), now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(kinds, ["Cluster", "ClusterLoadAssignment", "Secret"]);
+        drive_sotw(&mut s, out, &held, &config);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// The requests a delta Envoy sends when its stream comes back: every type, with the
+    /// versions it holds from the previous server instance.
+    fn delta_reconnect(held: &Snapshot) -> Vec<DeltaDiscoveryRequest> {
+        [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET]
+            .iter()
+            .map(|t| DeltaDiscoveryRequest {
+                type_url: t.to_string(),
+                resource_names_subscribe: subscription(held, t),
+                initial_resource_versions: held
+                    .resources(t)
+                    .into_iter()
+                    .flat_map(|rs| rs.values())
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Acts like a delta Envoy: ACKs every response, subscribes to the endpoints of new
+    /// clusters. Nothing is removed before the routes that may use it moved (I2), routes
+    /// change only after clusters and endpoints were ACKed (I1). Returns every response as
+    /// (type, changed, removed).
+    fn drive_delta(
+        s: &mut Session,
+        first: Vec<Response>,
+    ) -> Vec<(String, Vec<String>, Vec<String>)> {
+        let now = Instant::now();
+        let mut acked = std::collections::BTreeSet::new();
+        let mut log = Vec::new();
+        let mut queue: std::collections::VecDeque<Response> = first.into();
+        while let Some(r) = queue.pop_front() {
+            let (kind, changed, removed) = names(&r);
+            let t = type_of(&r);
+            if t == ROUTE && !changed.is_empty() {
+                assert!(
+                    acked.contains(CLUSTER) && acked.contains(ENDPOINT),
+                    "{log:?}"
+                );
+            }
+            if !removed.is_empty() {
+                assert!(
+                    log.iter()
+                        .any(|(k, c, _): &(String, Vec<String>, Vec<String>)| k
+                            == "RouteConfiguration"
+                            && !c.is_empty())
+                        && acked.contains(ROUTE),
+                    "{kind} removed {removed:?} before the routes moved: {log:?}"
+                );
+            }
+            if t == CLUSTER && !changed.is_empty() {
+                let mut sub = delta(ENDPOINT, &[], "");
+                sub.resource_names_subscribe = changed.clone();
+                queue.extend(s.on_delta_request(sub, now));
+            }
+            log.push((kind, changed, removed));
+            queue.extend(s.on_delta_request(delta(&t, &[], &nonce(&r)), now));
+            acked.insert(t);
+        }
+        log
+    }
+
+    #[test]
+    fn delta_reconnect_to_the_same_config_sends_nothing_new_and_removes_nothing() {
+        let now = Instant::now();
+        let config = full_config(&["a", "b"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        for request in delta_reconnect(&config) {
+            assert!(s.on_delta_request(request, now).is_empty());
+        }
+        let out = s.set_desired(config, now);
+        for r in &out {
+            let (kind, changed, removed) = names(r);
+            assert!(
+                changed.is_empty() && removed.is_empty(),
+                "{kind}: {changed:?} {removed:?}"
+            );
+        }
+        drive_delta(&mut s, out);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn delta_reconnect_to_a_changed_config_removes_only_after_the_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b", "c"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut out = Vec::new();
+        for request in delta_reconnect(&held) {
+            out.extend(s.on_delta_request(request, now));
+        }
+        assert!(out.is_empty());
+        let out = s.set_desired(config, now);
+        for r in &out {
+            assert!(
+                names(r).2.is_empty(),
+                "a first response removes nothing: {r:?}"
+            );
+        }
+        let log = drive_delta(&mut s, out);
+        assert!(
+            log.iter()
+                .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
+            "{log:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn delta_reconnect_after_the_gate_opened_removes_only_after_the_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b", "c"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        assert!(s.set_desired(config, now).is_empty(), "no request yet");
+        let mut out = Vec::new();
+        for request in delta_reconnect(&held) {
+            out.extend(s.on_delta_request(request, now));
+        }
+        for r in &out {
+            assert!(
+                names(r).2.is_empty(),
+                "a first response removes nothing: {r:?}"
+            );
+            let (kind, changed, _) = names(r);
+            assert!(
+                kind != "RouteConfiguration" || changed.is_empty(),
+                "routes changed before the clusters: {r:?}"
+            );
+        }
+        let log = drive_delta(&mut s, out);
+        assert!(
+            log.iter()
+                .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
+            "{log:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
     }
 }

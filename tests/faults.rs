@@ -681,3 +681,48 @@ async fn a_new_leader_verifies_against_a_slowly_listed_fleet() {
     summary("new leader, slowly listed fleet", &report);
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
 }
+
+#[tokio::test]
+async fn a_rollout_goes_on_within_a_second_or_two_of_the_api_server_being_back() {
+    let mut rig = Rig::start(3).await;
+    if !rig.api.is_local() {
+        eprintln!("skipped: needs the rig's own API server to put a relay in front of");
+        return;
+    }
+    let server = rig
+        .api
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the API server's address");
+    let relay = switchyard_e2e::relay::Relay::start(server).await;
+    rig.connect_operators_via(relay.address);
+    rig.add_backend("svc-0").await;
+    rig.add_backend("svc-1").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &spec("svc-0", "1s")).await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    // Long enough for kube-runtime's default watch backoff to reach 6.4 s, short of the
+    // 15 s lease: the operator keeps leading and must notice the API is back by itself.
+    relay.cut();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let generation = rig.apply_route("web", &spec("svc-1", "1s")).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    relay.restore();
+    let took = rig.wait_ready("web", Duration::from_secs(60)).await;
+    wait_complete(&rig, generation, "svc-1", Duration::from_secs(60)).await;
+    let report = load.finish().await;
+    summary("API server away for 9 s", &report);
+    eprintln!(
+        "Ready for the change made while the API was away: {:.0} ms after it was back",
+        took.as_secs_f64() * 1000.0
+    );
+    assert_eq!(report.non_2xx(), 0);
+    // A watch retries within a second; the rollout itself takes ~100 ms.
+    assert!(
+        took < Duration::from_secs(2),
+        "Ready {took:?} after the API server was back"
+    );
+}

@@ -48,6 +48,8 @@ pub struct Rig {
     envoys_by_test: bool,
     /// Envoy restarts so far, to keep each run's log.
     envoy_restarts: usize,
+    /// The kubeconfig operators are started with (default: the API server's own).
+    operator_kubeconfig: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -107,6 +109,7 @@ impl Rig {
             envoy_xds_ports: Vec::new(),
             envoys_by_test: false,
             envoy_restarts: 0,
+            operator_kubeconfig: None,
             _dir: dir,
         };
         rig.register_fleet().await;
@@ -173,7 +176,9 @@ impl Rig {
         let operator = Switchyard::start_operator_on(
             &self.work,
             name,
-            &self.api.kubeconfig,
+            self.operator_kubeconfig
+                .as_ref()
+                .unwrap_or(&self.api.kubeconfig),
             &format!("{FLEET_NAMESPACE}/{}", self.fleet_service()),
             self.ports,
             xds_port,
@@ -212,6 +217,18 @@ impl Rig {
             &replicas,
             protocol,
         )
+    }
+
+    /// Operators started from now on reach the API server through `address` (a
+    /// [`crate::relay::Relay`] in front of it): a kubeconfig like the API server's, with
+    /// that address.
+    pub fn connect_operators_via(&mut self, address: std::net::SocketAddr) {
+        let kubeconfig = std::fs::read_to_string(&self.api.kubeconfig).expect("read kubeconfig");
+        let via = kubeconfig.replace(&self.api.server, &format!("https://{address}"));
+        assert_ne!(via, kubeconfig, "the kubeconfig names {}", self.api.server);
+        let path = self.work.join("kubeconfig-via-relay");
+        std::fs::write(&path, via).expect("write kubeconfig");
+        self.operator_kubeconfig = Some(path);
     }
 
     /// The operator started under `name`.

@@ -213,3 +213,171 @@ async fn slow_status_writes_never_delay_xds() {
     eprintln!("{later} statuses written {:?} later", waiting.elapsed());
     assert!(later > with_status, "status writes stalled");
 }
+
+/// Counters an Envoy keeps of listeners and clusters it removed.
+async fn removed(envoy: &Envoy) -> (u64, u64) {
+    let stats = envoy.admin("/stats?filter=_removed$").await;
+    let counter = |name: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in Envoy's stats: {stats}"))
+    };
+    (
+        counter("listener_manager.listener_removed"),
+        counter("cluster_manager.cluster_removed"),
+    )
+}
+
+/// Creates TrafficRoutes r{from}..r{to} for host r{i}.test on Service `app`; the first
+/// `tls` of them serve HTTPS with Secret cert-{i}, created after every route (a cold
+/// start sees the Secrets last).
+async fn create_routes(rig: &Rig, from: usize, to: usize, tls: usize) {
+    let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    futures::stream::iter(from..to)
+        .map(|i| {
+            let routes = routes.clone();
+            async move {
+                let mut spec = serde_json::json!({
+                    "hosts": [format!("r{i}.test")],
+                    "rules": [{ "backends": [{ "service": "app", "port": 80 }] }],
+                });
+                if i < from + tls {
+                    spec["tls"] = serde_json::json!({ "secretName": format!("cert-{i}") });
+                }
+                let spec = serde_json::from_value(spec).expect("spec");
+                routes
+                    .create(
+                        &PostParams::default(),
+                        &TrafficRoute::new(&format!("r{i}"), spec),
+                    )
+                    .await
+                    .expect("create route");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let secrets: Api<Secret> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    futures::stream::iter(from..from + tls)
+        .map(|i| {
+            let secrets = secrets.clone();
+            async move {
+                secrets
+                    .create(&PostParams::default(), &tls_secret(&format!("cert-{i}")))
+                    .await
+                    .expect("create secret");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// How many of the namespace's routes are Ready for their current generation.
+async fn ready_routes(rig: &Rig) -> usize {
+    let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    routes
+        .list(&Default::default())
+        .await
+        .expect("list routes")
+        .items
+        .iter()
+        .filter(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "True"
+                        && c.observed_generation == r.metadata.generation
+                })
+            })
+        })
+        .count()
+}
+
+async fn wait_ready_routes(rig: &Rig, count: usize, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let ready = ready_routes(rig).await;
+        if ready == count {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{ready}/{count} routes Ready after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The seed's hazard at a size that fits CI: a busy operator SIGKILLed under load, TLS
+/// routes (Secrets after them) created while it is down, a new process on the same xDS
+/// port. Its gate opens as soon as the watches are listed (Secrets come from the watch
+/// store, the leader waits for the first snapshot), and every Envoy — two delta, one
+/// SotW, reconnecting on their own — keeps every listener and cluster and every request.
+#[tokio::test]
+async fn a_restart_with_hundreds_of_tls_routes_removes_nothing_from_the_envoys() {
+    const ROUTES: usize = 300;
+    const TLS: usize = 150;
+    const LATE: usize = 60;
+    let mut rig = Rig::start(3).await;
+    let xds = [switchyard_e2e::free_port()];
+    rig.connect_envoys_to(&xds);
+    rig.add_backend("app").await;
+    // Status writes at the default 20/s would make this test about them.
+    const QPS: [&str; 2] = ["--status-qps", "500"];
+    rig.start_operator_on("switchyard-1", xds[0], &QPS);
+    rig.start_envoys();
+    rig.apply_route(
+        "web",
+        &Rig::route_yaml(switchyard_e2e::rig::HOST, &[("app", 1)]),
+    )
+    .await;
+    create_routes(&rig, 0, ROUTES, TLS).await;
+    let took = wait_ready_routes(&rig, ROUTES + 1, Duration::from_secs(120)).await;
+    eprintln!("{} routes ({TLS} TLS) Ready in {took:?}", ROUTES + 1);
+    let before: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
+
+    let load = switchyard_e2e::Load::start(
+        rig.targets(),
+        switchyard_e2e::rig::HOST,
+        240,
+        Duration::from_secs(120),
+    );
+    rig.kill_operator("switchyard-1");
+    create_routes(&rig, ROUTES, ROUTES + LATE, LATE).await;
+    rig.start_operator_on("switchyard-2", xds[0], &QPS);
+    let started = Instant::now();
+    let admin = rig.operator("switchyard-2").admin_port;
+    let readyz = loop {
+        let ok = reqwest::get(format!("http://127.0.0.1:{admin}/readyz"))
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ok {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "/readyz not ok within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let all_ready =
+        wait_ready_routes(&rig, ROUTES + LATE + 1, Duration::from_secs(120)).await + readyz;
+    let report = load.finish().await;
+    let after: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
+    eprintln!(
+        "restart with {} routes: /readyz {readyz:?} after start, the {LATE} new TLS routes Ready {all_ready:?} after start; \
+         listeners/clusters removed per Envoy before {before:?}, after {after:?}; {} requests, non-2xx {} {:?}",
+        ROUTES + 1,
+        report.sent,
+        report.non_2xx(),
+        report.by_status
+    );
+    for failure in report.failures.iter().take(5) {
+        eprintln!("  {failure:?}");
+    }
+    assert_eq!(before, after, "an Envoy removed listeners or clusters");
+    assert_eq!(report.non_2xx(), 0);
+}

@@ -18,7 +18,9 @@ pub struct Relay {
 impl Relay {
     /// Relays 127.0.0.1:<free port> to `target`, open. Runs on the current runtime.
     pub async fn start(target: SocketAddr) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a relay");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a relay");
         let address = listener.local_addr().expect("relay address");
         let (open, _) = watch::channel(true);
         let gate = open.clone();

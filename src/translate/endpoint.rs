@@ -36,6 +36,13 @@ fn rank(status: HealthStatus) -> u8 {
 
 /// The load assignment of a cluster, named after it, and the endpoints that were left out.
 /// A cluster without endpoints gets an empty assignment (it warms, with no host).
+///
+/// Endpoints that are neither ready nor serving while terminating are left out, as
+/// kube-proxy leaves them out: listed as UNHEALTHY, they would count as hosts, and with
+/// fewer than half of the hosts healthy Envoy's panic mode sends requests to every host,
+/// Pods that do not listen yet included (1 of 3 Pods ready: 2 requests in 3 fail).
+/// Terminating Pods that still serve stay, DRAINING: panic mode may still use them, and
+/// they answer.
 pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String>) {
     let mut problems = Vec::new();
     // One entry per address:port; among duplicates the best one by (health, endpoint).
@@ -63,7 +70,10 @@ pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String
     }
 
     let mut zones: BTreeMap<Option<&str>, Vec<LbEndpoint>> = BTreeMap::new();
-    for ((ip, port), e) in &best {
+    let serving = best
+        .iter()
+        .filter(|(_, e)| health(e.condition) != HealthStatus::Unhealthy);
+    for ((ip, port), e) in serving {
         zones
             .entry(e.zone.as_deref())
             .or_default()
@@ -244,6 +254,29 @@ mod tests {
         let mut reversed = endpoints;
         reversed.reverse();
         assert_eq!(load_assignment(&cluster(reversed)).0, cla);
+    }
+
+    #[test]
+    fn endpoints_that_serve_nothing_are_left_out() {
+        // A Pod still starting, and one terminating that stopped serving: neither may
+        // count as a host, or panic mode would send requests to them.
+        let endpoints = vec![
+            ep("10.0.0.1", 80, cond(true, true, false), None),
+            ep("10.0.0.2", 80, cond(false, false, false), None),
+            ep("10.0.0.3", 80, cond(false, false, true), None),
+            ep("10.0.0.4", 80, cond(false, true, true), None),
+        ];
+        let (cla, problems) = load_assignment(&cluster(endpoints));
+        let h = HealthStatus::Healthy as i32;
+        let d = HealthStatus::Draining as i32;
+        assert_eq!(
+            summary(&cla),
+            [(
+                String::new(),
+                vec![("10.0.0.1:80".to_owned(), h), ("10.0.0.4:80".to_owned(), d)]
+            )]
+        );
+        assert!(problems.is_empty());
     }
 
     #[test]

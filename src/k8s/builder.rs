@@ -92,8 +92,8 @@ impl Builder {
         );
         slices_touched.keys.extend(released);
         let secrets_touched = self.index.tls_secrets.take_touched();
-        // A ProxyConfig that stopped serving a Secret leaves it unused in the cache, which
-        // is harmless; only one that serves one now may need its content.
+        // A ProxyConfig that stopped serving a Secret leaves it unused in the map, which is
+        // harmless; only one that serves one now may need its content.
         let tls_may_differ = secrets_touched.any()
             || proxy_configs_touched.all
             || proxy_configs_touched.keys.iter().any(|key| {
@@ -123,17 +123,7 @@ impl Builder {
             Some(step) => step,
             None => {
                 let proxy_configs = self.index.proxy_configs.state();
-                let mut slices = self.index.endpoint_slices.state();
-                let present: std::collections::BTreeSet<ObjectKey> = slices
-                    .iter()
-                    .map(|s| super::model_cache::key_of(s.as_ref()))
-                    .collect();
-                slices.extend(
-                    departed
-                        .slices()
-                        .filter(|s| !present.contains(&super::model_cache::key_of(s.as_ref())))
-                        .cloned(),
-                );
+                let slices = departed.with_held(self.index.endpoint_slices.state());
                 models.full(&Inputs {
                     listeners: self.listeners.clone(),
                     address_map: self.address_map,

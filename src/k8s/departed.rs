@@ -73,8 +73,20 @@ impl Departed {
         self.held.get(key).map(|(_, slice)| slice.clone())
     }
 
-    pub fn slices(&self) -> impl Iterator<Item = &Arc<EndpointSlice>> {
-        self.held.values().map(|(_, slice)| slice)
+    /// `present` (the slices that exist), and the held ones that no present slice
+    /// replaces: what a full build takes.
+    pub fn with_held(&self, mut present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
+        if self.held.is_empty() {
+            return present;
+        }
+        let keys: BTreeSet<ObjectKey> = present.iter().map(|s| key_of(s.as_ref())).collect();
+        present.extend(
+            self.held
+                .iter()
+                .filter(|(key, _)| !keys.contains(*key))
+                .map(|(_, (_, slice))| slice.clone()),
+        );
+        present
     }
 
     /// When the next held slice is due, if any.
@@ -121,6 +133,12 @@ mod tests {
 
         let later = start + Duration::from_secs(9);
         assert!(departed.update(vec![], Vec::new, later).is_empty());
+        // A full build takes it with the slices that exist.
+        let other = Arc::new(slice("web-1", "web"));
+        let all = departed.with_held(vec![other]);
+        let keys: Vec<ObjectKey> = all.iter().map(|s| key_of(s.as_ref())).collect();
+        assert_eq!(keys, [key("web-1"), key("old-1")]);
+
         let due = start + Duration::from_secs(10);
         assert_eq!(departed.update(vec![], Vec::new, due), [key("old-1")]);
         assert!(departed.get(&key("old-1")).is_none());

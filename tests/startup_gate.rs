@@ -318,9 +318,18 @@ async fn wait_ready_routes(rig: &Rig, count: usize, within: Duration) -> Duratio
 /// SotW, reconnecting on their own — keeps every listener and cluster and every request.
 #[tokio::test]
 async fn a_restart_with_hundreds_of_tls_routes_removes_nothing_from_the_envoys() {
-    const ROUTES: usize = 300;
-    const TLS: usize = 150;
-    const LATE: usize = 60;
+    // SWITCHYARD_E2E_RESTART_ROUTES=1500,500,300 runs it at the size of the seed's report.
+    let sizes: Vec<usize> = std::env::var("SWITCHYARD_E2E_RESTART_ROUTES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    match sizes[..] {
+        [routes, tls, late] => restart_at_size(routes, tls, late).await,
+        _ => restart_at_size(300, 150, 60).await,
+    }
+}
+
+async fn restart_at_size(routes: usize, tls: usize, late: usize) {
     let mut rig = Rig::start(3).await;
     let xds = [switchyard_e2e::free_port()];
     rig.connect_envoys_to(&xds);
@@ -334,9 +343,9 @@ async fn a_restart_with_hundreds_of_tls_routes_removes_nothing_from_the_envoys()
         &Rig::route_yaml(switchyard_e2e::rig::HOST, &[("app", 1)]),
     )
     .await;
-    create_routes(&rig, 0, ROUTES, TLS).await;
-    let took = wait_ready_routes(&rig, ROUTES + 1, Duration::from_secs(120)).await;
-    eprintln!("{} routes ({TLS} TLS) Ready in {took:?}", ROUTES + 1);
+    create_routes(&rig, 0, routes, tls).await;
+    let took = wait_ready_routes(&rig, routes + 1, Duration::from_secs(120)).await;
+    eprintln!("{} routes ({tls} TLS) Ready in {took:?}", routes + 1);
     let before: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
 
     let load = switchyard_e2e::Load::start(
@@ -346,7 +355,7 @@ async fn a_restart_with_hundreds_of_tls_routes_removes_nothing_from_the_envoys()
         Duration::from_secs(120),
     );
     rig.kill_operator("switchyard-1");
-    create_routes(&rig, ROUTES, ROUTES + LATE, LATE).await;
+    create_routes(&rig, routes, routes + late, late).await;
     rig.start_operator_on("switchyard-2", xds[0], &QPS);
     let started = Instant::now();
     let admin = rig.operator("switchyard-2").admin_port;
@@ -364,13 +373,13 @@ async fn a_restart_with_hundreds_of_tls_routes_removes_nothing_from_the_envoys()
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let all_ready =
-        wait_ready_routes(&rig, ROUTES + LATE + 1, Duration::from_secs(120)).await + readyz;
+        wait_ready_routes(&rig, routes + late + 1, Duration::from_secs(120)).await + readyz;
     let report = load.finish().await;
     let after: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
     eprintln!(
-        "restart with {} routes: /readyz {readyz:?} after start, the {LATE} new TLS routes Ready {all_ready:?} after start; \
+        "restart with {} routes: /readyz {readyz:?} after start, the {late} new TLS routes Ready {all_ready:?} after start; \
          listeners/clusters removed per Envoy before {before:?}, after {after:?}; {} requests, non-2xx {} {:?}",
-        ROUTES + 1,
+        routes + 1,
         report.sent,
         report.non_2xx(),
         report.by_status

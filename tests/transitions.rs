@@ -51,6 +51,7 @@ async fn rename_in_one_sync(extra: &[&str], rounds: usize) -> (LoadReport, Vec<D
         assert_eq!(rig.answers().await, [new.clone(), new.clone(), new.clone()]);
         // The old Pods terminate once nothing sends them traffic any more.
         rig.stop_backend(&old);
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     (load.finish().await, ready)
 }
@@ -129,5 +130,215 @@ async fn a_change_supersedes_a_generation_that_waits_for_endpoints_forever() {
     assert_eq!(rig.answers().await, ["svc-1", "svc-1", "svc-1"]);
     let report = load.finish().await;
     summary("superseding a stuck generation", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn the_old_backend_scaled_to_zero_right_after_the_apply_drops_nothing() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("old").await;
+    rig.add_backend("new").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("old", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    let started = Instant::now();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("new", 1)]))
+        .await;
+    // Scaled to zero: the Pod terminates, serving through its grace period, then goes.
+    rig.set_endpoint("old", false, true, true).await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    assert_eq!(rig.answers().await, ["new", "new", "new"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.clear_endpoints("old").await;
+    rig.stop_backend("old");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = load.finish().await;
+    summary("old backend scaled to zero", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn new_pods_turning_ready_one_by_one_get_traffic_only_when_ready() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("old").await;
+    rig.add_pods("new", 3).await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("old", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("new", 1)]))
+        .await;
+    rig.wait_status("web", Duration::from_secs(20), |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "VerifyingEndpoints")
+    })
+    .await;
+    // Nothing listens on the Pods that are not ready: a request sent there fails.
+    rig.start_pod("new", 0).await;
+    let first = Instant::now();
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let took = first.elapsed();
+    assert_eq!(rig.answers().await, ["new", "new", "new"]);
+    for i in 1..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        rig.start_pod("new", i).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = load.finish().await;
+    summary("new Pods ready one by one", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+/// The backend that answers `path` through Envoy `target`.
+async fn backend_at(target: &str, path: &str) -> String {
+    let client = reqwest::Client::new();
+    let response = client
+        .get(format!("{target}{path}"))
+        .header("host", HOST)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {target}{path}: {e}"));
+    format!(
+        "{} {}",
+        response.status().as_u16(),
+        response
+            .headers()
+            .get("x-backend")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+    )
+}
+
+/// Envoy Gateway names clusters by rule index and drops requests for seconds when rules
+/// are reordered; Switchyard names them by Service and port, so reordering, renaming,
+/// inserting or removing rules moves no cluster at all.
+#[tokio::test]
+async fn rules_reordered_renamed_inserted_and_removed_drop_nothing() {
+    let mut rig = Rig::start(3).await;
+    for service in ["svc-a", "svc-b", "svc-rest", "svc-x"] {
+        rig.add_backend(service).await;
+    }
+    rig.start_operator("switchyard-1", &[]);
+    let rule = |name: &str, prefix: Option<&str>, service: &str| {
+        let matches = prefix
+            .map(|p| format!("  match: {{ pathPrefix: {p} }}\n"))
+            .unwrap_or_default();
+        format!("- name: {name}\n{matches}  backends: [ {{ service: {service}, port: 80 }} ]\n")
+    };
+    let spec = |rules: &[String]| format!("hosts: [\"{HOST}\"]\nrules:\n{}", rules.concat());
+    let a = rule("a", Some("/a"), "svc-a");
+    let b = rule("b", Some("/b"), "svc-b");
+    let x = rule("x", Some("/x"), "svc-x");
+    let rest = rule("rest", None, "svc-rest");
+    rig.apply_route("web", &spec(&[a.clone(), b.clone(), rest.clone()]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    // Load on every rule's paths, through every Envoy.
+    let targets: Vec<String> = rig
+        .targets()
+        .iter()
+        .flat_map(|t| {
+            [
+                format!("{t}/a"),
+                format!("{t}/b"),
+                format!("{t}/x"),
+                t.clone(),
+            ]
+        })
+        .collect();
+    let load = Load::start(targets, HOST, RATE, Duration::from_secs(300));
+    let steps = [
+        ("reordered", vec![b.clone(), a.clone(), rest.clone()]),
+        (
+            "renamed",
+            vec![b.clone(), rule("alpha", Some("/a"), "svc-a"), rest.clone()],
+        ),
+        (
+            "inserted before the catch-all",
+            vec![b.clone(), a.clone(), x.clone(), rest.clone()],
+        ),
+        ("removed", vec![a.clone(), x.clone(), rest.clone()]),
+    ];
+    let mut ready = Vec::new();
+    for (what, rules) in steps {
+        let started = Instant::now();
+        rig.apply_route("web", &spec(&rules)).await;
+        rig.wait_ready("web", Duration::from_secs(30)).await;
+        ready.push(started.elapsed());
+        eprintln!("rules {what}: Ready in {:?}", started.elapsed());
+        // Traffic on each configuration, not only across the changes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let envoy = &rig.targets()[0];
+    assert_eq!(backend_at(envoy, "/a/").await, "200 svc-a");
+    assert_eq!(
+        backend_at(envoy, "/b/").await,
+        "200 svc-rest",
+        "rule b removed"
+    );
+    assert_eq!(backend_at(envoy, "/x/").await, "200 svc-x");
+    assert_eq!(backend_at(envoy, "/").await, "200 svc-rest");
+    let report = load.finish().await;
+    summary(
+        "rules reordered, renamed, inserted, removed",
+        &report,
+        &ready,
+    );
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn a_split_whose_canary_service_is_deleted_and_recreated_drops_nothing() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("stable").await;
+    rig.add_backend("canary").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route(
+        "web",
+        &Rig::route_yaml(HOST, &[("stable", 50), ("canary", 50)]),
+    )
+    .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    // Deleted by mistake (or by an uninstall and a reinstall); its Pods keep running.
+    rig.delete_service("canary").await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(20), |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.status == "False")
+        })
+        .await;
+    eprintln!(
+        "canary Service deleted: {:?}",
+        status.conditions.iter().find(|c| c.type_ == "Accepted")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rig.recreate_service("canary").await;
+    let started = Instant::now();
+    rig.wait_status("web", Duration::from_secs(20), |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Accepted" && c.status == "True")
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+    .await;
+    let took = started.elapsed();
+    let seen = rig.split(300).await;
+    eprintln!("after the canary Service is back: {seen:?}");
+    assert!(seen.get("canary").copied().unwrap_or(0) > 60, "{seen:?}");
+    let report = load.finish().await;
+    summary("canary Service deleted and re-created", &report, &[took]);
     assert_eq!(report.non_2xx(), 0);
 }

@@ -648,8 +648,9 @@ pub fn slice_address(loopback: &str) -> String {
 /// Sets the endpoints of `service` to exactly `endpoints`, as Kubernetes would: one
 /// EndpointSlice per (address family, port), named `<service>-<port>` (IPv6:
 /// `<service>-v6-<port>`), labelled [`SERVICE_NAME_LABEL`] and [`MANAGED_BY_LABEL`], with
-/// its port named [`PORT_NAME`]. The slices are applied (server-side) first, then slices of
-/// this service that are no longer needed are deleted. Returns the names of the slices.
+/// its port named [`PORT_NAME`]; with no endpoints at all, one empty slice
+/// `<service>-empty`. The slices are applied (server-side) first, then slices of this
+/// service that are no longer needed are deleted. Returns the names of the slices.
 pub async fn apply_endpoint_slice(
     client: &Client,
     namespace: &str,
@@ -680,11 +681,23 @@ pub async fn apply_endpoint_slice(
     }
     let api = Api::<EndpointSlice>::namespaced(client.clone(), namespace);
     let mut names = Vec::new();
-    for ((family, port), endpoints) in groups {
-        let name = match family {
-            "IPv4" => format!("{service}-{port}"),
+    // A Service without endpoints keeps one empty slice, as the EndpointSlice controller
+    // does: a Service scaled to zero still has a slice, a deleted one has none.
+    let placeholder = groups.is_empty().then(|| (("IPv4", 0), Vec::new()));
+    for ((family, port), endpoints) in groups.into_iter().chain(placeholder) {
+        let name = match (family, port) {
+            (_, 0) => format!("{service}-empty"),
+            ("IPv4", _) => format!("{service}-{port}"),
             _ => format!("{service}-v6-{port}"),
         };
+        let ports = (port != 0).then(|| {
+            vec![EndpointPort {
+                name: Some(PORT_NAME.to_string()),
+                port: Some(i32::from(port)),
+                protocol: Some("TCP".to_string()),
+                ..Default::default()
+            }]
+        });
         let slice = EndpointSlice {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -697,12 +710,7 @@ pub async fn apply_endpoint_slice(
             },
             address_type: family.to_string(),
             endpoints: Some(endpoints),
-            ports: Some(vec![EndpointPort {
-                name: Some(PORT_NAME.to_string()),
-                port: Some(i32::from(port)),
-                protocol: Some("TCP".to_string()),
-                ..Default::default()
-            }]),
+            ports,
         };
         api.patch(&name, &apply_params(), &Patch::Apply(&slice))
             .await

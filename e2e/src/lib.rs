@@ -418,7 +418,14 @@ struct Behaviour {
 
 impl Backend {
     pub async fn start(name: &str, ip: &str) -> Backend {
-        let listener = std::net::TcpListener::bind((ip, 0)).expect("bind backend");
+        let ip: std::net::IpAddr = ip.parse().expect("a backend IP");
+        Self::start_on(name, SocketAddr::new(ip, 0)).await
+    }
+
+    /// A backend on `address` (port 0: any free one).
+    pub async fn start_on(name: &str, address: SocketAddr) -> Backend {
+        let listener = std::net::TcpListener::bind(address)
+            .unwrap_or_else(|e| panic!("bind backend {name} on {address}: {e}"));
         listener.set_nonblocking(true).expect("nonblocking backend");
         let listener = {
             let _runtime = traffic_runtime().enter();

@@ -30,6 +30,12 @@ pub const FLEET_NAMESPACE: &str = "switchyard-system";
 pub const FLEET_SERVICE: &str = "envoy";
 pub const HOST: &str = "web.test";
 
+/// One Pod of a Service: its address, and its server once started.
+pub struct Pod {
+    pub address: std::net::SocketAddr,
+    pub server: Option<Backend>,
+}
+
 pub struct Rig {
     pub api: Arc<KubeApi>,
     pub client: Client,
@@ -39,6 +45,8 @@ pub struct Rig {
     pub envoys: Vec<Envoy>,
     pub operators: Vec<Switchyard>,
     pub backends: BTreeMap<String, Backend>,
+    /// Services of several Pods each (see [`Rig::add_pods`]).
+    pub pods: BTreeMap<String, Vec<Pod>>,
     pub work: PathBuf,
     next_ip: u8,
     /// The xDS ports (Switchyard replicas) the Envoys connect to: the first operator's, or
@@ -104,6 +112,7 @@ impl Rig {
             envoys: Vec::new(),
             operators: Vec::new(),
             backends: BTreeMap::new(),
+            pods: BTreeMap::new(),
             work,
             next_ip: 0,
             envoy_xds_ports: Vec::new(),
@@ -316,12 +325,7 @@ impl Rig {
 
     /// A backend answering with its name, behind Service `name` (port 80 → the backend).
     pub async fn add_backend(&mut self, name: &str) -> &Backend {
-        self.next_ip += 1;
-        let ip = format!(
-            "127.0.{}.{}",
-            200 + (std::process::id() % 50) as u8,
-            self.next_ip
-        );
+        let ip = self.next_backend_ip();
         let backend = Backend::start(name, &ip).await;
         k::apply_service(&self.client, &self.namespace, name, 80).await;
         let address = k::slice_address(&backend.address.ip().to_string());
@@ -336,17 +340,59 @@ impl Rig {
         &self.backends[name]
     }
 
+    /// A Service `name` of `n` Pods at fixed addresses, none of them started or ready yet:
+    /// its EndpointSlice lists them not ready, and nothing listens there, as for Pods
+    /// still starting. [`Rig::start_pod`] starts one.
+    pub async fn add_pods(&mut self, name: &str, n: usize) {
+        let mut pods = Vec::new();
+        for _ in 0..n {
+            let ip = self.next_backend_ip();
+            let address = std::net::SocketAddr::new(ip.parse().expect("an IP"), crate::free_port());
+            pods.push(Pod {
+                address,
+                server: None,
+            });
+        }
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        self.pods.insert(name.to_string(), pods);
+        self.apply_pods(name).await;
+    }
+
+    /// Starts Pod `i` of `name` and marks it ready.
+    pub async fn start_pod(&mut self, name: &str, i: usize) {
+        let pod = &mut self.pods.get_mut(name).expect("a Service of Pods")[i];
+        pod.server = Some(Backend::start_on(name, pod.address).await);
+        self.apply_pods(name).await;
+    }
+
+    async fn apply_pods(&self, name: &str) {
+        let endpoints: Vec<(String, u16, bool)> = self.pods[name]
+            .iter()
+            .map(|p| {
+                let address = k::slice_address(&p.address.ip().to_string());
+                (address, p.address.port(), p.server.is_some())
+            })
+            .collect();
+        let refs: Vec<k::EndpointSpec<'_>> = endpoints
+            .iter()
+            .map(|(a, port, ready)| (a.as_str(), *port, *ready, *ready, false))
+            .collect();
+        k::apply_endpoint_slice(&self.client, &self.namespace, name, &refs).await;
+    }
+
+    /// Each backend has an address of its own.
+    fn next_backend_ip(&mut self) -> String {
+        self.next_ip += 1;
+        format!(
+            "127.0.{}.{}",
+            200 + (std::process::id() % 50) as u8,
+            self.next_ip
+        )
+    }
+
     /// Marks a backend's endpoint ready or not (its EndpointSlice condition).
     pub async fn set_ready(&self, name: &str, ready: bool) {
-        let backend = &self.backends[name];
-        let address = k::slice_address(&backend.address.ip().to_string());
-        k::apply_endpoint_slice(
-            &self.client,
-            &self.namespace,
-            name,
-            &[(&address, backend.address.port(), ready, ready, false)],
-        )
-        .await;
+        self.set_endpoint(name, ready, ready, false).await;
     }
 
     /// Deletes a backend's Service and EndpointSlices, as deleting a Service does; its
@@ -354,6 +400,38 @@ impl Rig {
     pub async fn delete_service(&self, name: &str) {
         k::delete_endpoint_slices(&self.client, &self.namespace, name).await;
         k::delete_service(&self.client, &self.namespace, name).await;
+    }
+
+    /// Creates a deleted backend's Service and EndpointSlice again, for the server that
+    /// kept running (see [`Rig::delete_service`]).
+    pub async fn recreate_service(&self, name: &str) {
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        self.set_endpoint(name, true, true, false).await;
+    }
+
+    /// Sets the conditions of a backend's endpoint, as its Pod's life goes on: ready;
+    /// terminating and still serving; terminating and done.
+    pub async fn set_endpoint(&self, name: &str, ready: bool, serving: bool, terminating: bool) {
+        let backend = &self.backends[name];
+        let address = k::slice_address(&backend.address.ip().to_string());
+        k::apply_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(
+                &address,
+                backend.address.port(),
+                ready,
+                serving,
+                terminating,
+            )],
+        )
+        .await;
+    }
+
+    /// The backend's Service has no endpoint left (its slice stays, empty: scaled to zero).
+    pub async fn clear_endpoints(&self, name: &str) {
+        k::apply_endpoint_slice(&self.client, &self.namespace, name, &[]).await;
     }
 
     /// Stops a backend's server (its Pods are gone).

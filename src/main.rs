@@ -15,6 +15,7 @@ use switchyard::k8s::builder::Builder;
 use switchyard::k8s::controller;
 use switchyard::k8s::index::{Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
+use switchyard::k8s::rate_limit::ApiRateLimit;
 use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
 use switchyard::prober::Prober;
@@ -131,6 +132,14 @@ struct OperatorArgs {
     /// Status writes per second at most (they never delay xDS).
     #[arg(long, env = "SWITCHYARD_STATUS_QPS", default_value_t = 20.0)]
     status_qps: f64,
+    /// API requests per second at most, on average (watches, reads, writes; the leader
+    /// Lease has a client of its own). 0, the default: no client-side limit, as in
+    /// controller-runtime, since the API server's Priority and Fairness protects it.
+    #[arg(long, env = "SWITCHYARD_API_QPS", default_value_t = 0.0)]
+    api_qps: f64,
+    /// API requests at once before `--api-qps` paces them.
+    #[arg(long, env = "SWITCHYARD_API_BURST", default_value_t = 100)]
+    api_burst: u32,
     /// For single-host test rigs only: EndpointSlices cannot hold loopback addresses, so
     /// map a range onto another (FROM/LEN=TO/LEN, e.g. 198.18.0.0/16=127.0.0.0/16).
     #[arg(long, env = "SWITCHYARD_ENDPOINT_ADDRESS_MAP")]
@@ -357,9 +366,12 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         !args.serve.probe_token.is_empty(),
         "--probe-token (SWITCHYARD_PROBE_TOKEN) is required: every replica must serve the same secret"
     );
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
+    let client = api_client(config.clone(), args.api_qps, args.api_burst)?;
+    // Lease renewals never queue behind a burst of reconciles.
+    let lease_client = kube::Client::try_from(config).context("building the Lease client")?;
     // An empty SWITCHYARD_NAMESPACES means all of them.
     let namespaces: Vec<String> = args
         .namespaces
@@ -453,12 +465,24 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         if first_snapshot.wait_for(Option::is_some).await.is_err() {
             anyhow::bail!("the snapshot builder stopped before the first snapshot");
         }
-        run_when_leader(client, lease, lead).await
+        run_when_leader(lease_client, lease, lead).await
     };
     tokio::select! {
         result = serve(args.serve, desired, nodes, metrics, registry) => result,
         result = lead_once_serving => result,
     }
+}
+
+/// A kube client whose requests are held to `qps` on average, `burst` at once (0 qps: no
+/// limit).
+fn api_client(config: kube::Config, qps: f64, burst: u32) -> anyhow::Result<kube::Client> {
+    let builder =
+        kube::client::ClientBuilder::try_from(config).context("building the API client")?;
+    Ok(if qps > 0.0 {
+        builder.with_layer(&ApiRateLimit::new(qps, burst)).build()
+    } else {
+        builder.build()
+    })
 }
 
 /// Runs the ADS server and the admin port until one fails or a signal arrives.

@@ -155,3 +155,24 @@ async fn bad_routes_are_reported_and_contained_and_status_does_not_churn() {
     rig.add_backend("missing").await;
     rig.wait_ready("no-service", Duration::from_secs(30)).await;
 }
+
+#[tokio::test]
+async fn an_operator_held_to_a_few_api_requests_a_second_still_rolls_out_without_drops() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    // Its watches alone take the first burst: everything after is paced.
+    rig.start_operator("switchyard-1", &["--api-qps", "5", "--api-burst", "5"]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    let took = rig.wait_ready("web", Duration::from_secs(60)).await;
+    eprintln!("at 5 API requests/s: first generation Ready in {took:?}");
+    let load = Load::start(rig.targets(), HOST, 240, Duration::from_secs(60));
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    let took = rig.wait_ready("web", Duration::from_secs(60)).await;
+    eprintln!("at 5 API requests/s: shift Ready in {took:?}");
+    assert_eq!(rig.answers().await, ["green"; 3]);
+    let report = load.finish().await;
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}

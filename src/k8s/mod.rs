@@ -9,6 +9,7 @@ pub mod departed;
 pub mod index;
 pub mod leader;
 pub mod model_cache;
+pub mod rate_limit;
 pub mod rbac;
 pub mod resolve;
 pub mod shift;

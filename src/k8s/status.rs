@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -13,6 +12,7 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
+use super::rate_limit::TokenBucket;
 use crate::api::{TrafficRoute, TrafficRouteStatus};
 
 pub const FIELD_MANAGER: &str = "switchyard-status";
@@ -66,7 +66,9 @@ impl Shared {
     }
 
     async fn run(self: Arc<Self>, client: Client, qps: f64) {
-        let mut limit = RateLimit::new(qps);
+        // Up to one second's worth of writes at once: a lone rollout's few writes go out
+        // at once, a burst of thousands is held to `qps`.
+        let mut limit = TokenBucket::new(qps, qps);
         let mut written: HashMap<Key, TrafficRouteStatus> = HashMap::new();
         loop {
             let next = self.lock().pop_first();
@@ -77,7 +79,7 @@ impl Shared {
             if written.get(&key) == Some(&status) {
                 continue;
             }
-            if let Some(wait) = limit.take(Instant::now()) {
+            if let Some(wait) = limit.take(tokio::time::Instant::now()) {
                 tokio::time::sleep(wait).await;
                 // A newer status handed over meanwhile is the one to write.
                 let newer = self.lock().remove(&key);
@@ -113,37 +115,6 @@ impl Shared {
     }
 }
 
-/// A token bucket: up to one second's worth of writes at once, `qps` on average. A lone
-/// rollout's few writes go out at once; a burst of thousands is held to `qps`.
-struct RateLimit {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl RateLimit {
-    fn new(qps: f64) -> Self {
-        let qps = qps.max(0.1);
-        let burst = qps.max(1.0);
-        Self {
-            qps,
-            burst,
-            tokens: burst,
-            at: Instant::now(),
-        }
-    }
-
-    /// Takes a token; None when one is available now, else how long until it is (it is
-    /// taken in advance: the caller waits, then writes).
-    fn take(&mut self, now: Instant) -> Option<Duration> {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.qps;
-        self.tokens = (self.tokens + refill).min(self.burst) - 1.0;
-        self.at = now;
-        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.qps))
-    }
-}
-
 /// A condition that keeps its lastTransitionTime unless its status changes.
 pub fn condition(
     previous: &[Condition],
@@ -172,22 +143,6 @@ pub fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_burst_up_to_one_second_then_keep_to_the_rate() {
-        let start = Instant::now();
-        let mut limit = RateLimit::new(20.0);
-        for _ in 0..20 {
-            assert_eq!(limit.take(start), None);
-        }
-        let wait = limit.take(start).expect("the bucket is empty");
-        assert!((wait.as_secs_f64() - 0.05).abs() < 1e-9, "{wait:?}");
-        // The write that waited used the token that refilled meanwhile.
-        let later = start + Duration::from_millis(50);
-        assert!(limit.take(later).is_some());
-        let idle = later + Duration::from_secs(5);
-        assert_eq!(limit.take(idle), None, "refilled, up to the burst");
-    }
 
     #[test]
     fn transition_time_changes_only_with_the_status() {

@@ -372,12 +372,36 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    // Every Envoy connected again and holding the new process's snapshot, ACKed.
+    let synced = loop {
+        let nodes = reqwest::get(format!("http://127.0.0.1:{admin}/debug/nodes"))
+            .await
+            .ok();
+        let text = match nodes {
+            Some(r) => r.text().await.unwrap_or_default(),
+            None => String::new(),
+        };
+        let view: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
+        let count = nodes
+            .iter()
+            .filter(|n| n["status"]["synced"] == serde_json::Value::Bool(true))
+            .count();
+        if count == rig.envoys.len() {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{count} Envoys synced within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let all_ready =
         wait_ready_routes(&rig, routes + late + 1, Duration::from_secs(120)).await + readyz;
     let report = load.finish().await;
     let after: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
     eprintln!(
-        "restart with {} routes: /readyz {readyz:?} after start, the {late} new TLS routes Ready {all_ready:?} after start; \
+        "restart with {} routes: /readyz {readyz:?} after start, every Envoy synced {synced:?} after start, the {late} new TLS routes Ready {all_ready:?} after start; \
          listeners/clusters removed per Envoy before {before:?}, after {after:?}; {} requests, non-2xx {} {:?}",
         routes + 1,
         report.sent,

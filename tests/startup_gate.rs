@@ -311,6 +311,39 @@ async fn wait_ready_routes(rig: &Rig, count: usize, within: Duration) -> Duratio
     }
 }
 
+/// Leaves a status on routes r0..r{count} that no longer says the truth (another writer's,
+/// for an old generation), as a crashed operator or a restore from backup would.
+async fn make_stale(rig: &Rig, count: usize) {
+    let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let routes = routes.clone();
+            async move {
+                let patch = serde_json::json!({
+                    "status": {
+                        "observedGeneration": 0,
+                        "conditions": [{
+                            "type": "Ready", "status": "False", "reason": "Stale",
+                            "message": "left behind", "observedGeneration": 0,
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }],
+                    }
+                });
+                routes
+                    .patch_status(
+                        &format!("r{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .expect("stale status");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+}
+
 /// The seed's hazard at a size that fits CI: a busy operator SIGKILLed under load, TLS
 /// routes (Secrets after them) created while it is down, a new process on the same xDS
 /// port. Its gate opens as soon as the watches are listed (Secrets come from the watch
@@ -344,7 +377,9 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
     )
     .await;
     create_routes(&rig, 0, routes, tls).await;
-    let took = wait_ready_routes(&rig, routes + 1, Duration::from_secs(120)).await;
+    // Bounded, and long enough for the size asked for.
+    let within = Duration::from_secs(120) + Duration::from_millis(50) * (routes + late) as u32;
+    let took = wait_ready_routes(&rig, routes + 1, within).await;
     eprintln!("{} routes ({tls} TLS) Ready in {took:?}", routes + 1);
     let before: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
 
@@ -356,6 +391,8 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
     );
     rig.kill_operator("switchyard-1");
     create_routes(&rig, routes, routes + late, late).await;
+    let stale = routes.min(1000);
+    make_stale(&rig, stale).await;
     rig.start_operator_on("switchyard-2", xds[0], &QPS);
     let started = Instant::now();
     let admin = rig.operator("switchyard-2").admin_port;
@@ -396,12 +433,11 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let all_ready =
-        wait_ready_routes(&rig, routes + late + 1, Duration::from_secs(120)).await + readyz;
+    let all_ready = wait_ready_routes(&rig, routes + late + 1, within).await + readyz;
     let report = load.finish().await;
     let after: Vec<(u64, u64)> = futures::future::join_all(rig.envoys.iter().map(removed)).await;
     eprintln!(
-        "restart with {} routes: /readyz {readyz:?} after start, every Envoy synced {synced:?} after start, the {late} new TLS routes Ready {all_ready:?} after start; \
+        "restart with {} routes: /readyz {readyz:?} after start, every Envoy synced {synced:?} after start, the {late} new TLS routes Ready and {stale} stale statuses rewritten {all_ready:?} after start; \
          listeners/clusters removed per Envoy before {before:?}, after {after:?}; {} requests, non-2xx {} {:?}",
         routes + 1,
         report.sent,

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use switchyard::api::TrafficRouteStatus;
 use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::{HttpsLoad, HttpsLoadReport, pem_fingerprint};
 use switchyard_e2e::{Load, LoadReport};
 
 const RATE: u32 = 240;
@@ -341,4 +343,248 @@ async fn a_split_whose_canary_service_is_deleted_and_recreated_drops_nothing() {
     let report = load.finish().await;
     summary("canary Service deleted and re-created", &report, &[took]);
     assert_eq!(report.non_2xx(), 0);
+}
+
+// ------------------------------------------------------------------ TLS Secrets under HTTPS load
+
+const SECRET: &str = "web-cert";
+
+/// A rig whose route `web` serves HTTPS for [`HOST`] with the Secret [`SECRET`] (the test
+/// certificate), Ready and serving that certificate on every Envoy; its fingerprint.
+async fn https_rig() -> (Rig, String) {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("app").await;
+    let (cert, key) = Rig::testdata_tls();
+    rig.apply_tls_secret(SECRET, &cert, &key).await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::tls_route_yaml(HOST, SECRET, &[("app", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let fingerprint = pem_fingerprint(&cert);
+    rig.wait_certificate(HOST, &fingerprint, Duration::from_secs(10))
+        .await;
+    (rig, fingerprint)
+}
+
+fn https_summary(name: &str, report: &HttpsLoadReport, what: &str, took: &[Duration]) {
+    let ms: Vec<String> = took
+        .iter()
+        .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect();
+    let requests = &report.requests;
+    eprintln!(
+        "{name}: {} HTTPS requests in {:.1}s ({} new connections), non-2xx {}, by status {:?}; {what} (ms): [{}]",
+        requests.sent,
+        requests.elapsed.as_secs_f64(),
+        report.connections,
+        requests.non_2xx(),
+        requests.by_status,
+        ms.join(", ")
+    );
+    for ((target, fingerprint, fresh), seen) in &report.certificates {
+        let how = if *fresh { "new" } else { "kept-alive" };
+        eprintln!(
+            "  {target} {fingerprint} on {how} connections: {} answers, {:.2}s..{:.2}s",
+            seen.count,
+            seen.first.as_secs_f64(),
+            seen.last.as_secs_f64()
+        );
+    }
+    for failure in requests.failures.iter().take(5) {
+        eprintln!("  {failure:?}");
+    }
+}
+
+/// Every Envoy's new connections showed `fingerprint` under the load, and no other
+/// certificate after it.
+fn assert_switched(report: &HttpsLoadReport, rig: &Rig, fingerprint: &str) {
+    for address in rig.https_targets() {
+        let target = format!("https://{address}");
+        let (last_other, first) = report.switch(&target, fingerprint);
+        let first = first.unwrap_or_else(|| {
+            panic!("{target}: no new connection was served {fingerprint} under the load")
+        });
+        // Handshakes in flight when the certificate changed may end a moment later.
+        assert!(
+            last_other.is_none_or(|other| other < first + Duration::from_millis(100)),
+            "{target}: an older certificate at {last_other:?}, after {fingerprint} at {first:?}"
+        );
+    }
+}
+
+/// The route's conditions that name `what`.
+fn conditions_naming(status: &TrafficRouteStatus, what: &str) -> Vec<String> {
+    status
+        .conditions
+        .iter()
+        .filter(|c| c.message.contains(what))
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect()
+}
+
+fn is_ready(status: &TrafficRouteStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// cert-manager renews a certificate: the Secret's tls.crt and tls.key change in place.
+/// Envoy takes the new certificate for new handshakes; nothing fails, not even on
+/// connections kept alive across the change.
+#[tokio::test]
+async fn a_tls_secret_rotated_under_https_load_drops_nothing() {
+    let (rig, first) = https_rig().await;
+    let load = HttpsLoad::start(rig.https_targets(), HOST, RATE, Duration::from_secs(300));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut took = Vec::new();
+    let mut latest = first.clone();
+    for _ in 0..3 {
+        let (cert, key) = Rig::new_certificate(HOST);
+        let fingerprint = pem_fingerprint(&cert);
+        assert_ne!(fingerprint, latest);
+        let started = Instant::now();
+        rig.apply_tls_secret(SECRET, &cert, &key).await;
+        rig.wait_certificate(HOST, &fingerprint, Duration::from_secs(10))
+            .await;
+        took.push(started.elapsed());
+        // Traffic on each certificate, not only across the changes.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        latest = fingerprint;
+    }
+    let report = load.finish().await;
+    https_summary(
+        "TLS Secret rotated 3 times",
+        &report,
+        "change → new certificate on every Envoy",
+        &took,
+    );
+    assert_eq!(report.requests.non_2xx(), 0);
+    assert_switched(&report, &rig, &latest);
+    let status = rig.route("web").await.status.unwrap_or_default();
+    assert!(is_ready(&status), "{status:#?}");
+    assert_eq!(conditions_naming(&status, SECRET), Vec::<String>::new());
+}
+
+/// `kubectl delete secret` on a Secret a route serves: failing closed would break every
+/// HTTPS client of the route for one command. The last good certificate keeps serving, the
+/// route's status names the missing Secret, and a Secret created again is served.
+#[tokio::test]
+async fn a_deleted_tls_secret_keeps_the_last_good_certificate_and_says_so() {
+    let (rig, old) = https_rig().await;
+    let secret = format!("{}/{SECRET}", rig.namespace);
+    let load = HttpsLoad::start(rig.https_targets(), HOST, RATE, Duration::from_secs(300));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let deleted = Instant::now();
+    rig.delete_secret(SECRET).await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(20), |s| {
+            !conditions_naming(s, &secret).is_empty()
+        })
+        .await;
+    let said = deleted.elapsed();
+    eprintln!(
+        "Secret deleted, status after {:.0} ms: {:?}",
+        said.as_secs_f64() * 1000.0,
+        conditions_naming(&status, &secret)
+    );
+    assert!(
+        is_ready(&status),
+        "still served by every Envoy: {status:#?}"
+    );
+    // Serving goes on with the last good certificate, on new connections too.
+    for _ in 0..10 {
+        assert_eq!(rig.served_certificates(HOST).await, [old.as_str(); 3]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let (cert, key) = Rig::new_certificate(HOST);
+    let new = pem_fingerprint(&cert);
+    let recreated = Instant::now();
+    rig.apply_tls_secret(SECRET, &cert, &key).await;
+    rig.wait_certificate(HOST, &new, Duration::from_secs(10))
+        .await;
+    let served = recreated.elapsed();
+    rig.wait_status("web", Duration::from_secs(20), |s| {
+        is_ready(s) && conditions_naming(s, &secret).is_empty()
+    })
+    .await;
+    let cleared = recreated.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = load.finish().await;
+    https_summary(
+        "TLS Secret deleted and created again",
+        &report,
+        "delete → status names it; create → new certificate everywhere; create → status clean",
+        &[said, served, cleared],
+    );
+    assert_eq!(report.requests.non_2xx(), 0);
+    assert_switched(&report, &rig, &new);
+}
+
+/// A Secret updated with content Envoy cannot load (here tls.crt is not PEM): Envoy would
+/// reject it, and an Envoy that starts meanwhile would never open its HTTPS listener. The
+/// last good certificate keeps serving, on every Envoy, the restarted one included, and
+/// the status names the Secret.
+#[tokio::test]
+async fn a_tls_secret_with_content_envoy_cannot_load_keeps_the_last_good_certificate() {
+    let (mut rig, old) = https_rig().await;
+    let secret = format!("{}/{SECRET}", rig.namespace);
+    let load = HttpsLoad::start(rig.https_targets(), HOST, RATE, Duration::from_secs(300));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, key) = Rig::testdata_tls();
+    let broken = Instant::now();
+    rig.apply_secret_data(
+        SECRET,
+        &[
+            ("tls.crt", b"not a certificate".as_slice()),
+            ("tls.key", key.as_bytes()),
+        ],
+    )
+    .await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(20), |s| {
+            !conditions_naming(s, &secret).is_empty()
+        })
+        .await;
+    let said = broken.elapsed();
+    eprintln!("Secret broken: {:?}", conditions_naming(&status, &secret));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rig.served_certificates(HOST).await, [old.as_str(); 3]);
+    let report = load.finish().await;
+    https_summary(
+        "TLS Secret with a tls.crt that is not PEM",
+        &report,
+        "change → status names it",
+        &[said],
+    );
+    assert_eq!(report.requests.non_2xx(), 0);
+    // Nothing Envoy would refuse was sent.
+    let nodes = rig.operators[0].nodes().await;
+    let nacks: Vec<String> = nodes["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|n| {
+            n["status"]["types"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, t)| !t["last_nack"].is_null())
+                .map(|(kind, t)| format!("{} {kind}: {}", n["node_id"], t["last_nack"]["error"]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(nacks, Vec::<String>::new());
+
+    // An Envoy that starts now gets the last good certificate, and serves HTTPS.
+    rig.restart_envoy(0);
+    let took = rig
+        .wait_certificate(HOST, &old, Duration::from_secs(30))
+        .await;
+    eprintln!(
+        "restarted Envoy serves the last good certificate after {:.0} ms",
+        took.as_secs_f64() * 1000.0
+    );
 }

@@ -645,3 +645,128 @@ fn free_block() -> u8 {
     static NEXT: AtomicU8 = AtomicU8::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
+
+/// HTTPS: TLS Secrets, routes that serve them, and the certificate each Envoy shows.
+impl Rig {
+    /// Every Envoy's HTTPS listener.
+    pub fn https_targets(&self) -> Vec<std::net::SocketAddr> {
+        self.envoy_addresses
+            .iter()
+            .map(|a| {
+                let ip: std::net::IpAddr = a.parse().expect("an Envoy address");
+                std::net::SocketAddr::new(ip, self.ports.https)
+            })
+            .collect()
+    }
+
+    /// [`Rig::route_yaml`] served over HTTPS with the TLS Secret `secret` (plain HTTP
+    /// redirects to it).
+    pub fn tls_route_yaml(host: &str, secret: &str, backends: &[(&str, u32)]) -> String {
+        format!(
+            "tls: {{ secretName: {secret} }}\n{}",
+            Self::route_yaml(host, backends)
+        )
+    }
+
+    /// The test certificate and key (PEM) of e2e/testdata, for `*.test`.
+    pub fn testdata_tls() -> (String, String) {
+        let read = |file: &str| {
+            let path = format!("{}/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        (read("tls.crt"), read("tls.key"))
+    }
+
+    /// A new self-signed certificate and key (PEM, ECDSA P-256) for `host`, made with
+    /// Switchyard's certgen: each call gives another certificate.
+    pub fn new_certificate(host: &str) -> (String, String) {
+        let bundle = switchyard::certgen::generate(&[host.to_string()], 30).expect("certgen");
+        (bundle.server.cert_pem, bundle.server.key_pem)
+    }
+
+    /// Creates the `kubernetes.io/tls` Secret `name`, or replaces its data in place (the
+    /// way cert-manager renews a certificate).
+    pub async fn apply_tls_secret(&self, name: &str, cert_pem: &str, key_pem: &str) {
+        self.apply_secret_data(
+            name,
+            &[
+                ("tls.crt", cert_pem.as_bytes()),
+                ("tls.key", key_pem.as_bytes()),
+            ],
+        )
+        .await;
+    }
+
+    /// Creates or replaces the `kubernetes.io/tls` Secret `name` with exactly `data`
+    /// (which need not be a valid certificate and key).
+    pub async fn apply_secret_data(&self, name: &str, data: &[(&str, &[u8])]) {
+        use k8s_openapi::api::core::v1::Secret;
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("rig-user").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("apply Secret {name}: {e}"));
+    }
+
+    /// Deletes the Secret `name`.
+    pub async fn delete_secret(&self, name: &str) {
+        use k8s_openapi::api::core::v1::Secret;
+        Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
+            .delete(name, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete Secret {name}: {e}"));
+    }
+
+    /// Through every Envoy, on a new connection: the fingerprint of the certificate served
+    /// for `host` when the route answers 2xx, else what happened.
+    pub async fn served_certificates(&self, host: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for address in self.https_targets() {
+            out.push(match crate::https_get(address, host, "/").await {
+                Ok((certificate, a)) if (200..300).contains(&a.status) => certificate,
+                Ok((certificate, a)) => format!("{certificate} status {}", a.status),
+                Err(e) => format!("error {e}"),
+            });
+        }
+        out
+    }
+
+    /// Waits until every Envoy serves the certificate `fingerprint` for `host` on new
+    /// connections; how long it took.
+    pub async fn wait_certificate(
+        &self,
+        host: &str,
+        fingerprint: &str,
+        within: Duration,
+    ) -> Duration {
+        let started = Instant::now();
+        loop {
+            let served = self.served_certificates(host).await;
+            if served.iter().all(|s| s == fingerprint) {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "{host}: not every Envoy serves certificate {fingerprint} within {within:?}: {served:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

@@ -4,13 +4,10 @@
 //! initial list and the first full snapshot is built from it; only then does the xDS
 //! server answer. Status writing is elsewhere and never waits here.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -18,8 +15,9 @@ use super::address_map::AddressMap;
 use super::departed::Departed;
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
-use super::to_model::{Inputs, TlsData};
-use crate::api::{ProxyConfig, ProxyConfigRole};
+use super::tls_secrets::{SECRET_KEPT, TlsSecrets, tls_secret_of};
+use super::to_model::Inputs;
+use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
 use crate::translate::{Problem, Translator};
@@ -52,7 +50,7 @@ impl Builder {
             after_ms = started.elapsed().as_millis() as u64,
             "every watcher has its initial list"
         );
-        let mut secrets = BTreeMap::new();
+        let mut secrets = TlsSecrets::default();
         // Hold what the last build was made of: each build rebuilds only what changed.
         let mut models = ModelCache::default();
         let mut translator = Translator::new();
@@ -77,7 +75,7 @@ impl Builder {
 
     fn build_and_publish(
         &self,
-        secrets: &mut BTreeMap<(String, String), TlsData>,
+        secrets: &mut TlsSecrets,
         models: &mut ModelCache,
         translator: &mut Translator,
         departed: &mut Departed,
@@ -92,8 +90,9 @@ impl Builder {
         );
         slices_touched.keys.extend(released);
         let secrets_touched = self.index.tls_secrets.take_touched();
-        // A ProxyConfig that stopped serving a Secret leaves it unused in the map, which is
-        // harmless; only one that serves one now may need its content.
+        // A ProxyConfig that stopped serving a Secret leaves it unused in the map (the model
+        // takes only Secrets a virtual host names), with its last good content, until the
+        // next refresh; only one that serves one now may need its content.
         let tls_may_differ = secrets_touched.any()
             || proxy_configs_touched.all
             || proxy_configs_touched.keys.iter().any(|key| {
@@ -101,14 +100,14 @@ impl Builder {
                 pc.is_some_and(|pc| tls_secret_of(&pc).is_some())
             });
         if tls_may_differ {
-            *secrets = served_secrets(&self.index);
+            secrets.refresh(&self.index);
         }
 
         let started = Instant::now();
         let settings = Settings {
             listeners: &self.listeners,
             address_map: self.address_map,
-            secrets,
+            secrets: &secrets.served,
         };
         let touched = (!proxy_configs_touched.all && !slices_touched.all).then_some(Touched {
             proxy_configs: proxy_configs_touched.keys,
@@ -129,7 +128,7 @@ impl Builder {
                     address_map: self.address_map,
                     proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
                     endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
-                    secrets,
+                    secrets: &secrets.served,
                 })
             }
         };
@@ -139,9 +138,14 @@ impl Builder {
             Step::Changes(changes) => translator.apply(changes),
         };
         let elapsed = started.elapsed();
+        problems.extend(secrets.problems.iter().cloned());
         problems.extend(translation.problems.iter().cloned());
         for problem in &problems {
-            warn!(%problem, "left out of the configuration");
+            if problem.message.ends_with(SECRET_KEPT) {
+                warn!(%problem, "TLS Secret cannot serve; its last good content does");
+            } else {
+                warn!(%problem, "left out of the configuration");
+            }
         }
         let snapshot = Arc::new(translation.snapshot);
         self.metrics.record_snapshot(&snapshot, elapsed);
@@ -186,39 +190,4 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// The TLS Secrets that live ProxyConfigs serve, read from the watch store.
-fn served_secrets(index: &Index) -> BTreeMap<(String, String), TlsData> {
-    index
-        .proxy_configs
-        .state()
-        .iter()
-        .filter_map(|pc| tls_secret_of(pc))
-        .filter_map(|key| {
-            let secret = index.tls_secrets.get(&key)?;
-            Some((key, tls_data(&secret)?))
-        })
-        .collect()
-}
-
-/// (namespace, name) of the TLS Secret a live ProxyConfig serves.
-fn tls_secret_of(pc: &ProxyConfig) -> Option<(String, String)> {
-    if pc.spec.role != ProxyConfigRole::Live {
-        return None;
-    }
-    let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
-    Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
-}
-
-fn tls_data(secret: &Secret) -> Option<TlsData> {
-    let data = secret.data.as_ref()?;
-    let text = |key: &str| {
-        data.get(key)
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-    };
-    Some(TlsData {
-        certificate_chain: text("tls.crt")?,
-        private_key: text("tls.key")?,
-    })
 }

@@ -25,6 +25,7 @@ use super::index::{Scope, WatchBackoff, Watched};
 use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec, resolve_route};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::status::{StatusWriter, condition};
+use super::tls_secrets::{SecretTrouble, secret_troubles};
 use super::to_model::{self, Inputs, TlsData};
 use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
 use crate::api::traffic_route::EnvoyProgress;
@@ -141,11 +142,15 @@ pub async fn run(client: Client, settings: Settings) {
         converged,
     });
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
+    let secrets = wake_on_secret_troubles(context.settings.problems.clone());
     let reconciling = controller
         // A watch that failed (the API server restarted, say) retries within a second, so
         // rollouts go on as soon as the API is back.
         .trigger_backoff(WatchBackoff::default())
         .reconcile_on(waiting)
+        // A TLS Secret deleted, broken or back changes what its routes' status says, and
+        // nothing else would reconcile them.
+        .reconcile_on(secrets)
         .owns(
             Api::<ProxyConfig>::all(client.clone()),
             watcher::Config::default(),
@@ -202,6 +207,40 @@ fn wake_waiting(
             Some((futures::stream::iter(waiting), converged))
         }
     })
+    .flatten()
+}
+
+/// The routes whose TLS Secret troubles (as this replica's snapshot builder sees them)
+/// appeared, changed or went, each time the builder's problems change.
+fn wake_on_secret_troubles(
+    problems: watch::Receiver<Vec<Problem>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    use std::collections::BTreeSet;
+    let troubles = |problems: &[Problem]| -> BTreeSet<(String, String)> {
+        problems
+            .iter()
+            .filter(|p| p.message.starts_with(super::tls_secrets::SECRET_PROBLEM))
+            .map(|p| (p.virtual_host.clone(), p.message.clone()))
+            .collect()
+    };
+    let before = troubles(&problems.borrow());
+    futures::stream::unfold(
+        (problems, before),
+        move |(mut problems, before)| async move {
+            problems.changed().await.ok()?;
+            let now = troubles(&problems.borrow_and_update());
+            let routes: BTreeSet<String> = before
+                .symmetric_difference(&now)
+                .map(|(route, _)| route.clone())
+                .collect();
+            let refs: Vec<ObjectRef<TrafficRoute>> = routes
+                .iter()
+                .filter_map(|id| id.split_once('/'))
+                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .collect();
+            Some((futures::stream::iter(refs), (problems, now)))
+        },
+    )
     .flatten()
 }
 
@@ -464,6 +503,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
             Step::Collect { after } => {
                 if !after.is_zero() {
                     report.draining();
+                    report.secrets(&ctx.secret_troubles(&route));
                     publish(
                         &ctx,
                         &route,
@@ -486,6 +526,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
             }
             Step::Done => {
                 report.done();
+                report.secrets(&ctx.secret_troubles(&route));
                 publish(
                     &ctx,
                     &route,
@@ -567,6 +608,16 @@ fn admit(
 }
 
 impl Context {
+    /// What this replica's snapshot builder says of the route's TLS Secret.
+    fn secret_troubles(&self, route: &TrafficRoute) -> Vec<SecretTrouble> {
+        let id = format!(
+            "{}/{}",
+            route.namespace().unwrap_or_default(),
+            route.name_any()
+        );
+        secret_troubles(&self.settings.problems.borrow(), &id)
+    }
+
     /// Why a rollout may be stuck: what the snapshot builder left out of this route, and
     /// Envoys (connected here) that rejected their configuration.
     fn troubles(&self, key: &(String, String)) -> Vec<String> {
@@ -736,6 +787,27 @@ impl Report {
         self.status.phase = Some("Draining".into());
     }
 
+    /// A route whose TLS Secret is missing or cannot serve: still Ready while its last good
+    /// certificate serves, with the reason and the Secret named; not Ready when it is left
+    /// out.
+    fn secrets(&mut self, troubles: &[SecretTrouble]) {
+        if troubles.is_empty() {
+            return;
+        }
+        let reason = if troubles.iter().any(|t| t.missing) {
+            "SecretNotFound"
+        } else {
+            "InvalidSecret"
+        };
+        let messages: Vec<&str> = troubles.iter().map(|t| t.message.as_str()).collect();
+        let served = self.ready.0 && troubles.iter().all(|t| t.kept);
+        self.ready = (
+            served,
+            reason.into(),
+            format!("{}; {}", self.ready.2, messages.join("; ")),
+        );
+    }
+
     fn done(&mut self) {
         self.status.phase = Some("Ready".into());
         if !self.ready.0 {
@@ -813,7 +885,12 @@ async fn publish(
     let Some((reason, note)) = event else {
         return;
     };
-    if is_ready && was_ready {
+    let reason_changed = !report.previous.iter().any(|c| {
+        c.type_ == "Ready"
+            && c.reason == report.ready.1
+            && c.observed_generation == Some(report.generation)
+    });
+    if is_ready && was_ready && !reason_changed {
         return;
     }
     let rejected_before = report.previous.iter().any(|c| {
@@ -824,8 +901,15 @@ async fn publish(
     if !is_ready && rejected_before {
         return;
     }
+    // A TLS Secret that went missing or bad is told under its own reason (Warning).
+    let secret = matches!(report.ready.1.as_str(), "SecretNotFound" | "InvalidSecret");
+    let (reason, note) = if secret {
+        (report.ready.1.as_str(), report.ready.2.clone())
+    } else {
+        (reason, note)
+    };
     let event = Event {
-        type_: if is_ready {
+        type_: if is_ready && !secret {
             EventType::Normal
         } else {
             EventType::Warning

@@ -14,4 +14,5 @@ pub mod rbac;
 pub mod resolve;
 pub mod shift;
 pub mod status;
+pub mod tls_secrets;
 pub mod to_model;

@@ -39,7 +39,8 @@ enum Command {
     Standalone(StandaloneArgs),
     /// Run in Kubernetes: watch ProxyConfigs, EndpointSlices and TLS Secrets, serve them
     /// over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes status.
-    Operator(OperatorArgs),
+    // Boxed: its flags make it far larger than the other commands.
+    Operator(Box<OperatorArgs>),
     /// Show every Envoy connected to the given replicas: ACKed versus desired, and NACKs.
     Status {
         /// Admin address of a replica (repeat for each), e.g. 127.0.0.1:9000.
@@ -249,7 +250,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Standalone(args) => run_standalone(args).await,
-        Command::Operator(args) => run_operator(args).await,
+        Command::Operator(args) => run_operator(*args).await,
         Command::Crdgen { out } => crdgen(&out),
         Command::Certgen(args) => certgen(args),
         Command::Status { admins } => proxy_status(&admins).await,

@@ -704,17 +704,18 @@ async fn a_rollout_goes_on_within_a_second_or_two_of_the_api_server_being_back()
     rig.wait_ready("web", Duration::from_secs(60)).await;
 
     let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
-    // Long enough for kube-runtime's default watch backoff to reach 6.4 s, short of the
-    // 15 s lease: the operator keeps leading and must notice the API is back by itself.
+    // Long enough for kube-runtime's default watch backoff to reach 6.4 s (its next retry
+    // ~5 s after the API is back), well short of the 15 s lease: the operator keeps
+    // leading and must notice the API is back by itself.
     relay.cut();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let generation = rig.apply_route("web", &spec("svc-1", "1s")).await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     relay.restore();
     let took = rig.wait_ready("web", Duration::from_secs(60)).await;
     wait_complete(&rig, generation, "svc-1", Duration::from_secs(60)).await;
     let report = load.finish().await;
-    summary("API server away for 9 s", &report);
+    summary("API server away for 7 s", &report);
     eprintln!(
         "Ready for the change made while the API was away: {:.0} ms after it was back",
         took.as_secs_f64() * 1000.0

@@ -112,7 +112,11 @@ async fn after_a_restart_the_first_configuration_holds_every_route() {
 
 #[tokio::test]
 async fn slow_status_writes_never_delay_xds() {
-    const ROUTES: usize = 2000;
+    // SWITCHYARD_E2E_GATE_ROUTES=10000 runs it at the scale benchmarks' size.
+    let count: usize = std::env::var("SWITCHYARD_E2E_GATE_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
     let mut rig = Rig::start(1).await;
     rig.add_backend("app").await;
     let services: Api<Service> = Api::namespaced(rig.client.clone(), &rig.namespace);
@@ -120,9 +124,9 @@ async fn slow_status_writes_never_delay_xds() {
     let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
     let configs: Api<ProxyConfig> = Api::namespaced(rig.client.clone(), &rig.namespace);
 
-    // 2000 routes whose live configs an earlier leader wrote; none has a status yet.
+    // Routes whose live configs an earlier leader wrote; none has a status yet.
     let created = Instant::now();
-    futures::stream::iter(0..ROUTES)
+    futures::stream::iter(0..count)
         .map(|i| {
             let (routes, configs, app) = (routes.clone(), configs.clone(), app.clone());
             async move {
@@ -160,14 +164,14 @@ async fn slow_status_writes_never_delay_xds() {
         .collect::<Vec<()>>()
         .await;
     eprintln!(
-        "created {ROUTES} routes and live configs in {:?}",
+        "created {count} routes and live configs in {:?}",
         created.elapsed()
     );
 
     rig.start_operator("switchyard-1", &["--status-qps", "2"]);
     let started = Instant::now();
     loop {
-        if served_virtual_hosts(&rig.envoys[0], &rig.namespace).await == Some(ROUTES) {
+        if served_virtual_hosts(&rig.envoys[0], &rig.namespace).await == Some(count) {
             break;
         }
         assert!(
@@ -186,11 +190,11 @@ async fn slow_status_writes_never_delay_xds() {
         .filter(|r| r.status.is_some())
         .count();
     eprintln!(
-        "Envoy holds all {ROUTES} routes {xds:?} after the operator started; {with_status} statuses written by then (2 writes/s)"
+        "Envoy holds all {count} routes {xds:?} after the operator started; {with_status} statuses written by then (2 writes/s)"
     );
     assert!(xds < Duration::from_secs(20), "xDS took {xds:?}");
     assert!(
-        with_status < ROUTES / 2,
+        with_status < count / 2,
         "status was not the slow part: {with_status}"
     );
     // ... and status catches up on its own: a first write within a bounded wait (its

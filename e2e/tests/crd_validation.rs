@@ -663,3 +663,40 @@ async fn the_largest_proxy_config_a_route_can_produce_is_accepted() {
     );
     rig::delete_namespace(&client, &ns).await;
 }
+
+#[tokio::test]
+async fn kubectl_explain_describes_both_kinds() {
+    let api = KubeApi::shared().await;
+    let client = api.client().await;
+    let ns = rig::unique_name("crdexplain");
+    rig::create_namespace(&client, &ns).await;
+    install_crds(&api, &ns).await;
+    for (what, says) in [
+        ("trafficroutes", "A route a user writes"),
+        ("trafficroutes.spec", "What the route serves"),
+        ("proxyconfigs", "written only by Switchyard"),
+        (
+            "proxyconfigs.spec",
+            "One role of a route's resolved configuration",
+        ),
+    ] {
+        // Discovery may lag just after the CRDs are established: bounded retries. The
+        // text is compared with its line breaks flattened.
+        let mut out = String::new();
+        let mut flat = String::new();
+        for _ in 0..50 {
+            out =
+                String::from_utf8_lossy(&api.kubectl(["explain", what]).await.stdout).into_owned();
+            flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+            if flat.contains(says) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(flat.contains(says), "kubectl explain {what}:\n{out}");
+        assert!(
+            !flat.contains("Auto-generated"),
+            "kubectl explain {what}:\n{out}"
+        );
+    }
+}

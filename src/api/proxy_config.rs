@@ -19,6 +19,7 @@ use super::traffic_route::{HeaderEdits, Retries, RuleMatch};
     namespaced,
     shortname = "pxc",
     category = "switchyard",
+    doc = "The resolved configuration Switchyard serves for one TrafficRoute, written only by Switchyard: the probe role holds the clusters that must be ready on every Envoy before a switch, the live role what serves traffic. Do not edit.",
     printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
     printcolumn(name = "Route", type_ = "string", json_path = ".spec.route"),
     printcolumn(name = "Generation", type_ = "integer", json_path = ".spec.generation"),
@@ -29,6 +30,7 @@ use super::traffic_route::{HeaderEdits, Retries, RuleMatch};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+/// One role of a route's resolved configuration: its virtual host (live) and clusters.
 #[serde(rename_all = "camelCase")]
 pub struct ProxyConfigSpec {
     pub role: ProxyConfigRole,

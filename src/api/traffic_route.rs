@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
     status = "TrafficRouteStatus",
     shortname = "tr",
     category = "switchyard",
+    doc = "A route a user writes: hosts, optional TLS, HTTP rules with weighted Service backends, and how changes roll out. Switchyard moves traffic to each new generation only once every Envoy has proven it ready, and reports progress in status; it never writes the spec.",
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+/// What the route serves: its hosts, TLS, rules in match order, and rollout settings.
 #[serde(rename_all = "camelCase")]
 pub struct TrafficRouteSpec {
     /// Host names this route serves (exact, or "*.example.com").

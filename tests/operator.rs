@@ -104,20 +104,27 @@ async fn bad_routes_are_reported_and_contained_and_status_does_not_churn() {
     // Every other route keeps serving, still Ready.
     assert_eq!(rig.answers().await, ["blue", "blue", "blue"]);
     rig.wait_ready("web", Duration::from_secs(1)).await;
-    let events = rig
-        .api
-        .kubectl_ok([
-            "get",
-            "events",
-            "-n",
-            &rig.namespace,
-            "--field-selector",
-            "involvedObject.name=no-service",
-            "-o",
-            "name",
-        ])
-        .await;
-    assert!(!events.trim().is_empty(), "no Event for the rejected route");
+    // An Event for each rejection, under its reason.
+    for (name, _, reason, _) in &cases {
+        let selector = format!("involvedObject.name={name}");
+        let reasons = rig
+            .api
+            .kubectl_ok([
+                "get",
+                "events",
+                "-n",
+                &rig.namespace,
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ])
+            .await;
+        assert!(
+            reasons.split_whitespace().any(|r| r == *reason),
+            "no {reason} Event for {name}: {reasons:?}"
+        );
+    }
 
     // Hands off user intent: only the user manages the spec; Switchyard only the status.
     let web = rig.route("web").await;
@@ -175,4 +182,44 @@ async fn an_operator_held_to_a_few_api_requests_a_second_still_rolls_out_without
     assert_eq!(rig.answers().await, ["green"; 3]);
     let report = load.finish().await;
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}
+
+#[tokio::test]
+async fn a_configuration_envoy_rejects_is_told_once_as_an_event() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.start_operator("switchyard-1", &[]);
+    // Passes the schema and the translator; Envoy refuses the unknown command.
+    let spec = format!(
+        "{}  responseHeaders: {{ set: {{ x-a: \"%NOT_A_COMMAND%\" }} }}\n",
+        Rig::route_yaml(HOST, &[("blue", 1)])
+    );
+    rig.apply_route("web", &spec).await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(30), |s| {
+            condition(s, "Ready").is_some_and(|c| c.reason == "EnvoyRejected")
+        })
+        .await;
+    eprintln!("{:?}", condition(&status, "Ready").map(|c| &c.message));
+    // Some more checks while it waits: still one Event.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = rig
+        .api
+        .kubectl_ok([
+            "get",
+            "events",
+            "-n",
+            &rig.namespace,
+            "--field-selector",
+            "involvedObject.name=web",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+        .await;
+    eprintln!("the route's Events: {events:?}");
+    let rejected = events
+        .split_whitespace()
+        .filter(|r| *r == "EnvoyRejected")
+        .count();
+    assert_eq!(rejected, 1, "one EnvoyRejected Event: {events:?}");
 }

@@ -39,6 +39,8 @@ use crate::xds::{NodeReport, Nodes};
 pub const FIELD_MANAGER: &str = "switchyard";
 const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
 const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// The Ready reason (and Event reason) while an Envoy rejects the route's configuration.
+const ENVOY_REJECTED: &str = "EnvoyRejected";
 /// How long one reconcile keeps re-probing before it hands the wait to the controller's
 /// requeue (and publishes why it waits): long enough for Envoys to take a configuration
 /// push, short enough that a stuck rollout reports promptly.
@@ -434,7 +436,13 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         match step {
             Step::Reject(error) => {
                 report.rejected(&error, live.as_ref());
-                publish(&ctx, &route, &report, Some(("Rejected", error.to_string()))).await;
+                publish(
+                    &ctx,
+                    &route,
+                    &report,
+                    Some((error.reason(), error.to_string())),
+                )
+                .await;
                 return Ok(Action::requeue(Duration::from_secs(300)));
             }
             Step::Stage(spec) => {
@@ -749,7 +757,7 @@ impl Report {
         }
         let detail = format!("{}; {}", self.ready.2, troubles.join("; "));
         if troubles.iter().any(|t| t.starts_with("Envoy ")) {
-            self.ready.1 = "EnvoyRejected".into();
+            self.ready.1 = ENVOY_REJECTED.into();
         }
         self.ready.2 = detail.clone();
         self.progressing.2 = detail;
@@ -860,12 +868,16 @@ async fn requeue_waiting(
     report.waiting(phase, message, result);
     let key = (route.namespace().unwrap_or_default(), route.name_any());
     report.explain(&ctx.troubles(&key));
-    publish(ctx, route, report, None).await;
+    // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
+    let event =
+        (report.ready.1 == ENVOY_REJECTED).then(|| (ENVOY_REJECTED, report.ready.2.clone()));
+    publish(ctx, route, report, event).await;
     debug!(route = %key.1, generation = report.generation, ?after, "requeued");
     Action::requeue(after)
 }
 
-/// Hands the status to the writer; records an Event when Ready flips or the spec is rejected.
+/// Hands the status to the writer; records an Event when Ready flips, the spec is rejected
+/// (under the rejection's reason) or an Envoy rejects the configuration.
 async fn publish(
     ctx: &Context,
     route: &TrafficRoute,
@@ -891,6 +903,9 @@ async fn publish(
             && c.observed_generation == Some(report.generation)
     });
     if is_ready && was_ready && !reason_changed {
+        return;
+    }
+    if report.ready.1 == ENVOY_REJECTED && !reason_changed {
         return;
     }
     let rejected_before = report.previous.iter().any(|c| {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+use kube::ResourceExt;
 use switchyard_e2e::Load;
 use switchyard_e2e::rig::{HOST, Rig};
 
@@ -222,4 +224,74 @@ async fn a_configuration_envoy_rejects_is_told_once_as_an_event() {
         .filter(|r| *r == "EnvoyRejected")
         .count();
     assert_eq!(rejected, 1, "one EnvoyRejected Event: {events:?}");
+}
+
+/// Hundreds of rejected routes, whose statuses take the writer's 20 writes a second for
+/// many seconds, next to a route shifting: its Ready is written first (I9).
+#[tokio::test]
+async fn a_flood_of_rejected_routes_does_not_hold_back_another_routes_ready() {
+    const BAD: usize = 300;
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let routes: kube::Api<switchyard::api::TrafficRoute> =
+        kube::Api::namespaced(rig.client.clone(), &rig.namespace);
+    futures::stream::iter(0..BAD)
+        .map(|i| {
+            let routes = routes.clone();
+            async move {
+                let spec = serde_json::from_value(serde_json::json!({
+                    "hosts": [format!("bad{i}.test")],
+                    "rules": [{ "backends": [{ "service": "missing", "port": 80 }] }],
+                }))
+                .expect("spec");
+                routes
+                    .create(
+                        &Default::default(),
+                        &switchyard::api::TrafficRoute::new(&format!("bad-{i}"), spec),
+                    )
+                    .await
+                    .expect("create route");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+
+    let load = Load::start(rig.targets(), HOST, 240, Duration::from_secs(120));
+    let mut ready = Vec::new();
+    for color in ["green", "blue", "green"] {
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(color, 1)]))
+            .await;
+        ready.push(rig.wait_ready("web", Duration::from_secs(60)).await);
+        assert_eq!(rig.answers().await, [color; 3]);
+    }
+    let rejected = routes
+        .list(&Default::default())
+        .await
+        .expect("list routes")
+        .items
+        .iter()
+        .filter(|r| r.status.is_some() && r.name_any().starts_with("bad-"))
+        .count();
+    let report = load.finish().await;
+    eprintln!(
+        "{BAD} rejected routes: web's change → Ready {ready:?}; {rejected}/{BAD} rejections written by then; {} requests, non-2xx {}",
+        report.sent,
+        report.non_2xx()
+    );
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+    assert!(
+        rejected < BAD,
+        "the rejections were written before the test could see them queue"
+    );
+    // Before, Ready waited behind the queued rejections: seconds at 20 writes/s.
+    for took in &ready {
+        assert!(*took < Duration::from_secs(3), "Ready after {took:?}");
+    }
 }

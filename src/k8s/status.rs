@@ -2,8 +2,12 @@
 //! fixed field manager. Reconcilers hand it the status they want; the latest one per route
 //! wins, unchanged status is never written (no churn), and nothing else ever waits on it:
 //! slow or throttled status writes cannot delay xDS (I5).
+//!
+//! Statuses wait in two queues, each first come, first written: routes rolling out or
+//! serving first, rejected ones after. Hundreds of bad routes then cannot hold back the
+//! Ready of a route every Envoy already serves (I9).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -28,8 +32,73 @@ pub struct StatusWriter {
 
 #[derive(Default)]
 struct Shared {
-    pending: Mutex<BTreeMap<Key, TrafficRouteStatus>>,
+    pending: Mutex<Pending>,
     wake: Notify,
+}
+
+/// The statuses not written yet: the urgent ones first, each queue in arrival order; a
+/// route has at most one, the latest, and keeps its place when it is replaced.
+#[derive(Default)]
+struct Pending {
+    urgent: Queue,
+    later: Queue,
+}
+
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<Key>,
+    statuses: HashMap<Key, TrafficRouteStatus>,
+}
+
+impl Queue {
+    fn put(&mut self, key: Key, status: TrafficRouteStatus) {
+        if self.statuses.insert(key.clone(), status).is_none() {
+            self.order.push_back(key);
+        }
+    }
+
+    fn pop(&mut self) -> Option<(Key, TrafficRouteStatus)> {
+        while let Some(key) = self.order.pop_front() {
+            if let Some(status) = self.statuses.remove(&key) {
+                return Some((key, status));
+            }
+        }
+        None
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<TrafficRouteStatus> {
+        // Its place in `order` is skipped when reached.
+        self.statuses.remove(key)
+    }
+}
+
+impl Pending {
+    /// A rejected route's status can wait; any other goes first. A route already waiting
+    /// in the urgent queue stays there.
+    fn put(&mut self, key: Key, status: TrafficRouteStatus) {
+        let rejected = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Accepted" && c.status == "False");
+        if self.urgent.statuses.contains_key(&key) || !rejected {
+            self.later.remove(&key);
+            self.urgent.put(key, status);
+        } else {
+            self.later.put(key, status);
+        }
+    }
+
+    fn pop(&mut self) -> Option<(Key, TrafficRouteStatus)> {
+        self.urgent.pop().or_else(|| self.later.pop())
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<TrafficRouteStatus> {
+        self.urgent.remove(key).or_else(|| self.later.remove(key))
+    }
+
+    fn contains(&self, key: &Key) -> bool {
+        self.urgent.statuses.contains_key(key) || self.later.statuses.contains_key(key)
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -55,13 +124,13 @@ impl StatusWriter {
     pub fn set(&self, namespace: &str, name: &str, status: TrafficRouteStatus) {
         self.shared
             .lock()
-            .insert((namespace.to_string(), name.to_string()), status);
+            .put((namespace.to_string(), name.to_string()), status);
         self.shared.wake.notify_one();
     }
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, TrafficRouteStatus>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -71,7 +140,7 @@ impl Shared {
         let mut limit = TokenBucket::new(qps, qps);
         let mut written: HashMap<Key, TrafficRouteStatus> = HashMap::new();
         loop {
-            let next = self.lock().pop_first();
+            let next = self.lock().pop();
             let Some((key, mut status)) = next else {
                 self.wake.notified().await;
                 continue;
@@ -108,7 +177,10 @@ impl Shared {
                 Err(error) => {
                     warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
                     // Retry unless a newer status arrived meanwhile.
-                    self.lock().entry(key).or_insert(status);
+                    let mut pending = self.lock();
+                    if !pending.contains(&key) {
+                        pending.put(key, status);
+                    }
                 }
             }
         }
@@ -143,6 +215,57 @@ pub fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(accepted: bool, phase: &str) -> TrafficRouteStatus {
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
+        TrafficRouteStatus {
+            phase: Some(phase.into()),
+            conditions: vec![condition(&[], "Accepted", accepted, "x", "", 1, &t)],
+            ..Default::default()
+        }
+    }
+
+    fn key(name: &str) -> Key {
+        ("shop".into(), name.into())
+    }
+
+    #[test]
+    fn rollouts_are_written_before_rejections_each_in_arrival_order() {
+        let mut pending = Pending::default();
+        pending.put(key("bad-1"), status(false, "Rejected"));
+        pending.put(key("z-web"), status(true, "Staging"));
+        pending.put(key("bad-2"), status(false, "Rejected"));
+        pending.put(key("a-api"), status(true, "Ready"));
+        // The newest status replaces the one waiting, in its place.
+        pending.put(key("z-web"), status(true, "Ready"));
+        // A rejected route waiting with an urgent status stays urgent.
+        pending.put(key("a-api"), status(false, "Rejected"));
+        let order: Vec<(String, String)> = std::iter::from_fn(|| pending.pop())
+            .map(|(k, s)| (k.1, s.phase.unwrap_or_default()))
+            .collect();
+        let expected = [
+            ("z-web", "Ready"),
+            ("a-api", "Rejected"),
+            ("bad-1", "Rejected"),
+            ("bad-2", "Rejected"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, p)| (k.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(order, expected);
+    }
+
+    #[test]
+    fn a_rejected_route_that_recovers_moves_to_the_urgent_queue() {
+        let mut pending = Pending::default();
+        pending.put(key("bad"), status(false, "Rejected"));
+        pending.put(key("other"), status(false, "Rejected"));
+        pending.put(key("bad"), status(true, "Staging"));
+        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("bad".to_string()));
+        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("other".to_string()));
+        assert!(pending.pop().is_none());
+    }
 
     #[test]
     fn transition_time_changes_only_with_the_status() {

@@ -295,3 +295,43 @@ async fn a_flood_of_rejected_routes_does_not_hold_back_another_routes_ready() {
         assert!(*took < Duration::from_secs(3), "Ready after {took:?}");
     }
 }
+
+/// The API server takes this route but refuses its ProxyConfig (server-side apply bodies
+/// are read as YAML, whose keys stop at 1024 characters): the route says so at once.
+#[tokio::test]
+async fn a_route_whose_proxy_config_the_api_server_refuses_says_so() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.start_operator("switchyard-1", &[]);
+    let long = "x".repeat(17_002);
+    let spec = serde_json::from_value(serde_json::json!({
+        "hosts": ["long.test"],
+        "rules": [{
+            "backends": [{ "service": "blue", "port": 80 }],
+            "responseHeaders": { "set": { long: "1" } },
+        }],
+    }))
+    .expect("spec");
+    let routes: kube::Api<switchyard::api::TrafficRoute> =
+        kube::Api::namespaced(rig.client.clone(), &rig.namespace);
+    routes
+        .create(
+            &Default::default(),
+            &switchyard::api::TrafficRoute::new("long", spec),
+        )
+        .await
+        .expect("the API server takes the route (if its schema bounds header names one day, this test needs another input)");
+    let status = rig
+        .wait_status("long", Duration::from_secs(20), |s| {
+            condition(s, "Accepted").is_some_and(|c| c.status == "False")
+        })
+        .await;
+    let accepted = condition(&status, "Accepted").expect("Accepted");
+    eprintln!("{}: {}", accepted.reason, accepted.message);
+    assert_eq!(accepted.reason, "WriteRefused");
+    assert!(
+        accepted.message.contains("ProxyConfig long-"),
+        "{}",
+        accepted.message
+    );
+}

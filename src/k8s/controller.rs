@@ -446,7 +446,13 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 return Ok(Action::requeue(Duration::from_secs(300)));
             }
             Step::Stage(spec) => {
-                probe = Some(apply(&ctx, &route, &probe_pc, spec, None).await?);
+                let written = apply(&ctx, &route, &probe_pc, spec, None).await;
+                match written {
+                    Ok(pc) => probe = Some(pc),
+                    Err(error) => {
+                        return refuse(&ctx, &route, &mut report, live.as_ref(), error).await;
+                    }
+                }
                 debug!(route = %name, generation, "probe config written");
                 report.phase("Staging", "staging new clusters on every Envoy");
             }
@@ -480,7 +486,13 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                     (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
                     _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
                 };
-                live = Some(apply(&ctx, &route, &live_pc, spec, promoted_at).await?);
+                let written = apply(&ctx, &route, &live_pc, spec, promoted_at).await;
+                match written {
+                    Ok(pc) => live = Some(pc),
+                    Err(error) => {
+                        return refuse(&ctx, &route, &mut report, live.as_ref(), error).await;
+                    }
+                }
                 debug!(route = %name, generation, "live config written");
                 report.phase("VerifyingLive", "new routes sent to every Envoy");
                 if first {
@@ -693,6 +705,42 @@ async fn apply(
         name: name.to_string(),
         source,
     })
+}
+
+/// A ProxyConfig write the API server refuses as invalid fails the same way every time:
+/// the route is told (status, Event) and asked again only after a while or a change,
+/// instead of retried every few seconds without a word. Any other error is retried.
+async fn refuse(
+    ctx: &Context,
+    route: &TrafficRoute,
+    report: &mut Report,
+    live: Option<&ProxyConfig>,
+    error: Error,
+) -> Result<Action, Error> {
+    let Error::Write {
+        name,
+        source: kube::Error::Api(status),
+    } = &error
+    else {
+        return Err(error);
+    };
+    if !matches!(status.code, 400 | 413 | 422) {
+        return Err(error);
+    }
+    let refused = ResolveError::WriteRefused {
+        name: name.clone(),
+        message: status.message.clone(),
+    };
+    warn!(route = %route.name_any(), %refused, "cannot write the route's ProxyConfig");
+    report.rejected(&refused, live);
+    publish(
+        ctx,
+        route,
+        report,
+        Some((refused.reason(), refused.to_string())),
+    )
+    .await;
+    Ok(Action::requeue(Duration::from_secs(300)))
 }
 
 /// The status being built during one reconcile.

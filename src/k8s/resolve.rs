@@ -57,6 +57,9 @@ pub enum ResolveError {
     /// Envoy would refuse what the spec asks for (the translator says why).
     #[error("cannot be served: {message}")]
     Rejected { message: String },
+    /// The API server refuses the route's ProxyConfig as invalid (it would refuse it again).
+    #[error("the API server refuses its ProxyConfig {name}: {message}")]
+    WriteRefused { name: String, message: String },
 }
 
 impl ResolveError {
@@ -69,6 +72,7 @@ impl ResolveError {
             Self::InvalidSpec { .. } => "InvalidSpec",
             Self::HostConflict { .. } => "HostConflict",
             Self::Rejected { .. } => "Rejected",
+            Self::WriteRefused { .. } => "WriteRefused",
         }
     }
 }

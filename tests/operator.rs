@@ -191,10 +191,10 @@ async fn a_configuration_envoy_rejects_is_told_once_as_an_event() {
     let mut rig = Rig::start(3).await;
     rig.add_backend("blue").await;
     rig.start_operator("switchyard-1", &[]);
-    // Passes the schema and the translator; Envoy refuses the unknown command.
+    // Passes the schema and the translator; Envoy's RE2 refuses the program size of this
+    // path regex (404 > 100).
     let spec = format!(
-        "{}  responseHeaders: {{ set: {{ x-a: \"%NOT_A_COMMAND%\" }} }}\n",
-        Rig::route_yaml(HOST, &[("blue", 1)])
+        "hosts: [\"{HOST}\"]\nrules:\n- match: {{ pathRegex: \"^/[a-z]{{200}}[0-9]{{200}}$\" }}\n  backends: [ {{ service: blue, port: 80 }} ]\n"
     );
     rig.apply_route("web", &spec).await;
     let status = rig
@@ -303,7 +303,7 @@ async fn a_route_whose_proxy_config_the_api_server_refuses_says_so() {
     let mut rig = Rig::start(3).await;
     rig.add_backend("blue").await;
     rig.start_operator("switchyard-1", &[]);
-    let long = "x".repeat(17_002);
+    let long = "x".repeat(2_000);
     let spec = serde_json::from_value(serde_json::json!({
         "hosts": ["long.test"],
         "rules": [{
@@ -334,4 +334,35 @@ async fn a_route_whose_proxy_config_the_api_server_refuses_says_so() {
         "{}",
         accepted.message
     );
+}
+
+#[tokio::test]
+async fn header_values_are_sent_as_written_percent_signs_included() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.start_operator("switchyard-1", &[]);
+    // Envoy would read %...% as a command and refuse the whole route configuration.
+    let value = "50% off, %NOT_A_COMMAND% and %REQ(x-a";
+    let spec = format!(
+        "{}  responseHeaders: {{ set: {{ x-offer: \"{value}\" }} }}\n",
+        Rig::route_yaml(HOST, &[("blue", 1)])
+    );
+    rig.apply_route("web", &spec).await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    for target in rig.targets() {
+        let response = reqwest::Client::new()
+            .get(format!("{target}/"))
+            .header("host", HOST)
+            .send()
+            .await
+            .expect("a response");
+        assert_eq!(
+            response
+                .headers()
+                .get("x-offer")
+                .and_then(|v| v.to_str().ok()),
+            Some(value),
+            "through {target}"
+        );
+    }
 }

@@ -10,8 +10,10 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use prost::{Message, Name};
 
-/// The largest duration protobuf can represent (10000 years); Envoy rejects longer ones.
-pub const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
+/// The longest duration Envoy takes where it counts in milliseconds (timeouts): its
+/// nanoseconds must fit in an i64 (about 292 years). Protobuf itself goes to 10000 years,
+/// which Envoy refuses ("Duration out-of-range").
+pub const MAX_DURATION_SECONDS: u64 = 9_223_372_036;
 
 /// "Fetch this over the ADS stream, API v3."
 pub fn ads() -> ConfigSource {

@@ -246,11 +246,11 @@ fn headers_to_add(
     let set = edits
         .set
         .iter()
-        .map(|(k, v)| proto::header(k, v, HeaderAppendAction::OverwriteIfExistsOrAdd));
+        .map(|(k, v)| proto::header(k, &literal(v), HeaderAppendAction::OverwriteIfExistsOrAdd));
     let add = edits
         .add
         .iter()
-        .map(|(k, v)| proto::header(k, v, HeaderAppendAction::AppendIfExistsOrAdd));
+        .map(|(k, v)| proto::header(k, &literal(v), HeaderAppendAction::AppendIfExistsOrAdd));
     set.chain(add).collect()
 }
 
@@ -306,6 +306,13 @@ pub fn route_configuration<'a>(name: &str, virtual_hosts: impl Iterator<Item = &
     };
     value.extend_from_slice(&rest.encode_to_vec());
     proto::pack_bytes::<RouteConfiguration>(value)
+}
+
+/// A header value exactly as written: Envoy reads `%...%` in added headers as a command
+/// (`%REQ(x)%`), refusing the whole route configuration for an unknown or unclosed one
+/// ("50%", "%NOT_A_COMMAND%"); `%%` is its literal percent sign.
+fn literal(value: &str) -> String {
+    value.replace('%', "%%")
 }
 
 #[cfg(test)]

@@ -2,20 +2,40 @@
 //! the one route configuration every virtual host lives in), so each check here keeps one
 //! bad virtual host from blocking all the others (I8).
 
-/// Envoy's `HTTP_HEADER_VALUE` rule (non-strict): no NUL, CR or LF.
+/// Envoy's bound on a header name or value in its configuration (`max_bytes`).
+pub const MAX_HEADER_BYTES: usize = 16_384;
+
+/// Envoy's `HTTP_HEADER_VALUE` rule (non-strict): no NUL, CR or LF; and its size bound.
 pub fn header_value(value: &str) -> Result<(), String> {
+    if value.len() > MAX_HEADER_BYTES {
+        return Err(format!(
+            "of {} bytes is longer than Envoy's {MAX_HEADER_BYTES}",
+            value.len()
+        ));
+    }
     match value.chars().find(|c| matches!(c, '\0' | '\r' | '\n')) {
         Some(c) => Err(format!("{value:?} contains the forbidden character {c:?}")),
         None => Ok(()),
     }
 }
 
-/// Envoy's `HTTP_HEADER_NAME` rule (non-strict) and `min_len: 1`.
+/// A header name: an RFC 9110 token (Envoy accepts more, a space for one, and then every
+/// client of the route fails to parse the response: "invalid HTTP header parsed"), or a
+/// pseudo-header (`:path`) for matches.
 pub fn header_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("header name is empty".to_owned());
     }
-    header_value(name).map_err(|e| format!("header name {e}"))
+    header_value(name).map_err(|e| format!("header name {e}"))?;
+    let token = name.strip_prefix(':').unwrap_or(name);
+    let is_tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    match token.chars().find(|c| !is_tchar(*c)) {
+        Some(c) => Err(format!(
+            "header name {name:?} contains {c:?}: a header name is a token (letters, digits and !#$%&'*+-.^_`|~)"
+        )),
+        None if token.is_empty() => Err(format!("header name {name:?} is empty after ':'")),
+        None => Ok(()),
+    }
 }
 
 /// A header that a route may add, set or remove: Envoy refuses to modify pseudo-headers
@@ -115,6 +135,24 @@ fn not_in_re2(pattern: &str) -> Option<String> {
                 }
                 continue;
             }
+            '{' => {
+                // RE2 repeats at most 1000 times: `a{1001}` is refused.
+                if let Some(end) = find(&chars, i + 1, "}") {
+                    let counts: String = chars[i + 1..end].iter().collect();
+                    let bounds: Vec<&str> = counts.split(',').collect();
+                    let numeric = bounds.len() <= 2
+                        && bounds[0].chars().all(|d| d.is_ascii_digit())
+                        && !bounds[0].is_empty();
+                    if numeric
+                        && bounds
+                            .iter()
+                            .filter_map(|b| b.parse::<u64>().ok())
+                            .any(|n| n > 1000)
+                    {
+                        return Some(format!("the repetition {{{counts}}} (RE2 allows 1000)"));
+                    }
+                }
+            }
             '(' if next == Some('?') => {
                 let mut j = i + 2;
                 while let Some(&f) = chars.get(j) {
@@ -187,6 +225,10 @@ mod tests {
         assert!(regex("(?x) a b").unwrap_err().contains("RE2"));
         assert!(regex("(?u)a").unwrap_err().contains("RE2"));
         assert!(regex("(?R)a").unwrap_err().contains("RE2"));
+        assert!(regex("/a{1000}").is_ok());
+        assert!(regex("/a{1001}").unwrap_err().contains("RE2 allows 1000"));
+        assert!(regex("/a{2,1001}").unwrap_err().contains("RE2"));
+        assert!(regex("[{]1001}").is_ok(), "a brace in a class is a literal");
         // Lookaround and backreferences are rejected by both.
         assert!(regex("(?=a)").is_err());
         assert!(regex(r"(a)\1").is_err());
@@ -195,6 +237,13 @@ mod tests {
     #[test]
     fn headers() {
         assert!(header_name("x-user").is_ok());
+        assert!(header_name(":path").is_ok());
+        assert!(header_name("x_y.z~1").is_ok());
+        assert!(header_name("bad header").unwrap_err().contains("token"));
+        assert!(header_name("x:y").is_err());
+        assert!(header_name(":").is_err());
+        assert!(header_value(&"v".repeat(MAX_HEADER_BYTES)).is_ok());
+        assert!(header_value(&"v".repeat(MAX_HEADER_BYTES + 1)).is_err());
         assert!(header_name("").is_err());
         assert!(header_name("x\r\ny").is_err());
         assert!(header_value("ok value").is_ok());

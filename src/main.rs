@@ -145,11 +145,12 @@ struct OperatorArgs {
     /// map a range onto another (FROM/LEN=TO/LEN, e.g. 198.18.0.0/16=127.0.0.0/16).
     #[arg(long, env = "SWITCHYARD_ENDPOINT_ADDRESS_MAP")]
     endpoint_address_map: Option<AddressMap>,
-    /// How long the endpoints of a deleted Service keep serving the routes that still
-    /// use them: its Pods usually outlive it, and a route repointed in the same sync must
-    /// not lose its backends before the switch (0 drops them at once).
-    #[arg(long, env = "SWITCHYARD_ENDPOINT_HOLD", default_value = "10s", value_parser = parse_duration)]
-    endpoint_hold: Duration,
+    /// How long the endpoints of a deleted Service keep serving the routes that still use
+    /// them (its Pods usually outlive it: a route repointed in the same sync must not lose
+    /// its backends before the switch), and a deleted route keeps serving its hosts until
+    /// another route takes them over (0: both go at once).
+    #[arg(long, env = "SWITCHYARD_HOLD", default_value = "10s", value_parser = parse_duration)]
+    hold: Duration,
     /// DIAGNOSTIC ONLY: write the live config directly, without staging and verifying new
     /// clusters on every Envoy first. Drops requests; exists to show the two phases matter.
     #[arg(long, hide = true)]
@@ -393,7 +394,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let builder = Builder {
         index: Index::start(&client, &scope),
         address_map: args.endpoint_address_map,
-        endpoint_hold: args.endpoint_hold,
+        hold: args.hold,
         listeners: ListenerSettings {
             address: args.listeners.listen_address.clone(),
             http_port: args.listeners.http_port,

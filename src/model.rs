@@ -56,6 +56,10 @@ pub struct VirtualHost {
     pub hosts: Vec<String>,
     pub tls: Option<VirtualHostTls>,
     pub routes: Vec<Route>,
+    /// Its route is gone and it serves only until another virtual host takes its hosts
+    /// over: any other claimant of a host wins over it.
+    #[serde(default)]
+    pub leaving: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -199,6 +199,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
             ..Default::default()
         },
         virtual_hosts: vec![model::VirtualHost {
+            leaving: false,
             name: "default/web".into(),
             hosts: vec!["web.test".into()],
             tls: None,

@@ -69,7 +69,7 @@ async fn a_rename_in_one_sync_drops_nothing() {
 async fn without_the_endpoint_hold_a_rename_in_one_sync_drops_requests() {
     // Proof that the test above can see what the hold guards against: the live route is
     // left without endpoints between the delete and the switch.
-    let (report, ready) = rename_in_one_sync(&["--endpoint-hold", "0s"], 6).await;
+    let (report, ready) = rename_in_one_sync(&["--hold", "0s"], 6).await;
     summary("rename in one sync, no hold", &report, &ready);
     assert!(
         report.non_2xx() > 0,
@@ -587,4 +587,79 @@ async fn a_tls_secret_with_content_envoy_cannot_load_keeps_the_last_good_certifi
         "restarted Envoy serves the last good certificate after {:.0} ms",
         took.as_secs_f64() * 1000.0
     );
+}
+
+/// A host moved from route "one" to route "two": one deleted and two created in the same
+/// sync (`delete_first`), or two created first (held back by the host conflict) and one
+/// deleted after. Either way the host never lacks a virtual host.
+async fn move_a_host(delete_first: bool) -> (LoadReport, Duration) {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("one-svc").await;
+    rig.add_backend("two-svc").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("one", &Rig::route_yaml(HOST, &[("one-svc", 1)]))
+        .await;
+    rig.wait_ready("one", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    let two = Rig::route_yaml(HOST, &[("two-svc", 1)]);
+    let started = Instant::now();
+    if delete_first {
+        rig.delete_route("one").await;
+        rig.apply_route("two", &two).await;
+    } else {
+        rig.apply_route("two", &two).await;
+        rig.wait_status("two", Duration::from_secs(20), |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.reason == "HostConflict")
+        })
+        .await;
+        rig.delete_route("one").await;
+    }
+    rig.wait_ready("two", Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    assert_eq!(rig.answers().await, ["two-svc"; 3]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (load.finish().await, took)
+}
+
+#[tokio::test]
+async fn a_host_moved_to_another_route_deleted_first_drops_nothing() {
+    let (report, took) = move_a_host(true).await;
+    summary("host moved, old route deleted first", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn a_host_moved_to_another_route_created_first_drops_nothing() {
+    let (report, took) = move_a_host(false).await;
+    summary("host moved, new route created first", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
+#[tokio::test]
+async fn a_route_deleted_and_created_again_under_its_name_drops_nothing() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("svc-a").await;
+    rig.add_backend("svc-b").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("svc-a", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    let started = Instant::now();
+    rig.delete_route("web").await;
+    // Let the operator see it gone first (its ProxyConfigs collected), as a replace would.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("svc-b", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    assert_eq!(rig.answers().await, ["svc-b"; 3]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = load.finish().await;
+    summary("route deleted and created again", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
 }

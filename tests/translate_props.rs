@@ -276,6 +276,7 @@ fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
         proptest::collection::vec(route(), 1..4),
     )
         .prop_map(|(name, hosts, tls, routes)| VirtualHost {
+            leaving: false,
             name: name.into(),
             hosts,
             tls: tls.map(|(secret, redirect_http)| VirtualHostTls {

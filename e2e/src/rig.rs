@@ -489,6 +489,14 @@ impl Rig {
         self.route(name).await.metadata.generation.unwrap_or(0)
     }
 
+    /// Deletes a TrafficRoute (its ProxyConfigs are the operator's to collect).
+    pub async fn delete_route(&self, name: &str) {
+        Api::<TrafficRoute>::namespaced(self.client.clone(), &self.namespace)
+            .delete(name, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete route {name}: {e}"));
+    }
+
     pub async fn route(&self, name: &str) -> TrafficRoute {
         Api::<TrafficRoute>::namespaced(self.client.clone(), &self.namespace)
             .get(name)

@@ -66,6 +66,7 @@ pub fn config(routes: usize, seed: u64) -> Config {
             });
         }
         virtual_hosts.push(VirtualHost {
+            leaving: false,
             name: format!("ns-{}/route-{i}", i % 50),
             hosts: vec![format!("r{i}.example.test")],
             tls: None,

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use super::address_map::AddressMap;
-use super::departed::Departed;
+use super::departed::{Departed, DepartedConfigs};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
 use super::tls_secrets::{SECRET_KEPT, TlsSecrets, tls_secret_of};
@@ -30,8 +30,9 @@ pub struct Builder {
     pub index: Index,
     pub listeners: ListenerSettings,
     pub address_map: Option<AddressMap>,
-    /// How long the endpoints of a deleted Service keep serving (see [`Departed`]).
-    pub endpoint_hold: Duration,
+    /// How long the endpoints of a deleted Service, and the live configuration of a
+    /// deleted route, keep serving (see [`Departed`], [`DepartedConfigs`]).
+    pub hold: Duration,
     pub desired: Arc<Desired>,
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
@@ -54,7 +55,10 @@ impl Builder {
         // Hold what the last build was made of: each build rebuilds only what changed.
         let mut models = ModelCache::default();
         let mut translator = Translator::new();
-        let mut departed = Departed::new(self.endpoint_hold);
+        let mut departed = Held {
+            slices: Departed::new(self.hold),
+            configs: DepartedConfigs::new(self.hold),
+        };
         loop {
             changes.borrow_and_update();
             self.build_and_publish(&mut secrets, &mut models, &mut translator, &mut departed);
@@ -78,12 +82,18 @@ impl Builder {
         secrets: &mut TlsSecrets,
         models: &mut ModelCache,
         translator: &mut Translator,
-        departed: &mut Departed,
+        departed: &mut Held,
     ) {
         // What changed, taken before anything is read (see `Watched::take_touched`).
-        let proxy_configs_touched = self.index.proxy_configs.take_touched();
+        let mut proxy_configs_touched = self.index.proxy_configs.take_touched();
+        let released = departed.configs.update(
+            std::mem::take(&mut proxy_configs_touched.deleted),
+            |key| self.index.proxy_configs.get(key).is_some(),
+            tokio::time::Instant::now(),
+        );
+        proxy_configs_touched.keys.extend(released);
         let mut slices_touched = self.index.endpoint_slices.take_touched();
-        let released = departed.update(
+        let released = departed.slices.update(
             std::mem::take(&mut slices_touched.deleted),
             || self.index.endpoint_slices.state(),
             tokio::time::Instant::now(),
@@ -121,8 +131,10 @@ impl Builder {
         let (step, mut problems) = match step {
             Some(step) => step,
             None => {
-                let proxy_configs = self.index.proxy_configs.state();
-                let slices = departed.with_held(self.index.endpoint_slices.state());
+                let proxy_configs = departed.configs.with_held(self.index.proxy_configs.state());
+                let slices = departed
+                    .slices
+                    .with_held(self.index.endpoint_slices.state());
                 models.full(&Inputs {
                     listeners: self.listeners.clone(),
                     address_map: self.address_map,
@@ -165,22 +177,40 @@ impl Builder {
     }
 }
 
-/// The index, with the slices of deleted Services that are still held.
+/// The index, with what is still held of deleted Services and routes.
 struct WithDeparted<'a> {
     index: &'a Index,
-    departed: &'a Departed,
+    departed: &'a Held,
 }
 
 impl Objects for WithDeparted<'_> {
     fn proxy_config(&self, key: &ObjectKey) -> Option<Arc<ProxyConfig>> {
-        self.index.proxy_configs.get(key)
+        self.index
+            .proxy_configs
+            .get(key)
+            .or_else(|| self.departed.configs.get(key))
     }
 
     fn endpoint_slice(&self, key: &ObjectKey) -> Option<Arc<EndpointSlice>> {
         self.index
             .endpoint_slices
             .get(key)
-            .or_else(|| self.departed.get(key))
+            .or_else(|| self.departed.slices.get(key))
+    }
+}
+
+/// What the builder keeps of deleted objects.
+struct Held {
+    slices: Departed,
+    configs: DepartedConfigs,
+}
+
+impl Held {
+    fn next_release(&self) -> Option<tokio::time::Instant> {
+        [self.slices.next_release(), self.configs.next_release()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 

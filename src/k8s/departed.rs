@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
 use tokio::time::Instant;
 
 use super::model_cache::{ObjectKey, key_of};
-use super::to_model::service_of;
+use super::to_model::{LEAVING, service_of};
+use crate::api::{ProxyConfig, ProxyConfigRole};
 
 pub struct Departed {
     hold: Duration,
@@ -95,6 +97,87 @@ impl Departed {
     }
 }
 
+/// Live ProxyConfigs of deleted routes, kept for a while as leaving: a route deleted while
+/// another takes its hosts over (in the same sync, or the other way round), or deleted and
+/// created again under its name, must not leave its hosts without a virtual host in
+/// between. A held one yields each host to any other claimant (the translator's leaving
+/// virtual hosts), and goes when its time is up or when a ProxyConfig of its name exists
+/// again.
+pub struct DepartedConfigs {
+    hold: Duration,
+    held: BTreeMap<ObjectKey, (Instant, Arc<ProxyConfig>)>,
+}
+
+impl DepartedConfigs {
+    pub fn new(hold: Duration) -> Self {
+        Self {
+            hold,
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Takes note of the ProxyConfigs deleted since the last build and releases what is
+    /// due; `exists` says whether one of that key exists now. Returns the released keys.
+    pub fn update(
+        &mut self,
+        deleted: Vec<ProxyConfig>,
+        exists: impl Fn(&ObjectKey) -> bool,
+        now: Instant,
+    ) -> Vec<ObjectKey> {
+        for pc in deleted {
+            let leaving = pc.spec.role == ProxyConfigRole::Live
+                && !pc.annotations().contains_key(LEAVING)
+                && !self.hold.is_zero();
+            if leaving {
+                self.held
+                    .insert(key_of(&pc), (now + self.hold, Arc::new(leaving_copy(pc))));
+            }
+        }
+        let mut released = Vec::new();
+        self.held.retain(|key, (until, _)| {
+            let keep = *until > now && !exists(key);
+            if !keep {
+                released.push(key.clone());
+            }
+            keep
+        });
+        released
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<ProxyConfig>> {
+        self.held.get(key).map(|(_, pc)| pc.clone())
+    }
+
+    /// `present`, and the held ones no present ProxyConfig replaces.
+    pub fn with_held(&self, mut present: Vec<Arc<ProxyConfig>>) -> Vec<Arc<ProxyConfig>> {
+        if self.held.is_empty() {
+            return present;
+        }
+        let keys: BTreeSet<ObjectKey> = present.iter().map(|p| key_of(p.as_ref())).collect();
+        present.extend(
+            self.held
+                .iter()
+                .filter(|(key, _)| !keys.contains(*key))
+                .map(|(_, (_, pc))| pc.clone()),
+        );
+        present
+    }
+
+    pub fn next_release(&self) -> Option<Instant> {
+        self.held.values().map(|(until, _)| *until).min()
+    }
+}
+
+/// The deleted ProxyConfig as the model sees it while held: marked leaving, under a
+/// resourceVersion of its own, so that builders see it changed.
+fn leaving_copy(mut pc: ProxyConfig) -> ProxyConfig {
+    pc.annotations_mut()
+        .insert(LEAVING.to_string(), "true".to_string());
+    let version = pc.resource_version().unwrap_or_default();
+    pc.metadata.resource_version = Some(format!("{version}-leaving"));
+    pc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +244,42 @@ mod tests {
         let recreated = Arc::new(slice("old-2", "old"));
         let released = departed.update(vec![], || vec![recreated], start);
         assert_eq!(released, [key("old-1")]);
+    }
+
+    fn live(name: &str) -> ProxyConfig {
+        let spec: crate::api::ProxyConfigSpec = serde_json::from_value(serde_json::json!({
+            "role": "live", "route": name, "generation": 1, "version": "v1",
+            "virtualHost": { "hosts": ["a.test"], "rules": [] }, "clusters": [],
+        }))
+        .expect("spec");
+        let mut pc = ProxyConfig::new(&format!("{name}-live"), spec);
+        pc.metadata.namespace = Some("shop".into());
+        pc.metadata.resource_version = Some("7".into());
+        pc
+    }
+
+    #[test]
+    fn a_deleted_live_config_is_held_as_leaving_until_replaced_or_due() {
+        let mut departed = DepartedConfigs::new(Duration::from_secs(10));
+        let start = Instant::now();
+        assert!(
+            departed
+                .update(vec![live("web")], |_| false, start)
+                .is_empty()
+        );
+        let held = departed.get(&key("web-live")).expect("held");
+        assert!(held.annotations().contains_key(LEAVING));
+        assert_eq!(held.resource_version().as_deref(), Some("7-leaving"));
+        // Created again under its name: released at once.
+        assert_eq!(
+            departed.update(vec![], |k| *k == key("web-live"), start),
+            [key("web-live")]
+        );
+        // Otherwise it goes when its time is up.
+        departed.update(vec![live("api")], |_| false, start);
+        let due = start + Duration::from_secs(10);
+        assert_eq!(departed.update(vec![], |_| false, due), [key("api-live")]);
+        assert_eq!(departed.next_release(), None);
     }
 
     #[test]

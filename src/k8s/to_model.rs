@@ -22,6 +22,9 @@ use crate::standalone::file::duration_text;
 use crate::translate::Problem;
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Set by the snapshot builder on the copy it keeps of a deleted live ProxyConfig (see
+/// `departed`): its virtual host yields its hosts to any other claimant.
+pub const LEAVING: &str = "switchyard.dev/leaving";
 
 /// A TLS Secret's content, keyed by (namespace, name) in [`Inputs::secrets`].
 #[derive(Clone, PartialEq)]
@@ -122,6 +125,7 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
                 }
             });
             out.virtual_host = Some(VirtualHost {
+                leaving: pc.annotations().contains_key(LEAVING),
                 name: id.clone(),
                 hosts: vh.hosts.clone(),
                 tls,

@@ -239,6 +239,7 @@ mod tests {
                 ..Default::default()
             },
             virtual_hosts: vec![model::VirtualHost {
+                leaving: false,
                 name: "ns/vh".into(),
                 hosts: vec!["a.example.com".into()],
                 tls: Some(model::VirtualHostTls {

@@ -365,6 +365,7 @@ mod tests {
 
     fn vhost(routes: Vec<model::Route>) -> model::VirtualHost {
         model::VirtualHost {
+            leaving: false,
             name: "ns/vh".into(),
             hosts: vec![
                 "Example.com".into(),

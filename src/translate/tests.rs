@@ -50,6 +50,7 @@ fn forward_to(cluster: &str) -> model::Route {
 
 fn vhost(name: &str, hosts: &[&str], cluster: &str) -> model::VirtualHost {
     model::VirtualHost {
+        leaving: false,
         name: name.into(),
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
         tls: None,
@@ -255,6 +256,24 @@ fn an_invalid_virtual_host_claims_no_host() {
     assert_eq!(vhost_names(&t), ["ns/b"]);
     assert_eq!(t.problems.len(), 1);
     assert_eq!(t.problems[0].virtual_host, "ns/a");
+}
+
+#[test]
+fn a_leaving_virtual_host_yields_its_hosts_and_serves_the_rest() {
+    let mut c = config();
+    c.clusters = vec![cluster("a"), cluster("b")];
+    let mut old = vhost("ns/a", &["x.example.com", "y.example.com"], "a");
+    old.leaving = true;
+    c.virtual_hosts = vec![old, vhost("ns/b", &["x.example.com"], "b")];
+    let t = translate_ok(&c);
+    // "ns/a" sorts first, but leaves: "ns/b" takes x, and "ns/a", which cannot be served in
+    // part, is left out (y with it: its route is gone anyway).
+    assert_eq!(vhost_names(&t), ["ns/b"]);
+    assert_eq!(t.problems.len(), 1, "{:#?}", t.problems);
+    assert_eq!(t.problems[0].virtual_host, "ns/a");
+    // Alone, a leaving virtual host serves.
+    c.virtual_hosts.truncate(1);
+    assert_eq!(vhost_names(&translate_ok(&c)), ["ns/a"]);
 }
 
 #[test]

@@ -622,8 +622,8 @@ impl Translator {
         affected
     }
 
-    /// Decides, in name order, which affected virtual hosts are served: the first one to
-    /// claim a host keeps it. Returns the names whose "left out" state changed.
+    /// Decides, in name order (leaving ones last), which affected virtual hosts are
+    /// served: the first one to claim a host keeps it. Returns the names whose "left out" state changed.
     fn claim(
         &mut self,
         affected: &BTreeSet<String>,
@@ -634,7 +634,10 @@ impl Translator {
         let mut drop_changed = Vec::new();
         let mut claimed: HashMap<&str, &str> = HashMap::new();
         let mut decisions: Vec<(&str, bool, Vec<String>)> = Vec::new();
-        for name in affected {
+        // In name order, but a leaving virtual host claims after every other one.
+        let mut order: Vec<&String> = affected.iter().collect();
+        order.sort_by_key(|name| self.hosts.get(*name).is_some_and(|h| h.model.leaving));
+        for name in order {
             let Some(host) = self.hosts.get(name) else {
                 continue;
             };

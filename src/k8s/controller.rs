@@ -200,10 +200,15 @@ pub async fn run(client: Client, settings: Settings) {
         tracker.await;
         std::future::pending::<()>().await;
     };
+    // Nor does collecting orphans end reconciling, should it stop.
+    let orphans = async {
+        collect_orphans(orphans).await;
+        std::future::pending::<()>().await;
+    };
     tokio::select! {
         () = reconciling => {}
         () = tracker => {}
-        () = collect_orphans(orphans) => {}
+        () = orphans => {}
     }
 }
 

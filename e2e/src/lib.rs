@@ -276,7 +276,8 @@ impl Switchyard {
 pub struct Envoy {
     pub process: Process,
     pub address: String,
-    pub admin_port: u16,
+    /// Where Envoy writes its admin address once it listens (`--admin-address-path`).
+    admin_address_file: PathBuf,
 }
 
 impl Envoy {
@@ -328,7 +329,12 @@ impl Envoy {
         protocol: Protocol,
         bootstrap: impl FnOnce(Bootstrap) -> String,
     ) -> Envoy {
-        let admin_port = free_port();
+        // Port 0: Envoy picks a free one and says which. A port found free beforehand can
+        // be taken meanwhile (by any outgoing connection's ephemeral port on 127.0.0.1), and
+        // Envoy then exits with "cannot bind ... Address already in use".
+        let admin_port = 0;
+        let admin_address_file = work.join(format!("{name}.admin"));
+        let _ = std::fs::remove_file(&admin_address_file);
         let config = Bootstrap {
             node_id: name.to_string(),
             node_cluster: "switchyard-test".to_string(),
@@ -352,17 +358,24 @@ impl Envoy {
             // SWITCHYARD_E2E_ENVOY_LOG: e.g. "debug" or "info,conn_handler:debug" to read
             // why a connection closed (with SWITCHYARD_E2E_KEEP to keep the logs).
             .args(envoy_log_level())
-            .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"]);
+            .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"])
+            .arg("--admin-address-path")
+            .arg(&admin_address_file);
         let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
         Envoy {
             process,
             address: address.to_string(),
-            admin_port,
+            admin_address_file,
         }
     }
 
     pub async fn admin(&self, path: &str) -> String {
-        match reqwest::get(format!("http://127.0.0.1:{}{path}", self.admin_port)).await {
+        let address = std::fs::read_to_string(&self.admin_address_file).unwrap_or_default();
+        let address = address.trim();
+        if address.is_empty() {
+            return "admin unreachable: Envoy has not written its admin address yet".into();
+        }
+        match reqwest::get(format!("http://{address}{path}")).await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(e) => format!("admin unreachable: {e}"),
         }

@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -450,10 +449,7 @@ fn path_flag(flag: &str, path: &Path) -> String {
 
 /// Distinct free ports on 127.0.0.1 (all held at once while they are picked).
 fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port on loopback"))
-        .collect();
-    std::array::from_fn(|i| listeners[i].local_addr().expect("local address").port())
+    std::array::from_fn(|_| crate::free_port())
 }
 
 fn random_hex(bytes: usize) -> String {

@@ -57,12 +57,30 @@ pub fn switchyard_binary() -> PathBuf {
     path
 }
 
-/// A free TCP port (free on 127.0.0.1; the same number is used on other 127.0.0.x).
+/// A free TCP port (free on 127.0.0.1; the same number is used on other 127.0.0.x), for a
+/// process that binds it a moment later. Taken below Linux's ephemeral range (32768 and
+/// up), where no outgoing connection can take it meanwhile, and never the same twice in
+/// one test binary (its tests run side by side).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on loopback")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 16_384;
+    const SPAN: u32 = 32_768 - FIRST;
+    // Start where this process's id says, so that two test binaries differ too.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id() % SPAN + 1,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = u16::try_from(FIRST + n % SPAN).unwrap_or(u16::MAX);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on loopback below 32768");
 }
 
 /// A child process killed on drop.

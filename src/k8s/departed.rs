@@ -1,4 +1,5 @@
-//! Endpoints of a deleted Service, kept for a while.
+//! Endpoints of a deleted Service, and the live configuration of a deleted route, kept for
+//! a while.
 //!
 //! Deleting a Service deletes its EndpointSlices at once, but not its Pods: they terminate
 //! on their own schedule, and usually keep running. A rename in one sync (route repointed,
@@ -21,17 +22,72 @@ use super::model_cache::{ObjectKey, key_of};
 use super::to_model::{LEAVING, service_of};
 use crate::api::{ProxyConfig, ProxyConfigRole};
 
+/// Deleted objects kept, each until its time: the bookkeeping both holders share.
+struct Held<K> {
+    /// Key → when it is released, and the object as it last was.
+    objects: BTreeMap<ObjectKey, (Instant, Arc<K>)>,
+}
+
+impl<K: kube::Resource> Held<K> {
+    fn new() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+        }
+    }
+
+    fn insert(&mut self, object: K, until: Instant) {
+        self.objects
+            .insert(key_of(&object), (until, Arc::new(object)));
+    }
+
+    /// Keeps what `keep` says and what is not due; returns the keys let go.
+    fn release(&mut self, now: Instant, keep: impl Fn(&ObjectKey, &K) -> bool) -> Vec<ObjectKey> {
+        let mut released = Vec::new();
+        self.objects.retain(|key, (until, object)| {
+            let kept = *until > now && keep(key, object);
+            if !kept {
+                released.push(key.clone());
+            }
+            kept
+        });
+        released
+    }
+
+    fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.objects.get(key).map(|(_, object)| object.clone())
+    }
+
+    /// `present` (what exists), and the held ones that no present object replaces: what a
+    /// full build takes.
+    fn with_held(&self, mut present: Vec<Arc<K>>) -> Vec<Arc<K>> {
+        if self.objects.is_empty() {
+            return present;
+        }
+        let keys: BTreeSet<ObjectKey> = present.iter().map(|o| key_of(o.as_ref())).collect();
+        present.extend(
+            self.objects
+                .iter()
+                .filter(|(key, _)| !keys.contains(*key))
+                .map(|(_, (_, object))| object.clone()),
+        );
+        present
+    }
+
+    fn next_release(&self) -> Option<Instant> {
+        self.objects.values().map(|(until, _)| *until).min()
+    }
+}
+
 pub struct Departed {
     hold: Duration,
-    /// Slice key → when it is released, and the slice as it last was.
-    held: BTreeMap<ObjectKey, (Instant, Arc<EndpointSlice>)>,
+    held: Held<EndpointSlice>,
 }
 
 impl Departed {
     pub fn new(hold: Duration) -> Self {
         Self {
             hold,
-            held: BTreeMap::new(),
+            held: Held::new(),
         }
     }
 
@@ -45,55 +101,35 @@ impl Departed {
         present: impl FnOnce() -> Vec<Arc<EndpointSlice>>,
         now: Instant,
     ) -> Vec<ObjectKey> {
-        let mut released = Vec::new();
-        if !deleted.is_empty() || !self.held.is_empty() {
-            let present = present();
-            let live_services: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
-            for slice in deleted {
-                let Some(service) = service_of(&slice) else {
-                    continue;
-                };
-                if !live_services.contains(&service) && !self.hold.is_zero() {
-                    self.held
-                        .insert(key_of(&slice), (now + self.hold, Arc::new(slice)));
-                }
-            }
-            self.held.retain(|key, (until, slice)| {
-                let keep =
-                    *until > now && service_of(slice).is_none_or(|s| !live_services.contains(&s));
-                if !keep {
-                    released.push(key.clone());
-                }
-                keep
-            });
+        if deleted.is_empty() && self.held.objects.is_empty() {
+            return Vec::new();
         }
-        released
+        let present = present();
+        let live_services: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
+        for slice in deleted {
+            let gone = service_of(&slice).is_some_and(|s| !live_services.contains(&s));
+            if gone && !self.hold.is_zero() {
+                self.held.insert(slice, now + self.hold);
+            }
+        }
+        self.held.release(now, |_, slice| {
+            service_of(slice).is_none_or(|s| !live_services.contains(&s))
+        })
     }
 
     /// The held slice named `key`, if any.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<EndpointSlice>> {
-        self.held.get(key).map(|(_, slice)| slice.clone())
+        self.held.get(key)
     }
 
-    /// `present` (the slices that exist), and the held ones that no present slice
-    /// replaces: what a full build takes.
-    pub fn with_held(&self, mut present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
-        if self.held.is_empty() {
-            return present;
-        }
-        let keys: BTreeSet<ObjectKey> = present.iter().map(|s| key_of(s.as_ref())).collect();
-        present.extend(
-            self.held
-                .iter()
-                .filter(|(key, _)| !keys.contains(*key))
-                .map(|(_, (_, slice))| slice.clone()),
-        );
-        present
+    /// `present`, and the held slices that no present one replaces.
+    pub fn with_held(&self, present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
+        self.held.with_held(present)
     }
 
     /// When the next held slice is due, if any.
     pub fn next_release(&self) -> Option<Instant> {
-        self.held.values().map(|(until, _)| *until).min()
+        self.held.next_release()
     }
 }
 
@@ -105,14 +141,14 @@ impl Departed {
 /// again.
 pub struct DepartedConfigs {
     hold: Duration,
-    held: BTreeMap<ObjectKey, (Instant, Arc<ProxyConfig>)>,
+    held: Held<ProxyConfig>,
 }
 
 impl DepartedConfigs {
     pub fn new(hold: Duration) -> Self {
         Self {
             hold,
-            held: BTreeMap::new(),
+            held: Held::new(),
         }
     }
 
@@ -129,42 +165,23 @@ impl DepartedConfigs {
                 && !pc.annotations().contains_key(LEAVING)
                 && !self.hold.is_zero();
             if leaving {
-                self.held
-                    .insert(key_of(&pc), (now + self.hold, Arc::new(leaving_copy(pc))));
+                self.held.insert(leaving_copy(pc), now + self.hold);
             }
         }
-        let mut released = Vec::new();
-        self.held.retain(|key, (until, _)| {
-            let keep = *until > now && !exists(key);
-            if !keep {
-                released.push(key.clone());
-            }
-            keep
-        });
-        released
+        self.held.release(now, |key, _| !exists(key))
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<ProxyConfig>> {
-        self.held.get(key).map(|(_, pc)| pc.clone())
+        self.held.get(key)
     }
 
     /// `present`, and the held ones no present ProxyConfig replaces.
-    pub fn with_held(&self, mut present: Vec<Arc<ProxyConfig>>) -> Vec<Arc<ProxyConfig>> {
-        if self.held.is_empty() {
-            return present;
-        }
-        let keys: BTreeSet<ObjectKey> = present.iter().map(|p| key_of(p.as_ref())).collect();
-        present.extend(
-            self.held
-                .iter()
-                .filter(|(key, _)| !keys.contains(*key))
-                .map(|(_, (_, pc))| pc.clone()),
-        );
-        present
+    pub fn with_held(&self, present: Vec<Arc<ProxyConfig>>) -> Vec<Arc<ProxyConfig>> {
+        self.held.with_held(present)
     }
 
     pub fn next_release(&self) -> Option<Instant> {
-        self.held.values().map(|(until, _)| *until).min()
+        self.held.next_release()
     }
 }
 

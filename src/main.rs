@@ -405,6 +405,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         desired: desired.clone(),
         metrics: metrics.clone(),
         problems: problems.clone(),
+        nodes: nodes.clone(),
     };
     tokio::spawn(builder.run());
 

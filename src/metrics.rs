@@ -30,6 +30,7 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     pub snapshot_resources: Family<TypeLabel, Gauge>,
     pub config_errors: Counter,
+    pub trials_left_out: Gauge,
 }
 
 impl Metrics {
@@ -45,6 +46,7 @@ impl Metrics {
             snapshot_build_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
             snapshot_resources: Family::default(),
             config_errors: Counter::default(),
+            trials_left_out: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
         r.register(
@@ -82,6 +84,11 @@ impl Metrics {
             "config_errors",
             "Configuration loads or translations that reported a problem",
             metrics.config_errors.clone(),
+        );
+        r.register(
+            "trials_left_out",
+            "Routes on trial left out of the route configuration because an Envoy rejected it",
+            metrics.trials_left_out.clone(),
         );
         metrics
     }

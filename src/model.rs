@@ -262,9 +262,25 @@ pub fn version_probe_host(probe_id: &str, token: &str) -> String {
 
 /// "Does this Envoy serve live version V of this route?" Answered by a virtual host in the
 /// live route configuration that only the probe listener reaches (a secret Host name).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// A probe with `routes` is a trial: it carries routes that are not live yet, behind the
+/// version answer, so that every Envoy has accepted them before any of them serves a user
+/// (Envoy refuses a whole route configuration for one route it rejects, and a trial that
+/// it refused can be left out without touching anyone's traffic).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VersionProbe {
-    /// Unique id (e.g. "namespace/route").
+    /// Unique id (e.g. "namespace/route"; see [`trial_id`] for trials).
     pub id: String,
     pub version: String,
+    /// Trial routes, matched after the version answer; never reached by user traffic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// Ids of trials start with this: `trial/<namespace>/<route>`.
+pub const TRIAL_PREFIX: &str = "trial/";
+
+/// The id of the trial of a route (id "namespace/route").
+pub fn trial_id(route_id: &str) -> String {
+    format!("{TRIAL_PREFIX}{route_id}")
 }

@@ -109,6 +109,29 @@ impl Prober {
         .await
     }
 
+    /// Is every Envoy ready for a switch? It must have accepted the routes on trial (the
+    /// trial `trial_id` answers `version`), and the endpoint probe `probe_id` must pass.
+    pub async fn check_staged(
+        &self,
+        envoys: &[String],
+        probe_id: &str,
+        trial_id: &str,
+        version: &str,
+    ) -> FleetResult {
+        self.check_fleet(envoys, |prober, envoy| {
+            let host = version_probe_host(trial_id, &prober.token);
+            let (probe_id, version) = (probe_id.to_string(), version.to_string());
+            async move {
+                match prober.version_verdict(&envoy, &host, &version).await {
+                    Verdict::Ready => prober.endpoint_verdict(&envoy, &probe_id).await,
+                    Verdict::NotReady(why) => Verdict::NotReady(format!("routes on trial: {why}")),
+                    unreachable => unreachable,
+                }
+            }
+        })
+        .await
+    }
+
     /// Does every Envoy serve `version` of the route whose version probe id is `probe_id`?
     pub async fn check_version(
         &self,

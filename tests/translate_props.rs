@@ -336,6 +336,7 @@ fn version_probe() -> impl Strategy<Value = VersionProbe> {
         .prop_map(|(id, version)| VersionProbe {
             id: id.into(),
             version: version.into(),
+            ..Default::default()
         })
 }
 

@@ -582,11 +582,28 @@ impl Rig {
 
     /// One request through every Envoy; the backend names that answered (or the error).
     pub async fn answers(&self) -> Vec<String> {
+        self.answers_for(HOST).await
+    }
+
+    /// [`Rig::answers`] for another host.
+    pub async fn answers_for(&self, host: &str) -> Vec<String> {
         let mut out = Vec::new();
         for target in self.targets() {
-            out.push(answer(get(&target).await).await);
+            out.push(answer(get_host(&target, host).await).await);
         }
         out
+    }
+
+    /// The operator's metrics, as Prometheus text.
+    pub async fn operator_metrics(&self, name: &str) -> String {
+        let port = self.operator(name).admin_port;
+        let url = format!("http://127.0.0.1:{port}/metrics");
+        reqwest::get(&url)
+            .await
+            .expect("metrics endpoint")
+            .text()
+            .await
+            .expect("metrics text")
     }
 }
 
@@ -622,6 +639,10 @@ impl Rig {
 
 /// One GET for [`HOST`] through the Envoy at `target`.
 async fn get(target: &str) -> Result<reqwest::Response, reqwest::Error> {
+    get_host(target, HOST).await
+}
+
+async fn get_host(target: &str, host: &str) -> Result<reqwest::Response, reqwest::Error> {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     let client = CLIENT.get_or_init(|| {
         // No pooled connections: tests, each on its own runtime, share this client.
@@ -633,7 +654,7 @@ async fn get(target: &str) -> Result<reqwest::Response, reqwest::Error> {
     });
     client
         .get(format!("{target}/"))
-        .header("host", HOST)
+        .header("host", host)
         .send()
         .await
 }

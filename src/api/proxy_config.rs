@@ -3,8 +3,8 @@
 //! replica serves the same thing (I6).
 //!
 //! Two roles per route: `probe` holds the clusters that must be on every Envoy before a
-//! switch (new ∪ live; only the new ones must have ready endpoints), `live` holds what
-//! serves user traffic.
+//! switch (new ∪ live; only the new ones must have ready endpoints) and the routes on
+//! trial (every Envoy must accept them), `live` holds what serves user traffic.
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,8 @@ pub struct ProxyConfigSpec {
     pub generation: i64,
     /// Digest of the content; the live version probe answers with it.
     pub version: String,
-    /// The routes (live role only).
+    /// The routes: serving (live role), or on trial (probe role): every Envoy must
+    /// accept them before they are promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_host: Option<ResolvedVirtualHost>,
     /// Every cluster this config needs on every Envoy.

@@ -20,8 +20,8 @@ use super::to_model::Inputs;
 use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
-use crate::translate::{Problem, Translator};
-use crate::xds::Desired;
+use crate::translate::{Problem, Quarantine, Translator};
+use crate::xds::{Desired, Nodes, RouteVerdict, Snapshot};
 
 /// At most one build per this interval: changes arriving within it are built together.
 const DEBOUNCE: Duration = Duration::from_millis(10);
@@ -37,6 +37,15 @@ pub struct Builder {
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
     pub problems: Arc<watch::Sender<Vec<Problem>>>,
+    /// The Envoys connected here: what they answer to route configurations decides which
+    /// routes on trial are left out (see [`Quarantine`]).
+    pub nodes: Nodes,
+}
+
+/// The last translation, before the quarantine: a verdict republishes it.
+struct Built {
+    snapshot: Snapshot,
+    problems: Vec<Problem>,
 }
 
 impl Builder {
@@ -59,31 +68,69 @@ impl Builder {
             slices: Departed::new(self.hold),
             configs: DepartedConfigs::new(self.hold),
         };
+        let mut verdicts = self.nodes.verdicts();
+        let mut quarantine = Quarantine::default();
         loop {
             changes.borrow_and_update();
-            self.build_and_publish(&mut secrets, &mut models, &mut translator, &mut departed);
-            let built = Instant::now();
+            let built = self.build(&mut secrets, &mut models, &mut translator, &mut departed);
+            self.publish(&built, &mut quarantine);
+            let built_at = Instant::now();
             let release = departed.next_release();
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() {
-                    return;
-                },
-                // A held slice is due: build without it.
-                () = sleep_until(release) => {}
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() {
+                        return;
+                    } else {
+                        break;
+                    },
+                    // A held slice is due: build without it.
+                    () = sleep_until(release) => break,
+                    // An Envoy's answer may leave a route on trial out, or bring one back:
+                    // the same translation is published again, at once.
+                    Some(verdict) = verdicts.recv() => {
+                        let changed = match &verdict {
+                            RouteVerdict::Accepted(config) => quarantine.accepted(config),
+                            RouteVerdict::Refused { config, error } => {
+                                quarantine.refused(config, error)
+                            }
+                        };
+                        if changed {
+                            self.publish(&built, &mut quarantine);
+                        }
+                    }
+                }
             }
             // A change after a quiet spell is built at once; changes that keep coming are
             // batched, one build per DEBOUNCE at most.
-            tokio::time::sleep(DEBOUNCE.saturating_sub(built.elapsed())).await;
+            tokio::time::sleep(DEBOUNCE.saturating_sub(built_at.elapsed())).await;
         }
     }
 
-    fn build_and_publish(
+    /// Publishes a translation, less the routes on trial that Envoys refused.
+    fn publish(&self, built: &Built, quarantine: &mut Quarantine) {
+        let snapshot = Arc::new(quarantine.apply(&built.snapshot));
+        let mut problems = built.problems.clone();
+        let refused = quarantine.problems();
+        for problem in &refused {
+            warn!(%problem, "left out of the configuration");
+        }
+        problems.extend(refused);
+        self.metrics
+            .trials_left_out
+            .set(quarantine.left_out() as i64);
+        self.problems.send_replace(problems);
+        if self.desired.publish_and_open(snapshot) {
+            info!("first full snapshot built: serving xDS");
+        }
+    }
+
+    fn build(
         &self,
         secrets: &mut TlsSecrets,
         models: &mut ModelCache,
         translator: &mut Translator,
         departed: &mut Held,
-    ) {
+    ) -> Built {
         // What changed, taken before anything is read (see `Watched::take_touched`).
         let mut proxy_configs_touched = self.index.proxy_configs.take_touched();
         let released = departed.configs.update(
@@ -159,7 +206,7 @@ impl Builder {
                 warn!(%problem, "left out of the configuration");
             }
         }
-        let snapshot = Arc::new(translation.snapshot);
+        let snapshot = translation.snapshot;
         self.metrics.record_snapshot(&snapshot, elapsed);
         info!(
             version = snapshot.version(),
@@ -170,10 +217,7 @@ impl Builder {
             full,
             "snapshot built"
         );
-        self.problems.send_replace(problems);
-        if self.desired.publish_and_open(snapshot) {
-            info!("first full snapshot built: serving xDS");
-        }
+        Built { snapshot, problems }
     }
 }
 

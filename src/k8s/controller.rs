@@ -30,10 +30,11 @@ use super::to_model::{self, Inputs, TlsData};
 use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
-use crate::model::ListenerSettings;
+use crate::model::{ListenerSettings, trial_id};
 use crate::prober::{FleetResult, Prober};
 use crate::standalone::file::duration_text;
-use crate::translate::{Problem, translate};
+use crate::translate::{EVERY_ROUTE, Problem, translate};
+use crate::xds::snapshot::{ROUTE, short_type};
 use crate::xds::{NodeReport, Nodes};
 
 pub const FIELD_MANAGER: &str = "switchyard";
@@ -529,10 +530,11 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
             }
             Step::VerifyEndpoints { probe_version } => {
                 let id = endpoint_probe_id(&namespace, &name, &probe_version);
+                let trial = trial_id(&format!("{namespace}/{name}"));
                 let prober = &ctx.settings.prober;
                 let check = |envoys: Vec<String>| {
-                    let id = &id;
-                    async move { prober.check_endpoints(&envoys, id).await }
+                    let (id, trial, version) = (&id, &trial, &probe_version);
+                    async move { prober.check_staged(&envoys, id, trial, version).await }
                 };
                 let (result, after) = match verify(&ctx, &route, check).await {
                     Verification::Passed(_) => {
@@ -544,7 +546,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 };
                 let waiting = (
                     "VerifyingEndpoints",
-                    "new clusters not ready on every Envoy",
+                    "new clusters not ready, or routes on trial not accepted, on every Envoy",
                 );
                 return Ok(
                     requeue_waiting(&ctx, &route, &mut report, waiting, &result, after).await,
@@ -709,8 +711,10 @@ impl Context {
         secret_troubles(&self.settings.problems.borrow(), &id)
     }
 
-    /// Why a rollout may be stuck: what the snapshot builder left out of this route, and
-    /// Envoys (connected here) that rejected their configuration.
+    /// Why a rollout may be stuck: what the snapshot builder left out of this route (its
+    /// routes on trial among it, when an Envoy rejected them), and Envoys (connected here)
+    /// that rejected other configuration. A rejected route configuration is the builder's
+    /// to blame on one route; told here, it would be every route's.
     fn troubles(&self, key: &(String, String)) -> Vec<String> {
         let id = format!("{}/{}", key.0, key.1);
         let mut out: Vec<String> = self
@@ -718,13 +722,20 @@ impl Context {
             .problems
             .borrow()
             .iter()
-            .filter(|p| p.virtual_host == id)
-            .map(|p| format!("left out: {}", p.message))
+            .filter(|p| p.virtual_host == id || p.virtual_host == EVERY_ROUTE)
+            .map(|p| {
+                if p.message.starts_with("Envoy ") {
+                    p.message.clone()
+                } else {
+                    format!("left out: {}", p.message)
+                }
+            })
             .collect();
         for node in self.settings.nodes.list() {
             for (kind, t) in &node.status.types {
                 if let Some(nack) = &t.last_nack
                     && node.status.blocked_by_nack
+                    && kind != short_type(ROUTE)
                 {
                     out.push(format!(
                         "Envoy {} rejected {kind}: {}",

@@ -168,8 +168,11 @@ pub fn proxy_config_spec(
         ProxyConfigRole::Probe => {
             let clusters = sorted_unique(resolved.clusters.iter().chain(live_clusters).cloned());
             let kept = sorted_unique(live_clusters.iter().cloned());
-            let version = hash::digest_of(&(&clusters, &kept));
-            (None, clusters, kept, version)
+            // The routes go on trial with the clusters: every Envoy accepts them before
+            // they are promoted.
+            let trial = resolved.virtual_host.clone();
+            let version = hash::digest_of(&(&clusters, &kept, &trial));
+            (Some(trial), clusters, kept, version)
         }
     };
     ProxyConfigSpec {
@@ -1189,7 +1192,11 @@ mod tests {
         let spec = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &extra);
         assert_eq!(spec.role, ProxyConfigRole::Probe);
         assert_eq!(spec.generation, 4);
-        assert!(spec.virtual_host.is_none());
+        assert_eq!(
+            spec.virtual_host.as_ref(),
+            Some(&resolved.virtual_host),
+            "the routes go on trial"
+        );
         let mut expected = resolved.clusters.clone();
         expected.push(old.clone());
         expected.sort();
@@ -1200,7 +1207,7 @@ mod tests {
         assert_eq!(spec.kept_clusters, kept);
         assert_eq!(
             spec.version,
-            hash::digest_of(&(&spec.clusters, &spec.kept_clusters))
+            hash::digest_of(&(&spec.clusters, &spec.kept_clusters, &resolved.virtual_host))
         );
 
         // The order of the extra clusters does not matter.

@@ -96,11 +96,8 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         .live
         .map(|l| l.clusters.clone())
         .unwrap_or_default();
-    let adds_clusters = resolved.clusters.iter().any(|c| !live_clusters.contains(c));
-    if !adds_clusters {
-        // Weights, headers, timeouts among clusters that are already live and warm.
-        return Step::Promote(live_spec);
-    }
+    // Every change is staged, even among clusters already live and warm: its routes go
+    // on trial, and only what every Envoy accepted is promoted (I8).
     let probe_spec = proxy_config_spec(
         observed.route,
         observed.generation,
@@ -263,13 +260,36 @@ mod tests {
     }
 
     #[test]
-    fn changes_among_live_clusters_skip_staging() {
+    fn changes_among_live_clusters_are_staged_for_their_routes_trial() {
         let old = resolved(&["blue"], "x");
         let live = spec(ProxyConfigRole::Live, &old, 1, &[]);
         let new = resolved(&["blue"], "y");
         assert_eq!(
             walk(Some(live), None, &new),
-            ["promote blue", "verify-live", "done"]
+            [
+                "stage blue",
+                "verify-endpoints",
+                "promote blue",
+                "verify-live",
+                "collect",
+                "done"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_probe_carries_the_routes_to_be_promoted() {
+        let new = resolved(&["blue"], "y");
+        let probe = spec(ProxyConfigRole::Probe, &new, 2, &[]);
+        let live = spec(ProxyConfigRole::Live, &new, 2, &[]);
+        assert_eq!(probe.virtual_host, live.virtual_host);
+        let other = resolved(&["blue"], "z");
+        let mut changed = other.clone().expect("resolved");
+        changed.virtual_host.hosts.push("other.example.com".into());
+        let other_probe = proxy_config_spec("web", 2, ProxyConfigRole::Probe, &changed, &[]);
+        assert_ne!(
+            probe.version, other_probe.version,
+            "the routes on trial are part of the probe's version"
         );
     }
 

@@ -16,7 +16,7 @@ use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::model::{
     self, ClusterSettings, EndpointCondition, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
     HeaderValueMatch, ListenerSettings, PathMatch, RetryPolicy, Route, RouteAction, ServiceRef,
-    VersionProbe, VirtualHost, VirtualHostTls,
+    VersionProbe, VirtualHost, VirtualHostTls, trial_id,
 };
 use crate::standalone::file::duration_text;
 use crate::translate::Problem;
@@ -86,6 +86,21 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
     };
     match spec.role {
         ProxyConfigRole::Probe => {
+            // The routes to be promoted, on trial: Envoy has to accept them first.
+            if let Some(vh) = &spec.virtual_host {
+                let routes: Result<Vec<Route>, String> =
+                    vh.rules.iter().map(|r| route(&namespace, r)).collect();
+                match routes {
+                    Ok(routes) => {
+                        out.version_probe = Some(VersionProbe {
+                            id: trial_id(&id),
+                            version: spec.version.clone(),
+                            routes,
+                        });
+                    }
+                    Err(e) => out.problems.push(Problem::new(&id, e)),
+                }
+            }
             out.endpoint_probe = Some(EndpointProbe {
                 id: endpoint_probe_id(&namespace, &spec.route, &spec.version),
                 clusters: spec
@@ -134,6 +149,7 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
             out.version_probe = Some(VersionProbe {
                 id,
                 version: spec.version.clone(),
+                ..Default::default()
             });
         }
     }

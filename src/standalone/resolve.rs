@@ -57,6 +57,7 @@ pub fn resolve(file: &File, secrets: &[SecretPem], probe_token: &str) -> Resolve
                 config.version_probes.push(VersionProbe {
                     id: id.clone(),
                     version: hash::digest_of(&virtual_host),
+                    ..Default::default()
                 });
                 config.endpoint_probes.push(EndpointProbe {
                     id: id.clone(),

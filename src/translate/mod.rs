@@ -24,6 +24,7 @@ mod endpoint;
 mod listener;
 mod probe;
 mod proto;
+mod quarantine;
 pub mod render;
 mod route;
 mod secret;
@@ -31,6 +32,7 @@ mod translator;
 mod validate;
 
 pub use check::check_consistency;
+pub use quarantine::{BENCHED, EVERY_ROUTE, Quarantine, REFUSED_BY_ENVOY};
 pub use translator::{Changes, Edit, Translator};
 
 /// The name of the one route configuration that every listener uses.

@@ -51,27 +51,31 @@ pub fn select_version_probes<'a>(
 }
 
 /// The virtual host answering a version probe: any path, 200, the version in a header.
+/// A trial's routes follow that answer: Envoy has to accept them, and nothing reaches them.
 pub fn version_probe_virtual_host(p: &model::VersionProbe, token: &str) -> VirtualHost {
+    let answer = Route {
+        name: "version".to_owned(),
+        r#match: Some(RouteMatch {
+            path_specifier: Some(PathSpecifier::Prefix("/".to_owned())),
+            ..Default::default()
+        }),
+        response_headers_to_add: vec![proto::header(
+            VERSION_HEADER,
+            &p.version,
+            HeaderAppendAction::OverwriteIfExistsOrAdd,
+        )],
+        action: Some(Action::DirectResponse(DirectResponseAction {
+            status: 200,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
     VirtualHost {
         name: format!("{VERSION_PROBE_VHOST_PREFIX}{}", p.id),
         domains: vec![model::version_probe_host(&p.id, token).to_ascii_lowercase()],
-        routes: vec![Route {
-            name: "version".to_owned(),
-            r#match: Some(RouteMatch {
-                path_specifier: Some(PathSpecifier::Prefix("/".to_owned())),
-                ..Default::default()
-            }),
-            response_headers_to_add: vec![proto::header(
-                VERSION_HEADER,
-                &p.version,
-                HeaderAppendAction::OverwriteIfExistsOrAdd,
-            )],
-            action: Some(Action::DirectResponse(DirectResponseAction {
-                status: 200,
-                ..Default::default()
-            })),
-            ..Default::default()
-        }],
+        routes: std::iter::once(answer)
+            .chain(p.routes.iter().map(super::route::route))
+            .collect(),
         ..Default::default()
     }
 }
@@ -239,6 +243,7 @@ mod tests {
         let vp = model::VersionProbe {
             id: "ns/route".into(),
             version: "v7".into(),
+            ..Default::default()
         };
         let vh = version_probe_virtual_host(&vp, "Secret");
         assert_eq!(vh.name, "switchyard-probe/ns/route");
@@ -315,10 +320,12 @@ mod tests {
             model::VersionProbe {
                 id: "b".into(),
                 version: "1".into(),
+                ..Default::default()
             },
             model::VersionProbe {
                 id: "a".into(),
                 version: "bad\r\n".into(),
+                ..Default::default()
             },
         ];
         let mut problems = Vec::new();

@@ -180,7 +180,7 @@ pub fn virtual_host(vh: &model::VirtualHost, hosts: &[String]) -> envoy_route::V
     }
 }
 
-fn route(r: &model::Route) -> envoy_route::Route {
+pub fn route(r: &model::Route) -> envoy_route::Route {
     let path_specifier = match &r.path {
         model::PathMatch::Prefix(p) => PathSpecifier::Prefix(p.clone()),
         model::PathMatch::Exact(p) => PathSpecifier::Path(p.clone()),

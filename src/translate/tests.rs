@@ -212,6 +212,7 @@ fn the_version_probe_of_a_rejected_virtual_host_is_not_served() {
         .map(|id| model::VersionProbe {
             id: id.into(),
             version: "v1".into(),
+            ..Default::default()
         })
         .into();
     let t = translate_ok(&c);
@@ -284,6 +285,7 @@ fn version_probes_win_their_names_and_domains() {
     c.version_probes = vec![model::VersionProbe {
         id: "ns/r".into(),
         version: "v1".into(),
+        ..Default::default()
     }];
     c.virtual_hosts = vec![
         vhost("a-thief", &[&probe_host], "a"),
@@ -427,6 +429,7 @@ fn an_invalid_probe_token_disables_probes_only() {
     c.version_probes = vec![model::VersionProbe {
         id: "ns/a".into(),
         version: "1".into(),
+        ..Default::default()
     }];
     c.endpoint_probes = vec![model::EndpointProbe {
         id: "p".into(),
@@ -466,10 +469,12 @@ fn input_order_does_not_matter() {
         model::VersionProbe {
             id: "ns/a".into(),
             version: "1".into(),
+            ..Default::default()
         },
         model::VersionProbe {
             id: "ns/b".into(),
             version: "2".into(),
+            ..Default::default()
         },
     ];
     let first = translate_ok(&c);

@@ -12,7 +12,7 @@ pub mod snapshot;
 pub mod wire;
 
 pub use desired::Desired;
-pub use nodes::{NodeReport, Nodes};
+pub use nodes::{NodeReport, Nodes, RouteVerdict};
 pub use server::AdsServer;
 pub use session::{Ordering, Protocol};
 pub use snapshot::{Resource, Snapshot};

@@ -2,13 +2,14 @@
 //! (status, prober, `/debug/nodes`).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::session::SessionStatus;
+use super::snapshot::Resource;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeReport {
@@ -26,6 +27,18 @@ pub struct Nodes {
     inner: Arc<RwLock<BTreeMap<u64, NodeReport>>>,
     /// Bumped on every change, so callers can wait for progress instead of polling.
     changes: Arc<watch::Sender<u64>>,
+    /// Whoever wants to hear what Envoys answered to route configurations.
+    verdicts: Arc<Mutex<Vec<mpsc::UnboundedSender<RouteVerdict>>>>,
+}
+
+/// What an Envoy answered to a route configuration it was sent.
+#[derive(Clone, Debug)]
+pub enum RouteVerdict {
+    Accepted(Arc<Resource>),
+    Refused {
+        config: Arc<Resource>,
+        error: String,
+    },
 }
 
 impl Nodes {
@@ -50,6 +63,24 @@ impl Nodes {
 
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Every verdict from now on. Unbounded: verdicts come one per response, and a
+    /// lost refusal would leave its Envoy stuck until the next change.
+    pub fn verdicts(&self) -> mpsc::UnboundedReceiver<RouteVerdict> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
+
+    pub fn report_verdict(&self, verdict: RouteVerdict) {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|tx| tx.send(verdict.clone()).is_ok());
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, NodeReport>> {

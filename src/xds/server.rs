@@ -24,8 +24,9 @@ use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
+use super::snapshot::{ROUTE, short_type};
 use super::wire::Frames;
-use super::{Desired, NodeReport, Nodes, snapshot::short_type};
+use super::{Desired, NodeReport, Nodes, RouteVerdict};
 use crate::metrics::{Metrics, TypeLabel};
 
 #[derive(Clone)]
@@ -190,7 +191,14 @@ impl AdsServer {
                     type_url,
                     nonce,
                     version,
+                    resources,
                 } => {
+                    if type_url == ROUTE {
+                        for config in resources.values().filter(|r| r.has_content()) {
+                            self.nodes
+                                .report_verdict(RouteVerdict::Accepted(config.clone()));
+                        }
+                    }
                     debug!(r#type = short_type(&type_url), %nonce, %version, "acked");
                     let label = TypeLabel::of(&type_url);
                     self.metrics.acks.get_or_create(&label).inc();
@@ -206,8 +214,17 @@ impl AdsServer {
                     nonce,
                     version,
                     error,
+                    resources,
                 } => {
                     warn!(r#type = short_type(&type_url), %nonce, %version, %error, "Envoy rejected configuration; it keeps its last good one");
+                    if type_url == ROUTE {
+                        for config in resources.values().filter(|r| r.has_content()) {
+                            self.nodes.report_verdict(RouteVerdict::Refused {
+                                config: config.clone(),
+                                error: error.clone(),
+                            });
+                        }
+                    }
                     let label = TypeLabel::of(&type_url);
                     self.metrics.nacks.get_or_create(&label).inc();
                     if let Some(at) = sent_at.remove(&nonce) {

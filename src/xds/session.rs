@@ -70,12 +70,16 @@ pub enum Event {
         type_url: String,
         nonce: String,
         version: String,
+        /// What the node now holds of this type.
+        resources: Entries,
     },
     Nacked {
         type_url: String,
         nonce: String,
         version: String,
         error: String,
+        /// What the node refused: the resources of the response, as sent.
+        resources: Entries,
     },
     StaleNonce {
         type_url: String,
@@ -362,7 +366,7 @@ impl Session {
         let Some(pending) = ts.pending.take() else {
             return;
         };
-        ts.acked = Some(pending.wanted);
+        ts.acked = Some(pending.wanted.clone());
         ts.settled = ts.unchanged_since_sent;
         ts.acked_version = Some(pending.version.clone());
         ts.acked_at = Some(now);
@@ -370,6 +374,7 @@ impl Session {
             type_url: type_url.to_string(),
             nonce: pending.nonce,
             version: pending.version,
+            resources: pending.wanted,
         });
     }
 
@@ -403,6 +408,7 @@ impl Session {
             nonce: pending.nonce,
             version: pending.version,
             error,
+            resources: pending.wanted,
         });
     }
 

@@ -1,0 +1,450 @@
+//! Keeps routes that an Envoy refused from holding back anyone else's (I8).
+//!
+//! Envoy refuses a whole route configuration for one virtual host it rejects (RE2's program
+//! size, say, which nothing but RE2 computes), and then accepts no other change either. So
+//! routes go on trial before they are promoted (see [`model::VersionProbe`]), and this
+//! leaves out of the route configuration every trial an Envoy refused.
+//!
+//! When an Envoy refuses the current route configuration, its suspects are the trials that
+//! the last configuration an Envoy accepted did not hold as they are now. A lone suspect is
+//! refused (until its routes change). Of several, the later half sits out a round while the
+//! others are sent again, until a refusal has a lone suspect; each accepted configuration
+//! clears the trials it held and brings the benched ones back. Leaving a trial out touches
+//! no traffic: nothing but the prober reaches it.
+//!
+//! No I/O: the caller feeds in what Envoys answered and what it publishes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use prost::encoding::{WireType, decode_key, decode_varint};
+
+use super::{Problem, ROUTE_CONFIG_NAME, VERSION_PROBE_VHOST_PREFIX, proto};
+use crate::model::TRIAL_PREFIX;
+use crate::xds::snapshot::{ROUTE, Resource, Snapshot};
+
+/// How a refused trial's problem starts.
+pub const REFUSED_BY_ENVOY: &str = "Envoy rejected these routes: ";
+/// The problem of a trial sitting out a round.
+pub const BENCHED: &str = "routes on trial held back for a moment: an Envoy rejected a route configuration that carried them with others, and the route to blame is being found";
+/// The `virtual_host` of a problem that concerns every route: an Envoy refused the route
+/// configuration, and no trial explains it.
+pub const EVERY_ROUTE: &str = "*";
+
+/// The field number of `virtual_hosts` in RouteConfiguration, and of `name` in VirtualHost.
+const VIRTUAL_HOSTS_FIELD: u32 = 2;
+const NAME_FIELD: u32 = 1;
+
+#[derive(Debug, Default)]
+pub struct Quarantine {
+    /// The trials of the last route configuration an Envoy accepted: virtual host name →
+    /// digest of its encoding.
+    accepted: HashMap<String, u64>,
+    /// Trials refused, left out while they stay as they were: name → (digest, error).
+    refused: BTreeMap<String, (u64, String)>,
+    /// Trials sitting out a round: name → digest.
+    benched: BTreeMap<String, u64>,
+    /// Version of the route configuration last published through [`Quarantine::apply`]:
+    /// verdicts on any other are stale.
+    current: Option<String>,
+    /// Why an Envoy refused the current configuration, when no trial explains it.
+    unexplained: Option<String>,
+}
+
+impl Quarantine {
+    /// An Envoy accepted `config`. True when what is left out changed.
+    pub fn accepted(&mut self, config: &Resource) -> bool {
+        if !self.is_current(config) {
+            return false;
+        }
+        let Ok(hosts) = virtual_hosts(&config.body.value) else {
+            return false;
+        };
+        self.accepted = hosts
+            .iter()
+            .filter(|h| is_trial(h.name))
+            .map(|h| (h.name.to_owned(), h.digest))
+            .collect();
+        let changed = !self.benched.is_empty() || self.unexplained.is_some();
+        self.benched.clear();
+        self.unexplained = None;
+        changed
+    }
+
+    /// An Envoy refused `config` with `error`. True when what is left out changed.
+    pub fn refused(&mut self, config: &Resource, error: &str) -> bool {
+        if !self.is_current(config) {
+            return false;
+        }
+        let hosts = match virtual_hosts(&config.body.value) {
+            Ok(hosts) => hosts,
+            Err(_) => return false,
+        };
+        let suspects: Vec<(&str, u64)> = hosts
+            .iter()
+            .filter(|h| is_trial(h.name) && self.accepted.get(h.name) != Some(&h.digest))
+            .map(|h| (h.name, h.digest))
+            .collect();
+        match suspects.as_slice() {
+            [] => {
+                let changed = self.unexplained.as_deref() != Some(error);
+                self.unexplained = Some(error.to_owned());
+                changed
+            }
+            [(name, digest)] => {
+                self.refused
+                    .insert((*name).to_owned(), (*digest, error.to_owned()));
+                true
+            }
+            several => {
+                // In the configuration's order, which is by name: the later half sits out.
+                for (name, digest) in &several[several.len() / 2..] {
+                    self.benched.insert((*name).to_owned(), *digest);
+                }
+                true
+            }
+        }
+    }
+
+    /// `snapshot` without the trials left out; remembers its route configuration as the
+    /// current one. Trials whose routes changed since are tried again.
+    pub fn apply(&mut self, snapshot: &Snapshot) -> Snapshot {
+        let config = snapshot
+            .resources(ROUTE)
+            .and_then(|r| r.get(ROUTE_CONFIG_NAME))
+            .cloned();
+        let Some(config) = config else {
+            self.current = None;
+            return snapshot.clone();
+        };
+        if self.refused.is_empty() && self.benched.is_empty() {
+            self.current = Some(config.version.clone());
+            return snapshot.clone();
+        }
+        let Ok(fields) = fields(&config.body.value) else {
+            self.current = Some(config.version.clone());
+            return snapshot.clone();
+        };
+        let mut kept = Vec::with_capacity(config.body.value.len());
+        let mut present = HashMap::new();
+        for field in &fields {
+            if let Some(host) = field.virtual_host() {
+                present.insert(host.name, host.digest);
+                if self.leaves_out(&host) {
+                    continue;
+                }
+            }
+            kept.extend_from_slice(field.raw);
+        }
+        // Forget what is no longer there as it was: changed routes get a new trial.
+        self.refused
+            .retain(|name, (digest, _)| present.get(name.as_str()) == Some(digest));
+        self.benched
+            .retain(|name, digest| present.get(name.as_str()) == Some(digest));
+        if kept.len() == config.body.value.len() {
+            self.current = Some(config.version.clone());
+            return snapshot.clone();
+        }
+        let resource = Resource::new(
+            ROUTE_CONFIG_NAME,
+            proto::pack_bytes::<RouteConfiguration>(kept),
+        );
+        self.current = Some(resource.version.clone());
+        let mut out = snapshot.clone();
+        out.insert(Arc::new(resource));
+        out
+    }
+
+    /// What is left out and why, by route (the trial's id without its prefix).
+    pub fn problems(&self) -> Vec<Problem> {
+        let refused = self.refused.iter().map(|(name, (_, error))| {
+            Problem::new(route_of(name), format!("{REFUSED_BY_ENVOY}{error}"))
+        });
+        let benched = self
+            .benched
+            .keys()
+            .map(|name| Problem::new(route_of(name), BENCHED));
+        let unexplained = self.unexplained.iter().map(|error| {
+            Problem::new(
+                EVERY_ROUTE,
+                format!("Envoy rejected the route configuration, and no route on trial explains it: {error}"),
+            )
+        });
+        refused.chain(benched).chain(unexplained).collect()
+    }
+
+    /// How many trials are left out.
+    pub fn left_out(&self) -> usize {
+        self.refused.len() + self.benched.len()
+    }
+
+    fn is_current(&self, config: &Resource) -> bool {
+        config.name == ROUTE_CONFIG_NAME && self.current.as_deref() == Some(config.version.as_str())
+    }
+
+    fn leaves_out(&self, host: &HostEntry<'_>) -> bool {
+        self.refused
+            .get(host.name)
+            .is_some_and(|(d, _)| *d == host.digest)
+            || self.benched.get(host.name) == Some(&host.digest)
+    }
+}
+
+fn is_trial(vhost_name: &str) -> bool {
+    vhost_name
+        .strip_prefix(VERSION_PROBE_VHOST_PREFIX)
+        .is_some_and(|id| id.starts_with(TRIAL_PREFIX))
+}
+
+/// "switchyard-probe/trial/ns/web" → "ns/web".
+fn route_of(vhost_name: &str) -> &str {
+    vhost_name
+        .strip_prefix(VERSION_PROBE_VHOST_PREFIX)
+        .and_then(|id| id.strip_prefix(TRIAL_PREFIX))
+        .unwrap_or(vhost_name)
+}
+
+/// An encoding that does not parse (never one the translator made).
+#[derive(Debug)]
+struct Malformed;
+
+/// One field of an encoded message: its raw bytes (key included), and for a
+/// length-delimited field its number and payload.
+struct Field<'a> {
+    raw: &'a [u8],
+    number: u32,
+    payload: Option<&'a [u8]>,
+}
+
+impl<'a> Field<'a> {
+    fn virtual_host(&self) -> Option<HostEntry<'a>> {
+        let payload = self
+            .payload
+            .filter(|_| self.number == VIRTUAL_HOSTS_FIELD)?;
+        let name = fields(payload)
+            .ok()?
+            .into_iter()
+            .find(|f| f.number == NAME_FIELD)
+            .and_then(|f| f.payload)
+            .and_then(|p| std::str::from_utf8(p).ok())?;
+        Some(HostEntry {
+            name,
+            digest: xxhash_rust::xxh3::xxh3_64(payload),
+        })
+    }
+}
+
+struct HostEntry<'a> {
+    name: &'a str,
+    digest: u64,
+}
+
+/// The virtual hosts of an encoded route configuration, read without decoding them.
+fn virtual_hosts(config: &[u8]) -> Result<Vec<HostEntry<'_>>, Malformed> {
+    Ok(fields(config)?
+        .iter()
+        .filter_map(Field::virtual_host)
+        .collect())
+}
+
+/// The top-level fields of an encoded message, in order.
+fn fields(mut bytes: &[u8]) -> Result<Vec<Field<'_>>, Malformed> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let start = bytes;
+        let (number, wire_type) = decode_key(&mut bytes).map_err(|_| Malformed)?;
+        let payload = match wire_type {
+            WireType::Varint => {
+                decode_varint(&mut bytes).map_err(|_| Malformed)?;
+                None
+            }
+            WireType::SixtyFourBit => skip(&mut bytes, 8)?,
+            WireType::ThirtyTwoBit => skip(&mut bytes, 4)?,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut bytes).map_err(|_| Malformed)?)
+                    .map_err(|_| Malformed)?;
+                skip(&mut bytes, len)?
+            }
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(Malformed);
+            }
+        };
+        let used = start.len() - bytes.len();
+        out.push(Field {
+            raw: &start[..used],
+            number,
+            payload: payload.filter(|_| wire_type == WireType::LengthDelimited),
+        });
+    }
+    Ok(out)
+}
+
+/// Takes `len` bytes off the front of `bytes`.
+fn skip<'a>(bytes: &mut &'a [u8], len: usize) -> Result<Option<&'a [u8]>, Malformed> {
+    if bytes.len() < len {
+        return Err(Malformed);
+    }
+    let (head, rest) = bytes.split_at(len);
+    *bytes = rest;
+    Ok(Some(head))
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+    use crate::model::{self, VersionProbe};
+    use crate::translate::{probe, route};
+
+    fn trial(route_id: &str, version: &str) -> Vec<u8> {
+        let p = VersionProbe {
+            id: model::trial_id(route_id),
+            version: version.into(),
+            ..Default::default()
+        };
+        probe::version_probe_virtual_host(&p, "token").encode_to_vec()
+    }
+
+    fn live(route_id: &str, version: &str) -> Vec<u8> {
+        let p = VersionProbe {
+            id: route_id.into(),
+            version: version.into(),
+            ..Default::default()
+        };
+        probe::version_probe_virtual_host(&p, "token").encode_to_vec()
+    }
+
+    fn snapshot(hosts: &[Vec<u8>]) -> Snapshot {
+        let mut hosts = hosts.to_vec();
+        hosts.sort_by_key(|h| name_of(h));
+        let body = route::route_configuration(ROUTE_CONFIG_NAME, hosts.iter().map(Vec::as_slice));
+        Snapshot::new([Resource::new(ROUTE_CONFIG_NAME, body)])
+    }
+
+    fn name_of(host: &[u8]) -> String {
+        envoy_types::pb::envoy::config::route::v3::VirtualHost::decode(host)
+            .map(|h| h.name)
+            .unwrap_or_default()
+    }
+
+    fn config(s: &Snapshot) -> Resource {
+        s.resources(ROUTE)
+            .and_then(|r| r.get(ROUTE_CONFIG_NAME))
+            .map(|r| r.as_ref().clone())
+            .expect("route configuration")
+    }
+
+    fn served(s: &Snapshot) -> Vec<String> {
+        let decoded = RouteConfiguration::decode(config(s).body.value.as_slice()).expect("decodes");
+        decoded.virtual_hosts.into_iter().map(|h| h.name).collect()
+    }
+
+    fn routes(problems: &[Problem]) -> Vec<(&str, bool)> {
+        problems
+            .iter()
+            .map(|p| {
+                (
+                    p.virtual_host.as_str(),
+                    p.message.starts_with(REFUSED_BY_ENVOY),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_new_trial_that_is_refused_is_left_out_until_it_changes() {
+        let mut q = Quarantine::default();
+        let first = q.apply(&snapshot(&[live("ns/a", "1"), trial("ns/a", "2")]));
+        q.accepted(&config(&first));
+        let with_bad = snapshot(&[live("ns/a", "1"), trial("ns/a", "2"), trial("ns/bad", "1")]);
+        let sent = q.apply(&with_bad);
+        assert!(q.refused(
+            &config(&sent),
+            "RE2 program size of 165 > max program size of 100"
+        ));
+        assert_eq!(routes(&q.problems()), [("ns/bad", true)]);
+        assert!(q.problems()[0].message.ends_with("max program size of 100"));
+
+        let next = q.apply(&with_bad);
+        assert_eq!(
+            served(&next),
+            ["switchyard-probe/ns/a", "switchyard-probe/trial/ns/a"]
+        );
+        assert_eq!(q.left_out(), 1);
+
+        // The user fixes the route: its new trial is sent.
+        let fixed = snapshot(&[live("ns/a", "1"), trial("ns/a", "2"), trial("ns/bad", "2")]);
+        let sent = q.apply(&fixed);
+        assert_eq!(q.left_out(), 0);
+        assert!(served(&sent).contains(&"switchyard-probe/trial/ns/bad".to_string()));
+        assert_eq!(q.problems(), []);
+    }
+
+    #[test]
+    fn several_suspects_are_narrowed_down_to_the_one_to_blame() {
+        let ids = ["ns/a", "ns/b", "ns/c", "ns/d", "ns/e"];
+        let all = snapshot(&ids.iter().map(|id| trial(id, "1")).collect::<Vec<_>>());
+        let bad = "switchyard-probe/trial/ns/d";
+        let mut q = Quarantine::default();
+        // An Envoy that refuses whatever holds the bad trial and accepts the rest, until
+        // nothing changes any more.
+        for round in 0.. {
+            assert!(round < 10, "narrowing down did not end");
+            let sent = q.apply(&all);
+            let changed = if served(&sent).iter().any(|n| n == bad) {
+                q.refused(&config(&sent), "bad regex")
+            } else {
+                q.accepted(&config(&sent))
+            };
+            if !changed {
+                break;
+            }
+        }
+        assert_eq!(routes(&q.problems()), [("ns/d", true)]);
+        let names = served(&q.apply(&all));
+        assert!(!names.iter().any(|n| n == bad), "{names:?}");
+        assert_eq!(
+            names.len(),
+            ids.len() - 1,
+            "every other trial is served: {names:?}"
+        );
+    }
+
+    #[test]
+    fn verdicts_on_a_configuration_no_longer_current_are_ignored() {
+        let mut q = Quarantine::default();
+        let old = q.apply(&snapshot(&[trial("ns/a", "1")]));
+        let _new = q.apply(&snapshot(&[trial("ns/a", "2")]));
+        assert!(!q.refused(&config(&old), "late"));
+        assert_eq!(q.problems(), []);
+    }
+
+    #[test]
+    fn a_refusal_no_trial_explains_concerns_every_route() {
+        let mut q = Quarantine::default();
+        let sent = q.apply(&snapshot(&[live("ns/a", "1")]));
+        assert!(q.refused(&config(&sent), "something else"));
+        assert_eq!(routes(&q.problems()), [(EVERY_ROUTE, false)]);
+        assert!(q.accepted(&config(&sent)), "an acceptance clears it");
+        assert_eq!(q.problems(), []);
+    }
+
+    #[test]
+    fn every_other_field_of_the_configuration_is_kept() {
+        let mut q = Quarantine::default();
+        let s = snapshot(&[trial("ns/a", "1"), trial("ns/b", "1")]);
+        let sent = q.apply(&s);
+        q.refused(&config(&sent), "no");
+        let again = q.apply(&s);
+        q.refused(&config(&again), "no");
+        let out = RouteConfiguration::decode(config(&q.apply(&s)).body.value.as_slice())
+            .expect("decodes");
+        assert_eq!(out.name, ROUTE_CONFIG_NAME);
+        assert_eq!(
+            out.request_headers_to_remove,
+            [crate::translate::PROBE_TOKEN_HEADER]
+        );
+    }
+}

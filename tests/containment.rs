@@ -1,0 +1,223 @@
+//! A route that Envoy rejects holds back no other route (I8), on a real kube-apiserver with
+//! real Envoys (two delta, one SotW).
+//!
+//! The bad input is one no check of ours catches: a regex within RE2's repeat limit whose
+//! compiled program exceeds Envoy's default program size (100), which Envoy finds only
+//! when it compiles it, refusing the whole route configuration.
+
+use std::time::{Duration, Instant};
+
+use switchyard_e2e::Load;
+use switchyard_e2e::rig::{HOST, Rig};
+
+const BIG_PROGRAM: &str = "^/[a-z]{200}[0-9]{200}$";
+
+fn condition<'a>(
+    status: &'a switchyard::api::TrafficRouteStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn bad_route_yaml(host: &str, regex: &str) -> String {
+    format!(
+        "hosts: [\"{host}\"]\nrules:\n- match: {{ pathRegex: \"{regex}\" }}\n  backends: [ {{ service: blue, port: 80 }} ]\n"
+    )
+}
+
+async fn wait_rejected_by_envoy(rig: &Rig, name: &str) -> String {
+    let status = rig
+        .wait_status(name, Duration::from_secs(30), |s| {
+            condition(s, "Ready")
+                .is_some_and(|c| c.status == "False" && c.reason == "EnvoyRejected")
+        })
+        .await;
+    condition(&status, "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+async fn events_of(rig: &Rig, name: &str) -> Vec<String> {
+    let selector = format!("involvedObject.name={name}");
+    rig.api
+        .kubectl_ok([
+            "get",
+            "events",
+            "-n",
+            &rig.namespace,
+            "--field-selector",
+            &selector,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+        .await
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Shifts route web between blue and green four times; how long each took to be Ready.
+async fn shift_web(rig: &Rig) -> Vec<Duration> {
+    let mut shifts = Vec::new();
+    for color in ["green", "blue", "green", "blue"] {
+        let started = Instant::now();
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(color, 1)]))
+            .await;
+        rig.wait_ready("web", Duration::from_secs(30)).await;
+        shifts.push(started.elapsed());
+        assert_eq!(
+            rig.answers().await,
+            [color; 3],
+            "Ready means every Envoy serves it"
+        );
+    }
+    shifts
+}
+
+/// A serving route changed to routes Envoy rejects, and a new route Envoy rejects, next to
+/// a route shifting under load: the shifts go on as usual, the rejected change never
+/// reaches traffic (its route keeps serving what it served), and both say why.
+#[tokio::test]
+async fn a_route_envoy_rejects_holds_back_no_other_route() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    rig.apply_route("victim", &Rig::route_yaml("victim.test", &[("blue", 1)]))
+        .await;
+    rig.wait_ready("victim", Duration::from_secs(30)).await;
+
+    let load = Load::start(rig.targets(), HOST, 240, Duration::from_secs(90));
+    let victim_load = Load::start(rig.targets(), "victim.test", 60, Duration::from_secs(90));
+    let shifts = shift_web(&rig).await;
+    eprintln!("shifts of web, change → Ready: {shifts:?}");
+
+    rig.apply_route("victim", &bad_route_yaml("victim.test", BIG_PROGRAM))
+        .await;
+    rig.apply_route("newcomer", &bad_route_yaml("newcomer.test", BIG_PROGRAM))
+        .await;
+    let shifts = shift_web(&rig).await;
+    eprintln!("shifts of web next to the rejected routes, change → Ready: {shifts:?}");
+
+    for name in ["victim", "newcomer"] {
+        let message = wait_rejected_by_envoy(&rig, name).await;
+        eprintln!("{name}: Ready=False EnvoyRejected \"{message}\"");
+        assert!(message.contains("RE2 program size"), "{message}");
+        let events = events_of(&rig, name).await;
+        assert_eq!(
+            events.iter().filter(|r| *r == "EnvoyRejected").count(),
+            1,
+            "{name}: one EnvoyRejected Event: {events:?}"
+        );
+    }
+    // The rejected change never reached traffic: victim serves its last good routes.
+    assert_eq!(rig.answers_for("victim.test").await, ["blue"; 3]);
+    let victim = rig.proxy_config("victim", "live").await.expect("live");
+    assert_eq!(
+        victim.spec.generation, 1,
+        "the rejected generation was not promoted"
+    );
+    let metrics = rig.operator_metrics("switchyard-1").await;
+    assert_eq!(metric(&metrics, "switchyard_trials_left_out"), Some(2.0));
+    assert!(
+        metric(
+            &metrics,
+            "switchyard_xds_nacks_total{type=\"RouteConfiguration\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "the NACKs are counted"
+    );
+
+    // A brand-new route becomes Ready next to them.
+    rig.apply_route("fresh", &Rig::route_yaml("fresh.test", &[("green", 1)]))
+        .await;
+    let took = rig.wait_ready("fresh", Duration::from_secs(30)).await;
+    eprintln!("a new route next to the rejected ones: Ready in {took:?}");
+
+    // A restarted operator has none of the verdicts, only the rejected trials in the API.
+    let xds_port = rig.operator("switchyard-1").xds_port;
+    rig.kill_operator("switchyard-1");
+    rig.start_operator_on("switchyard-2", xds_port, &[]);
+    let started = Instant::now();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    eprintln!(
+        "shift after an operator restart, change → Ready: {:?}",
+        started.elapsed()
+    );
+    wait_rejected_by_envoy(&rig, "victim").await;
+
+    // Fixing the route completes its rollout.
+    rig.apply_route("victim", &Rig::route_yaml("victim.test", &[("green", 1)]))
+        .await;
+    rig.wait_ready("victim", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers_for("victim.test").await, ["green"; 3]);
+
+    for (host, report) in [
+        (HOST, load.finish().await),
+        ("victim.test", victim_load.finish().await),
+    ] {
+        eprintln!(
+            "{host}: {} requests, by status {:?}, by backend {:?}",
+            report.sent, report.by_status, report.by_backend
+        );
+        assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
+    }
+}
+
+/// Good and bad routes created together: the bad ones are found among them, one by one,
+/// and every good one becomes Ready.
+#[tokio::test]
+async fn rejected_routes_arriving_with_good_ones_are_found_among_them() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let started = Instant::now();
+    let bad: Vec<String> = (0..3).map(|i| format!("bad-{i}")).collect();
+    let good: Vec<String> = (0..6).map(|i| format!("good-{i}")).collect();
+    for (i, name) in bad.iter().enumerate() {
+        let regex = format!("^/[a-z]{{200}}[0-9]{{{}}}$", 200 + i);
+        rig.apply_route(name, &bad_route_yaml(&format!("{name}.test"), &regex))
+            .await;
+    }
+    for name in &good {
+        rig.apply_route(
+            name,
+            &Rig::route_yaml(&format!("{name}.test"), &[("blue", 1)]),
+        )
+        .await;
+    }
+    for name in &good {
+        rig.wait_ready(name, Duration::from_secs(60)).await;
+    }
+    eprintln!(
+        "{} good routes created with {} rejected ones: all Ready in {:?}",
+        good.len(),
+        bad.len(),
+        started.elapsed()
+    );
+    for name in &bad {
+        let message = wait_rejected_by_envoy(&rig, name).await;
+        assert!(message.contains("RE2 program size"), "{name}: {message}");
+    }
+    for name in &good {
+        assert_eq!(
+            rig.answers_for(&format!("{name}.test")).await,
+            ["blue"; 3],
+            "{name}"
+        );
+    }
+}

@@ -60,6 +60,11 @@ pub struct VirtualHost {
     /// over: any other claimant of a host wins over it.
     #[serde(default)]
     pub leaving: bool,
+    /// When its route was created (seconds since the Unix epoch): of the virtual hosts
+    /// asking for one host, the oldest gets it, then the first by name. None counts as
+    /// newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

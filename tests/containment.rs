@@ -221,3 +221,91 @@ async fn rejected_routes_arriving_with_good_ones_are_found_among_them() {
         );
     }
 }
+
+async fn wait_conflict_with(rig: &Rig, name: &str, winner: &str) {
+    let holder = format!("{}/{winner}", rig.namespace);
+    let status = rig
+        .wait_status(name, Duration::from_secs(30), |s| {
+            condition(s, "Accepted").is_some_and(|c| {
+                c.status == "False" && c.reason == "HostConflict" && c.message.contains(&holder)
+            })
+        })
+        .await;
+    let ready = condition(&status, "Ready").expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "HostConflict")
+    );
+}
+
+/// Routes asking for one host: the oldest gets it (creationTimestamp, then namespace/name),
+/// whatever their names, whichever arrives first, across restarts; deleting the winner
+/// hands the host over, and an older route asking for it later takes it, while the
+/// younger one keeps serving its other hosts, with no failed request.
+#[tokio::test]
+async fn the_oldest_route_gets_a_shared_host() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    // Created while no operator runs, oldest first; names sort the other way.
+    rig.apply_route("y-oldest", &Rig::route_yaml("y.test", &[("blue", 1)]))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    rig.apply_route("z-old", &Rig::route_yaml("shared.test", &[("blue", 1)]))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let young = "hosts: [\"shared.test\", \"a.test\"]\nrules:\n- backends: [ { service: green, port: 80 } ]\n";
+    rig.apply_route("a-young", young).await;
+
+    rig.start_operator("switchyard-1", &[]);
+    rig.wait_ready("y-oldest", Duration::from_secs(60)).await;
+    rig.wait_ready("z-old", Duration::from_secs(30)).await;
+    wait_conflict_with(&rig, "a-young", "z-old").await;
+    assert_eq!(rig.answers_for("shared.test").await, ["blue"; 3]);
+
+    // A restarted operator comes to the same answer.
+    let xds_port = rig.operator("switchyard-1").xds_port;
+    rig.kill_operator("switchyard-1");
+    rig.start_operator_on("switchyard-2", xds_port, &[]);
+    rig.wait_lease_holder(Duration::from_secs(60), |h| h == Some("switchyard-2"))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    rig.wait_ready("z-old", Duration::from_secs(1)).await;
+    wait_conflict_with(&rig, "a-young", "z-old").await;
+
+    let shared = Load::start(rig.targets(), "shared.test", 200, Duration::from_secs(90));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The winner is deleted: the host goes to the next in line.
+    let started = Instant::now();
+    rig.delete_route("z-old").await;
+    rig.wait_ready("a-young", Duration::from_secs(30)).await;
+    eprintln!("winner deleted → next route Ready: {:?}", started.elapsed());
+    assert_eq!(rig.answers_for("shared.test").await, ["green"; 3]);
+
+    // An older route asks for the host: it takes it; the younger keeps its other host.
+    let other = Load::start(rig.targets(), "a.test", 60, Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let oldest = "hosts: [\"y.test\", \"shared.test\"]\nrules:\n- backends: [ { service: blue, port: 80 } ]\n";
+    rig.apply_route("y-oldest", oldest).await;
+    rig.wait_ready("y-oldest", Duration::from_secs(30)).await;
+    eprintln!(
+        "older route takes the host: Ready in {:?}",
+        started.elapsed()
+    );
+    wait_conflict_with(&rig, "a-young", "y-oldest").await;
+    assert_eq!(rig.answers_for("shared.test").await, ["blue"; 3]);
+    assert_eq!(rig.answers_for("a.test").await, ["green"; 3]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    for (host, report) in [
+        ("shared.test", shared.finish().await),
+        ("a.test", other.finish().await),
+    ] {
+        eprintln!(
+            "{host}: {} requests, by status {:?}, by backend {:?}",
+            report.sent, report.by_status, report.by_backend
+        );
+        assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
+    }
+}

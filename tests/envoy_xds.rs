@@ -200,6 +200,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
         },
         virtual_hosts: vec![model::VirtualHost {
             leaving: false,
+            created: None,
             name: "default/web".into(),
             hosts: vec!["web.test".into()],
             tls: None,

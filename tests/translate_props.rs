@@ -277,6 +277,7 @@ fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
     )
         .prop_map(|(name, hosts, tls, routes)| VirtualHost {
             leaving: false,
+            created: None,
             name: name.into(),
             hosts,
             tls: tls.map(|(secret, redirect_http)| VirtualHostTls {
@@ -563,25 +564,40 @@ proptest! {
         let t = translate(&config);
         let rc: RouteConfiguration =
             decode(&t.snapshot.resources(ROUTE).unwrap()[ROUTE_CONFIG_NAME].body.value);
-        // User virtual hosts served (not the version probes' own).
-        let served: BTreeMap<String, usize> = rc
+        // User virtual hosts served (not the version probes' own), with their domains.
+        let served: BTreeMap<String, (usize, Vec<String>)> = rc
             .virtual_hosts
             .iter()
             .filter(|v| !v.domains.iter().any(|d| d.ends_with(".probe.switchyard.invalid")))
-            .map(|v| (v.name.clone(), v.routes.len()))
+            .map(|v| (v.name.clone(), (v.routes.len(), v.domains.clone())))
             .collect();
-        let reported: BTreeSet<&str> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
         for vh in &config.virtual_hosts {
-            let is_served = served.contains_key(&vh.name);
-            prop_assert!(
-                is_served != reported.contains(vh.name.as_str()),
-                "{:?}: served {} but reported {}", vh.name, is_served, reported.contains(vh.name.as_str())
-            );
-            if is_served {
-                // Served as given: same routes, in the same order.
-                let input = config.virtual_hosts.iter().find(|v| v.name == vh.name).unwrap();
-                prop_assert_eq!(served[&vh.name], input.routes.len());
+            let problems: Vec<&str> = t
+                .problems
+                .iter()
+                .filter(|p| p.virtual_host == vh.name)
+                .map(|p| p.message.as_str())
+                .collect();
+            let Some((routes, domains)) = served.get(&vh.name) else {
+                prop_assert!(!problems.is_empty(), "{:?} neither served nor reported", vh.name);
+                continue;
+            };
+            // Served as given: same routes, in the same order; for the hosts it holds,
+            // each one it lost reported.
+            let input = config.virtual_hosts.iter().find(|v| v.name == vh.name).unwrap();
+            prop_assert_eq!(*routes, input.routes.len());
+            for host in &vh.hosts {
+                let host = host.to_ascii_lowercase();
+                let lost = format!("host {host:?} is already served by");
+                prop_assert!(
+                    domains.contains(&host) != problems.iter().any(|p| p.starts_with(&lost)),
+                    "{:?}: host {} served {:?}, problems {:?}", vh.name, host, domains, problems
+                );
             }
+            prop_assert!(
+                problems.iter().all(|p| p.contains("is already served by")),
+                "{:?} served despite {:?}", vh.name, problems
+            );
         }
         // The HTTPS listener exists exactly when a served virtual host has TLS.
         let tls_served = config

@@ -67,6 +67,7 @@ pub fn config(routes: usize, seed: u64) -> Config {
         }
         virtual_hosts.push(VirtualHost {
             leaving: false,
+            created: None,
             name: format!("ns-{}/route-{i}", i % 50),
             hosts: vec![format!("r{i}.example.test")],
             tls: None,
@@ -133,6 +134,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
             let mut pc = ProxyConfig::new(
                 &format!("{route}-live"),
                 ProxyConfigSpec {
+                    route_created: None,
                     role: ProxyConfigRole::Live,
                     route: route.into(),
                     generation: 1,

@@ -6,6 +6,7 @@
 //! switch (new ∪ live; only the new ones must have ready endpoints) and the routes on
 //! trial (every Envoy must accept them), `live` holds what serves user traffic.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +48,10 @@ pub struct ProxyConfigSpec {
     /// Every cluster this config needs on every Envoy.
     #[serde(default)]
     pub clusters: Vec<ResolvedCluster>,
+    /// Live role: when the TrafficRoute was created. Of the routes asking for one host,
+    /// the oldest gets it (then the first by namespace/name), on every replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_created: Option<Time>,
     /// Probe role: those of `clusters` that are live now and only kept through the
     /// switch. The probe asks that they exist, never that they have ready endpoints: a
     /// route whose current backend lost its endpoints must still be able to move.

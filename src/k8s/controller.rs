@@ -155,8 +155,8 @@ pub async fn run(client: Client, settings: Settings) {
         // A TLS Secret deleted, broken or back changes what its routes' status says, and
         // nothing else would reconcile them.
         .reconcile_on(secrets)
-        // A ProxyConfig event reconciles its route, and the routes held back by a host
-        // conflict with that route: when it goes, they may take its hosts over.
+        // A ProxyConfig event reconciles its route, and every route asking for one of its
+        // hosts: when a route goes, or comes, which of them gets a host may change.
         .watches(
             Api::<ProxyConfig>::all(client.clone()),
             watcher::Config::default(),
@@ -165,13 +165,18 @@ pub async fn run(client: Client, settings: Settings) {
                 move |pc| {
                     let namespace = pc.namespace().unwrap_or_default();
                     let owner = ObjectRef::new(&pc.spec.route).within(&namespace);
-                    let holder = format!("route {namespace}/{}", pc.spec.route);
-                    let waiting = route_store
+                    let hosts = pc
+                        .spec
+                        .virtual_host
+                        .as_ref()
+                        .map(|vh| vh.hosts.clone())
+                        .unwrap_or_default();
+                    let sharing = route_store
                         .state()
                         .into_iter()
-                        .filter(|r| in_conflict_with(r, &holder))
+                        .filter(|r| shares_a_host(r, &hosts))
                         .map(|r| ObjectRef::from_obj(r.as_ref()));
-                    std::iter::once(owner).chain(waiting).collect::<Vec<_>>()
+                    std::iter::once(owner).chain(sharing).collect::<Vec<_>>()
                 }
             },
         )
@@ -213,13 +218,13 @@ pub async fn run(client: Client, settings: Settings) {
     }
 }
 
-/// Whether the route is held back by a host that `holder` ("route ns/name") serves.
-fn in_conflict_with(route: &TrafficRoute, holder: &str) -> bool {
-    route.status.as_ref().is_some_and(|s| {
-        s.conditions.iter().any(|c| {
-            c.type_ == "Accepted" && c.reason == "HostConflict" && c.message.contains(holder)
-        })
-    })
+/// Whether the route asks for one of `hosts`.
+fn shares_a_host(route: &TrafficRoute, hosts: &[String]) -> bool {
+    route
+        .spec
+        .hosts
+        .iter()
+        .any(|h| hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
 }
 
 /// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
@@ -635,6 +640,62 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
     Ok(Action::requeue(Duration::from_millis(20)))
 }
 
+/// The oldest route asking for one of this route's hosts, if it is older than this one:
+/// (host, "namespace/name"). Age is creationTimestamp, then namespace/name, as the Gateway
+/// API orders conflicts: the same answer on every replica, whatever came first. A route
+/// being deleted, or one whose spec does not resolve, asks for nothing.
+fn older_claimant(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    resolved: &ResolvedRoute,
+) -> Option<(String, String)> {
+    let me = seniority(resolved.created.as_ref(), namespace, name);
+    let services = ctx.services.state();
+    let mut claimants: Vec<(Seniority<'_>, String, &TrafficRoute)> = Vec::new();
+    let routes = ctx.routes.state();
+    for other in &routes {
+        let other_ns = other.metadata.namespace.as_deref().unwrap_or_default();
+        let other_name = other.metadata.name.as_deref().unwrap_or_default();
+        let age = seniority(
+            other.metadata.creation_timestamp.as_ref(),
+            other_ns,
+            other_name,
+        );
+        if age >= me || other.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(host) = resolved
+            .virtual_host
+            .hosts
+            .iter()
+            .find(|h| other.spec.hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
+        else {
+            continue;
+        };
+        claimants.push((age, host.clone(), other.as_ref()));
+    }
+    claimants.sort_by(|a, b| a.0.cmp(&b.0));
+    claimants.into_iter().find_map(|(_, host, other)| {
+        let other_ns = other.namespace().unwrap_or_default();
+        let in_namespace: Vec<&Service> = services
+            .iter()
+            .filter(|s| s.namespace().as_deref() == Some(other_ns.as_str()))
+            .map(Arc::as_ref)
+            .collect();
+        resolve_route(other, &in_namespace)
+            .is_ok()
+            .then(|| (host, format!("{other_ns}/{}", other.name_any())))
+    })
+}
+
+/// Older first: creation time (unknown counts as newest), then namespace, then name.
+type Seniority<'a> = (bool, Option<&'a Time>, &'a str, &'a str);
+
+fn seniority<'a>(created: Option<&'a Time>, namespace: &'a str, name: &'a str) -> Seniority<'a> {
+    (created.is_none(), created, namespace, name)
+}
+
 /// Checks that need more than the route's own spec: no host taken from another route, and
 /// nothing Envoy would refuse (the translator's verdict on the route alone).
 fn admit(
@@ -643,26 +704,8 @@ fn admit(
     name: &str,
     resolved: ResolvedRoute,
 ) -> Result<ResolvedRoute, ResolveError> {
-    for pc in ctx.proxy_configs.state() {
-        let other_ns = pc.namespace().unwrap_or_default();
-        if pc.spec.role != ProxyConfigRole::Live || (other_ns == namespace && pc.spec.route == name)
-        {
-            continue;
-        }
-        let Some(vh) = &pc.spec.virtual_host else {
-            continue;
-        };
-        if let Some(host) = resolved
-            .virtual_host
-            .hosts
-            .iter()
-            .find(|h| vh.hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
-        {
-            return Err(ResolveError::HostConflict {
-                host: host.clone(),
-                route: format!("{other_ns}/{}", pc.spec.route),
-            });
-        }
+    if let Some((host, route)) = older_claimant(ctx, namespace, name, &resolved) {
+        return Err(ResolveError::HostConflict { host, route });
     }
     let spec = proxy_config_spec(name, 0, ProxyConfigRole::Live, &resolved, &[]);
     let mut pc = ProxyConfig::new(&live_name(name), spec);

@@ -615,6 +615,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             &format!("{route}-live"),
             ProxyConfigSpec {
+                route_created: None,
                 role: ProxyConfigRole::Live,
                 route: route.into(),
                 generation: 1,

@@ -14,6 +14,7 @@ use std::collections::btree_map::Entry;
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use regex::Regex;
 
 use crate::api::proxy_config::{
@@ -32,6 +33,8 @@ pub struct ResolvedRoute {
     pub clusters: Vec<ResolvedCluster>,
     /// [`hash::digest_of`] the virtual host: the version the live config announces.
     pub version: String,
+    /// When the route was created: the oldest route asking for a host gets it.
+    pub created: Option<Time>,
 }
 
 /// Why a TrafficRoute could not be resolved. [`ResolveError::reason`] is the Kubernetes
@@ -136,6 +139,7 @@ pub fn resolve_route(
     );
     let version = hash::digest_of(&virtual_host);
     Ok(ResolvedRoute {
+        created: route.metadata.creation_timestamp.clone(),
         virtual_host,
         clusters,
         version,
@@ -176,6 +180,10 @@ pub fn proxy_config_spec(
         }
     };
     ProxyConfigSpec {
+        route_created: match role {
+            ProxyConfigRole::Live => resolved.created.clone(),
+            ProxyConfigRole::Probe => None,
+        },
         role,
         route: route_name.to_owned(),
         generation,

@@ -69,11 +69,11 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         .live
         .is_some_and(|l| l.version == live_spec.version);
     if is_live {
-        if observed
-            .live
-            .is_some_and(|l| l.generation != observed.generation)
-        {
-            // Same content under a new generation: nothing changes for Envoy.
+        if observed.live.is_some_and(|l| {
+            l.generation != observed.generation || l.route_created != live_spec.route_created
+        }) {
+            // Same content under a new generation (or a live config from before it carried
+            // the route's age): nothing changes for Envoy's routes.
             return Step::Promote(live_spec);
         }
         if verified.live.as_deref() != Some(live_spec.version.as_str()) {
@@ -140,6 +140,7 @@ mod tests {
             rules: vec![],
         };
         Ok(ResolvedRoute {
+            created: None,
             version: crate::hash::digest_of(&(services, header)),
             virtual_host,
             clusters: services.iter().map(|s| cluster(s)).collect(),

@@ -140,6 +140,7 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
                 }
             });
             out.virtual_host = Some(VirtualHost {
+                created: spec.route_created.as_ref().map(|t| t.0.as_second()),
                 leaving: pc.annotations().contains_key(LEAVING),
                 name: id.clone(),
                 hosts: vh.hosts.clone(),
@@ -435,6 +436,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             &format!("{route}-live"),
             ProxyConfigSpec {
+                route_created: None,
                 role: ProxyConfigRole::Live,
                 route: route.into(),
                 generation: 1,

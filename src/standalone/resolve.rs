@@ -141,6 +141,7 @@ fn resolve_route(
     }
     let virtual_host = VirtualHost {
         leaving: false,
+        created: None,
         name: format!("{}/{}", route.namespace, route.name),
         hosts: route.hosts.clone(),
         tls: route.tls.as_ref().map(|t| VirtualHostTls {

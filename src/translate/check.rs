@@ -331,6 +331,7 @@ mod tests {
             },
             virtual_hosts: vec![model::VirtualHost {
                 leaving: false,
+                created: None,
                 name: "ns/vh".into(),
                 hosts: vec!["a.example.com".into()],
                 tls: Some(model::VirtualHostTls {

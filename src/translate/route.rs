@@ -366,6 +366,7 @@ mod tests {
     fn vhost(routes: Vec<model::Route>) -> model::VirtualHost {
         model::VirtualHost {
             leaving: false,
+            created: None,
             name: "ns/vh".into(),
             hosts: vec![
                 "Example.com".into(),

@@ -51,6 +51,7 @@ fn forward_to(cluster: &str) -> model::Route {
 fn vhost(name: &str, hosts: &[&str], cluster: &str) -> model::VirtualHost {
     model::VirtualHost {
         leaving: false,
+        created: None,
         name: name.into(),
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
         tls: None,
@@ -225,7 +226,7 @@ fn the_version_probe_of_a_rejected_virtual_host_is_not_served() {
 }
 
 #[test]
-fn the_first_virtual_host_by_name_keeps_a_shared_host() {
+fn a_shared_host_goes_to_the_first_by_name_and_the_others_serve_the_rest() {
     let mut c = config();
     c.clusters = vec![cluster("a")];
     c.virtual_hosts = vec![
@@ -234,15 +235,44 @@ fn the_first_virtual_host_by_name_keeps_a_shared_host() {
         vhost("ns/a", &["shared.example.com"], "a"),
     ];
     let t = translate_ok(&c);
-    // ns/b loses "shared" to ns/a; it is left out entirely, so ns/c gets "other".
-    assert_eq!(vhost_names(&t), ["ns/a", "ns/c"]);
+    // ns/b loses "shared" to ns/a and keeps "other", which ns/c then cannot have.
+    assert_eq!(vhost_names(&t), ["ns/a", "ns/b"]);
     assert_eq!(
         t.problems,
-        [Problem::new(
-            "ns/b",
-            "host \"shared.example.com\" is already served by virtual host \"ns/a\""
-        )]
+        [
+            Problem::new(
+                "ns/b",
+                "host \"shared.example.com\" is already served by virtual host \"ns/a\""
+            ),
+            Problem::new(
+                "ns/c",
+                "host \"other.example.com\" is already served by virtual host \"ns/b\""
+            ),
+        ]
     );
+    let rc = route_config(&t);
+    let b = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == "ns/b")
+        .expect("ns/b");
+    assert_eq!(b.domains, ["other.example.com"]);
+}
+
+#[test]
+fn the_oldest_virtual_host_gets_a_shared_host_whatever_its_name() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    let mut young = vhost("ns/a", &["x.example.com"], "a");
+    young.created = Some(2_000);
+    let mut old = vhost("ns/z", &["x.example.com"], "a");
+    old.created = Some(1_000);
+    let unknown = vhost("ns/0", &["x.example.com"], "a");
+    c.virtual_hosts = vec![young, unknown, old];
+    let t = translate_ok(&c);
+    assert_eq!(vhost_names(&t), ["ns/z"]);
+    let losers: Vec<&str> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
+    assert_eq!(losers, ["ns/0", "ns/a"]);
 }
 
 #[test]
@@ -267,9 +297,8 @@ fn a_leaving_virtual_host_yields_its_hosts_and_serves_the_rest() {
     old.leaving = true;
     c.virtual_hosts = vec![old, vhost("ns/b", &["x.example.com"], "b")];
     let t = translate_ok(&c);
-    // "ns/a" sorts first, but leaves: "ns/b" takes x, and "ns/a", which cannot be served in
-    // part, is left out (y with it: its route is gone anyway).
-    assert_eq!(vhost_names(&t), ["ns/b"]);
+    // "ns/a" sorts first, but leaves: "ns/b" takes x, and "ns/a" serves y.
+    assert_eq!(vhost_names(&t), ["ns/a", "ns/b"]);
     assert_eq!(t.problems.len(), 1, "{:#?}", t.problems);
     assert_eq!(t.problems[0].virtual_host, "ns/a");
     // Alone, a leaving virtual host serves.

@@ -62,6 +62,9 @@ struct Host {
     /// Why it cannot be served, conflicts with other virtual hosts aside.
     errors: Vec<String>,
     served: bool,
+    /// The hosts it is served for: those of `hosts` that no virtual host ahead of it in
+    /// the claim order holds.
+    served_hosts: Vec<String>,
 }
 
 /// What a served virtual host uses.
@@ -365,6 +368,7 @@ impl Translator {
                             hosts: Vec::new(),
                             errors: Vec::new(),
                             served,
+                            served_hosts: Vec::new(),
                         },
                     );
                 }
@@ -622,8 +626,9 @@ impl Translator {
         affected
     }
 
-    /// Decides, in name order (leaving ones last), which affected virtual hosts are
-    /// served: the first one to claim a host keeps it. Returns the names whose "left out" state changed.
+    /// Decides which affected virtual hosts are served, and for which hosts: in claim
+    /// order (see [`claim_order`]), each gets the hosts that no one before it holds, and
+    /// is served if it gets any. Returns the names whose "left out" state changed.
     fn claim(
         &mut self,
         affected: &BTreeSet<String>,
@@ -633,44 +638,43 @@ impl Translator {
     ) -> Vec<String> {
         let mut drop_changed = Vec::new();
         let mut claimed: HashMap<&str, &str> = HashMap::new();
-        let mut decisions: Vec<(&str, bool, Vec<String>)> = Vec::new();
-        // In name order, but a leaving virtual host claims after every other one.
-        let mut order: Vec<&String> = affected.iter().collect();
-        order.sort_by_key(|name| self.hosts.get(*name).is_some_and(|h| h.model.leaving));
-        for name in order {
-            let Some(host) = self.hosts.get(name) else {
-                continue;
-            };
+        let mut decisions: Vec<(&str, Vec<&String>, Vec<String>)> = Vec::new();
+        let mut order: Vec<(&String, &Host)> = affected
+            .iter()
+            .filter_map(|name| Some((name, self.hosts.get(name)?)))
+            .collect();
+        order.sort_by(claim_order);
+        for (name, host) in order {
             let mut errors = host.errors.clone();
+            let mut won: Vec<&String> = Vec::new();
+            if errors.is_empty() && self.reserved_names.contains(name) {
+                errors.push(format!(
+                    "virtual host name {name:?} is reserved for a probe"
+                ));
+            }
             if errors.is_empty() {
-                if self.reserved_names.contains(name) {
-                    errors.push(format!(
-                        "virtual host name {name:?} is reserved for a probe"
-                    ));
-                }
                 for h in &host.hosts {
                     let holder = self
                         .reserved_domains
                         .get(h)
                         .map(String::as_str)
                         .or_else(|| claimed.get(h.as_str()).copied());
-                    if let Some(holder) = holder {
-                        errors.push(format!(
+                    match holder {
+                        Some(holder) => errors.push(format!(
                             "host {h:?} is already served by virtual host {holder:?}"
-                        ));
+                        )),
+                        None => won.push(h),
                     }
                 }
             }
-            if errors.is_empty() {
-                for h in &host.hosts {
-                    claimed.insert(h, name);
-                }
+            for h in &won {
+                claimed.insert(h, name);
             }
-            decisions.push((name, errors.is_empty(), errors));
+            decisions.push((name, won, errors));
         }
-        let decisions: Vec<(String, bool, Vec<String>)> = decisions
+        let decisions: Vec<(String, Vec<String>, Vec<String>)> = decisions
             .into_iter()
-            .map(|(n, s, e)| (n.to_owned(), s, e))
+            .map(|(n, w, e)| (n.to_owned(), w.into_iter().cloned().collect(), e))
             .collect();
         let decided: HashSet<&String> = decisions.iter().map(|(n, _, _)| n).collect();
         // Removed virtual hosts: out of the route configuration, no problem left.
@@ -683,14 +687,27 @@ impl Translator {
                 }
             }
         }
-        for (name, served, errors) in decisions {
+        for (name, won, errors) in decisions {
             let was = match before.get(&name) {
                 Some(was) => *was,
                 None => self.hosts.get(&name).map(|h| h.served),
             };
+            let served = !won.is_empty();
             if served {
-                self.problems.remove(&key(HOST, &name));
-                if dirty.contains(&name) || was != Some(true) {
+                // Hosts lost to virtual hosts ahead of it are reported; the rest serve.
+                if errors.is_empty() {
+                    self.problems.remove(&key(HOST, &name));
+                } else {
+                    self.problems.insert(
+                        key(HOST, &name),
+                        errors.into_iter().map(|e| Problem::new(&name, e)).collect(),
+                    );
+                }
+                let hosts_changed = self.hosts.get(&name).is_some_and(|h| h.served_hosts != won);
+                if let Some(h) = self.hosts.get_mut(&name) {
+                    h.served_hosts = won;
+                }
+                if dirty.contains(&name) || was != Some(true) || hosts_changed {
                     self.serve(&name, out);
                 }
             } else {
@@ -716,7 +733,7 @@ impl Translator {
         let Some(host) = self.hosts.get(name) else {
             return;
         };
-        let bytes = route::virtual_host(&host.model, &host.hosts).encode_to_vec();
+        let bytes = route::virtual_host(&host.model, &host.served_hosts).encode_to_vec();
         let uses = Uses {
             clusters: route::referenced_clusters(&host.model)
                 .map(str::to_owned)
@@ -727,7 +744,7 @@ impl Translator {
             .model
             .tls
             .as_ref()
-            .map(|t| (host.hosts.clone(), t.secret.clone()));
+            .map(|t| (host.served_hosts.clone(), t.secret.clone()));
         self.set_entry((name.to_owned(), EntryKind::User), Some(bytes), out);
         self.set_uses(name, Some(uses), out);
         self.set_tls_host(name, tls, out);
@@ -939,6 +956,16 @@ impl Translator {
         self.snapshot
             .update(out.removes, out.puts.into_iter().map(Arc::new));
     }
+}
+
+/// The order in which virtual hosts claim their hosts: a leaving one after every other,
+/// then the oldest first (its route's creation; unknown counts as newest), then by name.
+fn claim_order(a: &(&String, &Host), b: &(&String, &Host)) -> std::cmp::Ordering {
+    let rank = |(name, host): &(&String, &Host)| {
+        let m = &host.model;
+        (m.leaving, m.created.is_none(), m.created, (*name).clone())
+    };
+    rank(a).cmp(&rank(b))
 }
 
 /// A cluster's CDS and EDS resources, and the endpoints left out of it.

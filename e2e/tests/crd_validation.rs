@@ -3,7 +3,8 @@
 //! why (I8), accepts valid ones, and keeps spec and status apart (I7).
 //!
 //! `cargo test -p switchyard-e2e --test crd_validation -- --nocapture` prints the table
-//! of cases (object → expected message → actual); `docs/crd-validation.md` holds a copy.
+//! of cases (object → expected message → actual); `docs/crd-validation.md` holds it, and the
+//! test fails when that copy is stale (`UPDATE_DOCS=1` rewrites it).
 
 use std::time::{Duration, Instant};
 
@@ -291,6 +292,58 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].responseHeaders.set: Too many: 33: must have at most 32 items",
         ),
         case(
+            &rule("responseHeaders: {set: {\"bad header\": x}}"),
+            "spec.rules[0].responseHeaders.set: Invalid value: header names must be RFC 9110 tokens",
+        ),
+        case(
+            &rule("requestHeaders: {add: {\":authority\": x}}"),
+            "spec.rules[0].requestHeaders.add: Invalid value: header names must be RFC 9110 tokens",
+        ),
+        generated(
+            "requestHeaders: {set: {<257 characters>: x}}",
+            rule(&format!(
+                "requestHeaders: {{set: {{{}: x}}}}",
+                "x".repeat(257)
+            )),
+            "header names must be RFC 9110 tokens",
+        ),
+        case(
+            &rule("requestHeaders: {set: {Host: evil.example.com}}"),
+            "spec.rules[0].requestHeaders.set: Invalid value: the host header cannot be edited",
+        ),
+        case(
+            &rule("requestHeaders: {remove: [host]}"),
+            "spec.rules[0].requestHeaders.remove: Invalid value: the host header cannot be edited",
+        ),
+        case(
+            &rule("responseHeaders: {set: {x-a: \"a\\r\\nb\"}}"),
+            "spec.rules[0].responseHeaders.set.x-a in body should match",
+        ),
+        generated(
+            "responseHeaders: {add: {x-a: <4097 characters>}}",
+            rule(&format!(
+                "responseHeaders: {{add: {{x-a: {}}}}}",
+                "v".repeat(4097)
+            )),
+            "spec.rules[0].responseHeaders.add.x-a: Too long: may not be more than 4096 bytes",
+        ),
+        case(
+            &rule("match: {headers: [{name: x-canary, exact: \"a\\nb\"}]}"),
+            "spec.rules[0].match.headers[0].exact in body should match",
+        ),
+        case(
+            &rule("timeout: 99999999999999h"),
+            "spec.rules[0].timeout in body should match",
+        ),
+        case(
+            &rule("idleTimeout: 87660000h"),
+            "spec.rules[0].idleTimeout in body should match",
+        ),
+        case(
+            &rule("retries: {attempts: 1, perTryTimeout: 1.0000000001s}"),
+            "spec.rules[0].retries.perTryTimeout in body should match",
+        ),
+        case(
             &rule("rewritePrefix: v2/"),
             "spec.rules[0].rewritePrefix in body should match '^/'",
         ),
@@ -334,6 +387,12 @@ fn cases() -> Vec<Case> {
         valid(
             "a Service port name longer than 15 characters (Service ports are DNS labels)",
             &backends(&format!("{{service: web, portName: {LONG_PORT_NAME}}}")),
+        ),
+        valid(
+            "header edits with token names, long timeouts at the limit (999999h)",
+            &rule(
+                "timeout: 999999h, idleTimeout: 0.5s, requestHeaders: {set: {X-Tenant_1.a: \"a b %\"}, add: {\"x-a!#$%&'*+^`|~\": v}, remove: [x-internal]}",
+            ),
         ),
         valid(
             "16 hosts, 8 backends (the limits)",
@@ -506,12 +565,11 @@ async fn the_api_server_rejects_invalid_traffic_routes() {
         ));
     }
 
-    println!("\n| object (spec) | expected | actual (API server) | |");
-    println!("| --- | --- | --- | --- |");
-    for row in &rows {
-        println!("{row}");
-    }
-    println!();
+    let table = format!(
+        "| object (spec) | expected | actual (API server) | |\n| --- | --- | --- | --- |\n{}\n",
+        rows.join("\n")
+    );
+    println!("\n{table}");
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
@@ -519,7 +577,34 @@ async fn the_api_server_rejects_invalid_traffic_routes() {
         rows.len(),
         failures.join("\n")
     );
+    check_doc_table(&table);
     rig::delete_namespace(&client, &ns).await;
+}
+
+/// docs/crd-validation.md holds the table this test prints: it must be the current one.
+fn check_doc_table(table: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/crd-validation.md");
+    let doc = std::fs::read_to_string(path).expect("docs/crd-validation.md");
+    let start = doc
+        .find("| object (spec) |")
+        .expect("the doc has the table");
+    let len = doc[start..]
+        .split_inclusive('\n')
+        .take_while(|line| line.starts_with('|'))
+        .map(str::len)
+        .sum::<usize>();
+    let current = &doc[start..start + len];
+    if current == table {
+        return;
+    }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        let updated = format!("{}{table}{}", &doc[..start], &doc[start + len..]);
+        std::fs::write(path, updated).expect("write docs/crd-validation.md");
+        return;
+    }
+    panic!(
+        "docs/crd-validation.md is stale; regenerate it with\n  UPDATE_DOCS=1 cargo test -p switchyard-e2e --test crd_validation"
+    );
 }
 
 #[tokio::test]

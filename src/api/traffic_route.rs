@@ -105,11 +105,11 @@ pub struct RouteRule {
 
     /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub timeout: Option<String>,
 
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub idle_timeout: Option<String>,
 
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,10 +156,10 @@ pub struct HeaderMatch {
     )]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
+    #[schemars(length(max = 4096), regex(pattern = r"^[^\r\n\x00]*$"))]
     pub exact: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
+    #[schemars(length(max = 4096), regex(pattern = r"^[^\r\n\x00]*$"))]
     pub prefix: Option<String>,
     /// RE2 syntax.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,23 +214,28 @@ pub struct Retries {
     )]
     pub on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub per_try_timeout: Option<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct HeaderEdits {
-    /// Replace or add.
+    /// Replace or add: header name (an RFC 9110 token, not `host`) → value.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new(HEADER_NAMES_ARE_TOKENS).message(HEADER_NAMES_MESSAGE))]
+    #[x_kube(validation = Rule::new(NOT_HOST).message(NOT_HOST_MESSAGE))]
+    #[schemars(schema_with = "header_map")]
     pub set: std::collections::BTreeMap<String, String>,
     /// Append, keeping existing values.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new(HEADER_NAMES_ARE_TOKENS).message(HEADER_NAMES_MESSAGE))]
+    #[x_kube(validation = Rule::new(NOT_HOST).message(NOT_HOST_MESSAGE))]
+    #[schemars(schema_with = "header_map")]
     pub add: std::collections::BTreeMap<String, String>,
     /// Header names to remove.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new(NOT_HOST).message(NOT_HOST_MESSAGE))]
     #[schemars(
         length(max = 32),
         inner(
@@ -241,17 +246,38 @@ pub struct HeaderEdits {
     pub remove: Vec<String>,
 }
 
+/// Header name → value, at most 32; values of at most 4096 bytes without CR, LF or NUL.
+fn header_map(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 32,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 4096,
+            "pattern": "^[^\\r\\n\\x00]*$"
+        }
+    })
+}
+
+/// Map keys have no schema of their own: their rule is CEL on the map.
+const HEADER_NAMES_ARE_TOKENS: &str =
+    "self.all(k, k.matches('^[A-Za-z0-9!#$%&\\x27*+.^_`|~-]{1,256}$'))";
+const HEADER_NAMES_MESSAGE: &str = "header names must be RFC 9110 tokens (letters, digits, !#$%&'*+.^_`|~-) of 1 to 256 characters";
+/// Envoy refuses to edit `host` (and pseudo-headers, which are not tokens).
+const NOT_HOST: &str = "self.all(k, k.lowerAscii() != 'host')";
+const NOT_HOST_MESSAGE: &str = "the host header cannot be edited: it chose the route";
+
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSettings {
     /// How long old backends keep their clusters after the switch (default "10s").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub drain_period: Option<String>,
     /// How long to wait for every Envoy to prove readiness before reporting failure
     /// (default "5m"; the rollout keeps retrying after that).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub probe_deadline: Option<String>,
 }
 

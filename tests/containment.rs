@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use switchyard_e2e::Load;
 use switchyard_e2e::rig::{HOST, Rig};
 
@@ -308,4 +310,166 @@ async fn the_oldest_route_gets_a_shared_host() {
         );
         assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
     }
+}
+
+/// Hundreds of bad routes of every kind next to a route shifting under load (the closing
+/// numbers of I8): what the API server refuses, what the operator rejects, what Envoy
+/// rejects; the shifting route never fails a request and its rollouts complete.
+/// `SWITCHYARD_E2E_FLOOD` sets how many bad routes the operator gets (default 300, a third
+/// of each kind), plus a tenth of that which the API server refuses.
+#[tokio::test]
+async fn a_flood_of_bad_routes_of_every_kind_holds_back_no_other_route() {
+    let flood: usize = std::env::var("SWITCHYARD_E2E_FLOOD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let per_kind = flood / 3;
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let baseline = shift_web(&rig).await;
+
+    let routes: kube::Api<switchyard::api::TrafficRoute> =
+        kube::Api::namespaced(rig.client.clone(), &rig.namespace);
+    let mut specs: Vec<(String, serde_json::Value)> = Vec::new();
+    for i in 0..per_kind {
+        let rule = |extra: serde_json::Value| {
+            let mut rule = serde_json::json!({ "backends": [{ "service": "blue", "port": 80 }] });
+            if let (Some(rule), Some(extra)) = (rule.as_object_mut(), extra.as_object()) {
+                rule.extend(extra.clone());
+            }
+            rule
+        };
+        specs.push((
+            format!("missing-{i}"),
+            serde_json::json!({ "hosts": [format!("missing{i}.test")],
+                "rules": [{ "backends": [{ "service": "missing", "port": 80 }] }] }),
+        ));
+        specs.push((
+            format!("lookahead-{i}"),
+            serde_json::json!({ "hosts": [format!("lookahead{i}.test")],
+                "rules": [rule(serde_json::json!({ "match": { "pathRegex": "/(?=x)" } }))] }),
+        ));
+        specs.push((
+            format!("program-{i}"),
+            serde_json::json!({ "hosts": [format!("program{i}.test")],
+                "rules": [rule(serde_json::json!({ "match": { "pathRegex": BIG_PROGRAM } }))] }),
+        ));
+    }
+    let refused_kinds = [
+        serde_json::json!({ "requestHeaders": { "set": { "bad header": "x" } } }),
+        serde_json::json!({ "requestHeaders": { "set": { "host": "evil.test" } } }),
+        serde_json::json!({ "responseHeaders": { "add": { "x-a": "a\r\nb" } } }),
+        serde_json::json!({ "timeout": "99999999999999h" }),
+    ];
+    for i in 0..flood / 10 {
+        let mut rule = serde_json::json!({ "backends": [{ "service": "blue", "port": 80 }] });
+        if let (Some(rule), Some(extra)) = (
+            rule.as_object_mut(),
+            refused_kinds[i % refused_kinds.len()].as_object(),
+        ) {
+            rule.extend(extra.clone());
+        }
+        specs.push((
+            format!("refused-{i}"),
+            serde_json::json!({ "hosts": [format!("refused{i}.test")], "rules": [rule] }),
+        ));
+    }
+
+    let load = Load::start(rig.targets(), HOST, 240, Duration::from_secs(300));
+    let flood_started = Instant::now();
+    let created: Vec<(String, bool)> = futures::stream::iter(specs)
+        .map(|(name, spec)| {
+            let routes = routes.clone();
+            async move {
+                let spec = serde_json::from_value(spec).expect("spec");
+                let route = switchyard::api::TrafficRoute::new(&name, spec);
+                let ok = routes.create(&Default::default(), &route).await.is_ok();
+                (name, ok)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let api_refused: Vec<&str> = created
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    eprintln!(
+        "{} routes sent in {:?}: the API server refused {}",
+        created.len(),
+        flood_started.elapsed(),
+        api_refused.len()
+    );
+    assert!(
+        api_refused.iter().all(|n| n.starts_with("refused-")),
+        "{api_refused:?}"
+    );
+    assert_eq!(
+        api_refused.len(),
+        flood / 10,
+        "every invalid one is refused"
+    );
+
+    let during = shift_web(&rig).await;
+
+    // Every bad route the API server took is reported, under its reason.
+    let expected = [
+        ("missing-", "ServiceNotFound"),
+        ("lookahead-", "Rejected"),
+        ("program-", "EnvoyRejected"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let counts = loop {
+        let list = routes.list(&Default::default()).await.expect("list routes");
+        let mut counts = std::collections::BTreeMap::new();
+        for route in &list.items {
+            let name = route.metadata.name.as_deref().unwrap_or_default();
+            let reason = route
+                .status
+                .as_ref()
+                .and_then(|s| condition(s, "Ready"))
+                .filter(|c| c.status == "False")
+                .map(|c| c.reason.clone());
+            if let Some((prefix, want)) = expected.iter().find(|(p, _)| name.starts_with(p))
+                && reason.as_deref() == Some(*want)
+            {
+                *counts.entry(*prefix).or_insert(0usize) += 1;
+            }
+        }
+        if counts.values().sum::<usize>() == 3 * per_kind {
+            break counts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every bad route reported in time: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let reported_in = flood_started.elapsed();
+    let after = shift_web(&rig).await;
+    let memory = rig.operator("switchyard-1").process.memory_mib();
+    let metrics = rig.operator_metrics("switchyard-1").await;
+    let report = load.finish().await;
+    eprintln!("web's shifts, change → Ready: before the flood {baseline:?}");
+    eprintln!("  while the flood was reported: {during:?}");
+    eprintln!("  after: {after:?}");
+    eprintln!(
+        "operator reported {counts:?} within {reported_in:?}; trials left out {:?}; RSS now/peak MiB {memory:?}",
+        metric(&metrics, "switchyard_trials_left_out")
+    );
+    eprintln!(
+        "web: {} requests, by status {:?}",
+        report.sent, report.by_status
+    );
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+    assert_eq!(
+        metric(&metrics, "switchyard_trials_left_out"),
+        Some(per_kind as f64)
+    );
 }

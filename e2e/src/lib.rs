@@ -91,6 +91,21 @@ pub struct Process {
 }
 
 impl Process {
+    /// The process id, for reading /proc.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory now and at its peak, in MiB (Linux /proc).
+    pub fn memory_mib(&self) -> Option<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib = |key: &str| -> Option<f64> {
+            let line = status.lines().find(|l| l.starts_with(key))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        };
+        Some((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+    }
+
     pub fn spawn(name: &str, command: &mut Command, log: PathBuf) -> Process {
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::address_map::AddressMap;
 use super::departed::{Departed, DepartedConfigs};
@@ -88,12 +88,19 @@ impl Builder {
                     // An Envoy's answer may leave a route on trial out, or bring one back:
                     // the same translation is published again, at once.
                     Some(verdict) = verdicts.recv() => {
-                        let changed = match &verdict {
-                            RouteVerdict::Accepted(config) => quarantine.accepted(config),
+                        let (changed, config) = match &verdict {
+                            RouteVerdict::Accepted(config) => (quarantine.accepted(config), config),
                             RouteVerdict::Refused { config, error } => {
-                                quarantine.refused(config, error)
+                                (quarantine.refused(config, error), config)
                             }
                         };
+                        debug!(
+                            accepted = matches!(verdict, RouteVerdict::Accepted(_)),
+                            version = %config.version,
+                            changed,
+                            left_out = quarantine.left_out(),
+                            "route configuration verdict"
+                        );
                         if changed {
                             self.publish(&built, &mut quarantine);
                         }
@@ -109,6 +116,11 @@ impl Builder {
     /// Publishes a translation, less the routes on trial that Envoys refused.
     fn publish(&self, built: &Built, quarantine: &mut Quarantine) {
         let snapshot = Arc::new(quarantine.apply(&built.snapshot));
+        debug!(
+            version = snapshot.version(),
+            trials_left_out = quarantine.left_out(),
+            "publishing"
+        );
         let mut problems = built.problems.clone();
         let refused = quarantine.problems();
         for problem in &refused {

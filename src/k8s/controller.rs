@@ -33,7 +33,7 @@ use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute, Tr
 use crate::model::{ListenerSettings, trial_id};
 use crate::prober::{FleetResult, Prober};
 use crate::standalone::file::duration_text;
-use crate::translate::{EVERY_ROUTE, Problem, translate};
+use crate::translate::{EVERY_ROUTE, Problem, REFUSED_BY_ENVOY, translate};
 use crate::xds::snapshot::{ROUTE, short_type};
 use crate::xds::{NodeReport, Nodes};
 
@@ -1040,11 +1040,21 @@ async fn requeue_waiting(
 ) -> Action {
     report.waiting(phase, message, result);
     let key = (route.namespace().unwrap_or_default(), route.name_any());
-    report.explain(&ctx.troubles(&key));
+    let troubles = ctx.troubles(&key);
+    report.explain(&troubles);
     // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
     let event =
         (report.ready.1 == ENVOY_REJECTED).then(|| (ENVOY_REJECTED, report.ready.2.clone()));
     publish(ctx, route, report, event).await;
+    // Routes on trial that Envoy refused wait for their own change, which reconciles them:
+    // the fleet converging brings them nothing, and hundreds of them probing on every
+    // convergence would slow everyone else's rollouts.
+    let after = if troubles.iter().any(|t| t.starts_with(REFUSED_BY_ENVOY)) {
+        ctx.progressed(&key);
+        Duration::from_secs(300)
+    } else {
+        after
+    };
     debug!(route = %key.1, generation = report.generation, ?after, "requeued");
     Action::requeue(after)
 }

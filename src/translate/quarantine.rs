@@ -7,10 +7,11 @@
 //!
 //! When an Envoy refuses the current route configuration, its suspects are the trials that
 //! the last configuration an Envoy accepted did not hold as they are now. A lone suspect is
-//! refused (until its routes change). Of several, the later half sits out a round while the
-//! others are sent again, until a refusal has a lone suspect; each accepted configuration
-//! clears the trials it held and brings the benched ones back. Leaving a trial out touches
-//! no traffic: nothing but the prober reaches it.
+//! refused (until its routes change). Of several, the later half is benched and the others
+//! are sent again, until a refusal has a lone suspect. An accepted configuration clears
+//! the trials it held and brings back the group benched last: a depth-first search that
+//! finds k bad trials among n in about k·log2(n) rounds. Leaving a trial out touches no
+//! traffic: nothing but the prober reaches it.
 //!
 //! No I/O: the caller feeds in what Envoys answered and what it publishes.
 
@@ -43,11 +44,14 @@ pub struct Quarantine {
     accepted: HashMap<String, u64>,
     /// Trials refused, left out while they stay as they were: name → (digest, error).
     refused: BTreeMap<String, (u64, String)>,
-    /// Trials sitting out a round: name → digest.
-    benched: BTreeMap<String, u64>,
+    /// Trials sitting out, in the groups they were benched in (last benched on top):
+    /// name → digest.
+    benched: Vec<BTreeMap<String, u64>>,
     /// Version of the route configuration last published through [`Quarantine::apply`]:
     /// verdicts on any other are stale.
     current: Option<String>,
+    /// Version of the last route configuration an Envoy accepted.
+    accepted_version: Option<String>,
     /// Why an Envoy refused the current configuration, when no trial explains it.
     unexplained: Option<String>,
 }
@@ -66,8 +70,9 @@ impl Quarantine {
             .filter(|h| is_trial(h.name))
             .map(|h| (h.name.to_owned(), h.digest))
             .collect();
+        self.accepted_version = Some(config.version.clone());
         let changed = !self.benched.is_empty() || self.unexplained.is_some();
-        self.benched.clear();
+        self.benched.pop();
         self.unexplained = None;
         changed
     }
@@ -99,9 +104,11 @@ impl Quarantine {
             }
             several => {
                 // In the configuration's order, which is by name: the later half sits out.
-                for (name, digest) in &several[several.len() / 2..] {
-                    self.benched.insert((*name).to_owned(), *digest);
-                }
+                let group = several[several.len() / 2..]
+                    .iter()
+                    .map(|(name, digest)| ((*name).to_owned(), *digest))
+                    .collect();
+                self.benched.push(group);
                 true
             }
         }
@@ -118,14 +125,33 @@ impl Quarantine {
             self.current = None;
             return snapshot.clone();
         };
-        if self.refused.is_empty() && self.benched.is_empty() {
-            self.current = Some(config.version.clone());
-            return snapshot.clone();
+        loop {
+            let out = self.leave_out(&config);
+            let version = out.as_ref().unwrap_or(&config).version.clone();
+            // What an Envoy accepted already draws no new answer (an Envoy that holds
+            // it is not sent it again): it counts as accepted, and the next group is due.
+            if self.accepted_version.as_deref() == Some(version.as_str())
+                && !self.benched.is_empty()
+            {
+                self.benched.pop();
+                continue;
+            }
+            self.current = Some(version);
+            let Some(resource) = out else {
+                return snapshot.clone();
+            };
+            let mut snapshot = snapshot.clone();
+            snapshot.insert(Arc::new(resource));
+            return snapshot;
         }
-        let Ok(fields) = fields(&config.body.value) else {
-            self.current = Some(config.version.clone());
-            return snapshot.clone();
-        };
+    }
+
+    /// `config` less the trials left out; None when it keeps them all.
+    fn leave_out(&mut self, config: &Resource) -> Option<Resource> {
+        if self.refused.is_empty() && self.benched.is_empty() {
+            return None;
+        }
+        let fields = fields(&config.body.value).ok()?;
         let mut kept = Vec::with_capacity(config.body.value.len());
         let mut present = HashMap::new();
         for field in &fields {
@@ -140,20 +166,17 @@ impl Quarantine {
         // Forget what is no longer there as it was: changed routes get a new trial.
         self.refused
             .retain(|name, (digest, _)| present.get(name.as_str()) == Some(digest));
-        self.benched
-            .retain(|name, digest| present.get(name.as_str()) == Some(digest));
-        if kept.len() == config.body.value.len() {
-            self.current = Some(config.version.clone());
-            return snapshot.clone();
+        for group in &mut self.benched {
+            group.retain(|name, digest| present.get(name.as_str()) == Some(digest));
         }
-        let resource = Resource::new(
+        self.benched.retain(|group| !group.is_empty());
+        if kept.len() == config.body.value.len() {
+            return None;
+        }
+        Some(Resource::new(
             ROUTE_CONFIG_NAME,
             proto::pack_bytes::<RouteConfiguration>(kept),
-        );
-        self.current = Some(resource.version.clone());
-        let mut out = snapshot.clone();
-        out.insert(Arc::new(resource));
-        out
+        ))
     }
 
     /// What is left out and why, by route (the trial's id without its prefix).
@@ -163,7 +186,8 @@ impl Quarantine {
         });
         let benched = self
             .benched
-            .keys()
+            .iter()
+            .flat_map(BTreeMap::keys)
             .map(|name| Problem::new(route_of(name), BENCHED));
         let unexplained = self.unexplained.iter().map(|error| {
             Problem::new(
@@ -176,7 +200,7 @@ impl Quarantine {
 
     /// How many trials are left out.
     pub fn left_out(&self) -> usize {
-        self.refused.len() + self.benched.len()
+        self.refused.len() + self.benched.iter().map(BTreeMap::len).sum::<usize>()
     }
 
     fn is_current(&self, config: &Resource) -> bool {
@@ -187,7 +211,10 @@ impl Quarantine {
         self.refused
             .get(host.name)
             .is_some_and(|(d, _)| *d == host.digest)
-            || self.benched.get(host.name) == Some(&host.digest)
+            || self
+                .benched
+                .iter()
+                .any(|group| group.get(host.name) == Some(&host.digest))
     }
 }
 
@@ -409,6 +436,74 @@ mod tests {
             names.len(),
             ids.len() - 1,
             "every other trial is served: {names:?}"
+        );
+    }
+
+    #[test]
+    fn many_bad_trials_among_many_are_each_found_in_few_rounds() {
+        let ids: Vec<String> = (0..64).map(|i| format!("ns/r{i:02}")).collect();
+        let bad: Vec<String> = ids
+            .iter()
+            .step_by(5)
+            .map(|id| format!("{VERSION_PROBE_VHOST_PREFIX}{}", model::trial_id(id)))
+            .collect();
+        let all = snapshot(&ids.iter().map(|id| trial(id, "1")).collect::<Vec<_>>());
+        let mut q = Quarantine::default();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            assert!(rounds < 500, "narrowing down did not end");
+            let sent = q.apply(&all);
+            let changed = if served(&sent).iter().any(|n| bad.contains(n)) {
+                q.refused(&config(&sent), "bad regex")
+            } else {
+                q.accepted(&config(&sent))
+            };
+            if !changed {
+                break;
+            }
+        }
+        let problems = q.problems();
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.message.starts_with(REFUSED_BY_ENVOY))
+        );
+        assert_eq!(problems.len(), bad.len(), "{problems:?}");
+        assert_eq!(served(&q.apply(&all)).len(), ids.len() - bad.len());
+        // Depth first: about k·log2(n) rounds (13 bad among 64: 78), not k·n.
+        assert!(rounds <= 2 * bad.len() * 6, "{rounds} rounds");
+    }
+
+    #[test]
+    fn leaving_out_back_to_what_an_envoy_accepted_brings_the_next_group_at_once() {
+        let mut q = Quarantine::default();
+        let sent = q.apply(&snapshot(&[trial("ns/a", "1")]));
+        q.accepted(&config(&sent));
+        let accepted = config(&sent).version;
+        let more = snapshot(&[
+            trial("ns/a", "1"),
+            trial("ns/b", "1"),
+            trial("ns/c", "1"),
+            trial("ns/d", "1"),
+        ]);
+        // Refused: c and d sit out, b goes alone and is refused too.
+        let sent = q.apply(&more);
+        assert!(q.refused(&config(&sent), "bad"));
+        let sent = q.apply(&more);
+        assert_eq!(served(&sent).len(), 2, "a and b");
+        assert!(q.refused(&config(&sent), "bad"));
+        // Without b it is what the Envoys hold already, which none of them would answer:
+        // c and d come back at once.
+        let next = q.apply(&more);
+        assert_ne!(config(&next).version, accepted);
+        assert_eq!(
+            served(&next),
+            [
+                "switchyard-probe/trial/ns/a",
+                "switchyard-probe/trial/ns/c",
+                "switchyard-probe/trial/ns/d"
+            ]
         );
     }
 

@@ -101,6 +101,8 @@ type View = BTreeMap<String, Entries>;
 struct Pending {
     nonce: String,
     version: String,
+    /// Version of the desired snapshot this response was planned from.
+    desired: String,
     /// What the node holds of this type once it ACKs.
     wanted: Entries,
 }
@@ -402,7 +404,9 @@ impl Session {
             error: error.clone(),
         };
         ts.last_nack = Some(info);
-        self.blocked_on = self.desired.as_ref().map(|d| d.version().to_string());
+        // Blocked on the snapshot the refused response came from: one that changed since
+        // (the refusal itself may be why) is planned at once.
+        self.blocked_on = Some(pending.desired.clone());
         self.events.push(Event::Nacked {
             type_url: type_url.to_string(),
             nonce: pending.nonce,
@@ -591,6 +595,7 @@ impl Session {
         ts.pending = Some(Pending {
             nonce: nonce.clone(),
             version: version.clone(),
+            desired: desired.version().to_string(),
             wanted,
         });
         self.events.push(Event::Sent {
@@ -1092,6 +1097,56 @@ mod tests {
         // A fixed snapshot moves on.
         let out = s.set_desired(switch_to("c"), now);
         assert_eq!(names(&out[0]).1, ["a:c", "c:c"]);
+    }
+
+    #[test]
+    fn a_nack_of_a_snapshot_already_replaced_does_not_block_its_successor() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(switch_to("b"), now);
+        let cds = nonce(&out[0]);
+        // The snapshot changes while Envoy still judges the response made from "b".
+        let out = s.set_desired(switch_to("c"), now);
+        assert!(out.is_empty(), "one response in flight per type: {out:?}");
+        let mut nack = sotw(CLUSTER, &[], &cds);
+        nack.error_detail = Some(Status {
+            code: 3,
+            message: "bad cluster b".into(),
+            details: vec![],
+        });
+        let out = s.on_sotw_request(nack, now);
+        assert!(
+            !s.status().blocked_by_nack,
+            "blocked on \"b\", which is gone"
+        );
+        assert_eq!(names(&out[0]).1, ["a:c", "c:c"], "\"c\" is sent at once");
+    }
+
+    #[test]
+    fn a_refused_route_configuration_replaced_before_the_nack_is_sent_again() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let routes = |text: &str| {
+            Arc::new(Snapshot::new([
+                res(CLUSTER, "a", "c"),
+                res(ENDPOINT, "a", "e"),
+                res(LISTENER, "http", "l"),
+                res(ROUTE, "switchyard", text),
+            ]))
+        };
+        let out = s.set_desired(routes("bad"), now);
+        assert_eq!(names(&out[0]).1, ["switchyard:bad"]);
+        let rds = nonce(&out[0]);
+        assert!(s.set_desired(routes("fixed"), now).is_empty());
+        let mut nack = sotw(ROUTE, &["switchyard"], &rds);
+        nack.error_detail = Some(Status {
+            code: 3,
+            message: "bad route".into(),
+            details: vec![],
+        });
+        let out = s.on_sotw_request(nack, now);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(names(&out[0]).1, ["switchyard:fixed"]);
     }
 
     #[test]

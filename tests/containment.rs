@@ -473,3 +473,111 @@ async fn a_flood_of_bad_routes_of_every_kind_holds_back_no_other_route() {
         Some(per_kind as f64)
     );
 }
+
+/// Each input Envoy 1.40 was found to refuse, applied next to a route shifting under load:
+/// the API server refuses it, the operator rejects it, it is served as written, or its
+/// trial is left out; never does it hold the shifting route back.
+#[tokio::test]
+async fn every_input_envoy_was_seen_to_refuse_is_contained() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let rule = |fields: &str| {
+        format!("rules:\n- backends: [ {{ service: blue, port: 80 }} ]\n  {fields}\n")
+    };
+    let big_value = "v".repeat(20_000);
+    let inputs: Vec<(&str, String, &str)> = vec![
+        (
+            "program-size",
+            format!("match: {{ pathRegex: \"{BIG_PROGRAM}\" }}"),
+            "EnvoyRejected",
+        ),
+        (
+            "repeat",
+            "match: { pathRegex: \"/a{1001}\" }".into(),
+            "Rejected",
+        ),
+        (
+            "percent",
+            "responseHeaders: { set: { x-a: \"50%\" } }".into(),
+            "Ready",
+        ),
+        (
+            "command",
+            "responseHeaders: { set: { x-a: \"%NOT_A_COMMAND%\" } }".into(),
+            "Ready",
+        ),
+        (
+            "unclosed",
+            "responseHeaders: { set: { x-a: \"%REQ(x-a\" } }".into(),
+            "Ready",
+        ),
+        (
+            "big-value",
+            format!("responseHeaders: {{ set: {{ x-a: {big_value} }} }}"),
+            "refused",
+        ),
+        ("ten-years", "timeout: 87660000h".into(), "refused"),
+        ("fraction", "timeout: 315576000000.5s".into(), "refused"),
+        (
+            "bad-name",
+            "responseHeaders: { set: { \"bad header\": x } }".into(),
+            "refused",
+        ),
+    ];
+    let load = Load::start(rig.targets(), HOST, 240, Duration::from_secs(120));
+    let colors = ["green", "blue"];
+    let mut outcomes = Vec::new();
+    for (i, (name, fields, want)) in inputs.iter().enumerate() {
+        let host = format!("{name}.test");
+        let spec = format!("hosts: [\"{host}\"]\n{}", rule(fields));
+        let created = rig.try_apply_route(name, &spec).await;
+        let color = colors[i % 2];
+        let started = Instant::now();
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(color, 1)]))
+            .await;
+        rig.wait_ready("web", Duration::from_secs(30)).await;
+        let shift = started.elapsed();
+        assert_eq!(rig.answers().await, [color; 3]);
+        let outcome = match created {
+            Err(message) => {
+                assert_eq!(
+                    *want, "refused",
+                    "{name}: the API server refused it: {message}"
+                );
+                "refused by the API server".to_string()
+            }
+            Ok(()) if *want == "Ready" => {
+                rig.wait_ready(name, Duration::from_secs(30)).await;
+                let literal = rig.header_for(&host, "x-a").await;
+                let value = fields.split('"').nth(1).unwrap_or_default();
+                assert_eq!(literal, [value; 3], "{name}: sent as written");
+                "served as written".to_string()
+            }
+            Ok(()) => {
+                let status = rig
+                    .wait_status(name, Duration::from_secs(30), |s| {
+                        condition(s, "Ready")
+                            .is_some_and(|c| c.status == "False" && c.reason == *want)
+                    })
+                    .await;
+                let message = condition(&status, "Ready")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                format!("{want}: {}", message.chars().take(120).collect::<String>())
+            }
+        };
+        eprintln!("{name}: {outcome}; web's shift next to it: {shift:?}");
+        outcomes.push(outcome);
+    }
+    let report = load.finish().await;
+    eprintln!(
+        "web: {} requests, by status {:?}",
+        report.sent, report.by_status
+    );
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}

@@ -296,33 +296,72 @@ async fn a_flood_of_rejected_routes_does_not_hold_back_another_routes_ready() {
     }
 }
 
-/// The API server takes this route but refuses its ProxyConfig (server-side apply bodies
-/// are read as YAML, whose keys stop at 1024 characters): the route says so at once.
+/// The API server takes this route but refuses its ProxyConfig (here an admission policy
+/// of the cluster does): the route says so at once, instead of retrying silently.
 #[tokio::test]
 async fn a_route_whose_proxy_config_the_api_server_refuses_says_so() {
     let mut rig = Rig::start(3).await;
     rig.add_backend("blue").await;
-    rig.start_operator("switchyard-1", &[]);
-    let long = "x".repeat(2_000);
-    let spec = serde_json::from_value(serde_json::json!({
-        "hosts": ["long.test"],
-        "rules": [{
-            "backends": [{ "service": "blue", "port": 80 }],
-            "responseHeaders": { "set": { long: "1" } },
-        }],
-    }))
-    .expect("spec");
-    let routes: kube::Api<switchyard::api::TrafficRoute> =
-        kube::Api::namespaced(rig.client.clone(), &rig.namespace);
-    routes
-        .create(
-            &Default::default(),
-            &switchyard::api::TrafficRoute::new("long", spec),
-        )
+    let policy = format!("refuse-proxy-configs-{}", rig.namespace);
+    let manifest = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{ name: {policy} }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["switchyard.dev"]
+      apiVersions: ["v1alpha1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["proxyconfigs"]
+  validations:
+  - expression: "object.spec.route != 'refused'"
+    message: "this cluster takes no ProxyConfig of route refused"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{ name: {policy} }}
+spec:
+  policyName: {policy}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {{ kubernetes.io/metadata.name: {namespace} }}
+"#,
+        namespace = rig.namespace
+    );
+    let out = rig.api.kubectl_input(["apply", "-f", "-"], &manifest).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The policy takes effect once the API server's informer has it.
+    let probe = format!(
+        "apiVersion: switchyard.dev/v1alpha1\nkind: ProxyConfig\nmetadata: {{ name: probe-policy, namespace: {} }}\nspec: {{ role: live, route: refused, generation: 1, version: v }}\n",
+        rig.namespace
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while rig
+        .api
+        .kubectl_input(["create", "--dry-run=server", "-f", "-"], &probe)
         .await
-        .expect("the API server takes the route (if its schema bounds header names one day, this test needs another input)");
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the policy never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("refused", &Rig::route_yaml("refused.test", &[("blue", 1)]))
+        .await;
     let status = rig
-        .wait_status("long", Duration::from_secs(20), |s| {
+        .wait_status("refused", Duration::from_secs(20), |s| {
             condition(s, "Accepted").is_some_and(|c| c.status == "False")
         })
         .await;
@@ -330,10 +369,24 @@ async fn a_route_whose_proxy_config_the_api_server_refuses_says_so() {
     eprintln!("{}: {}", accepted.reason, accepted.message);
     assert_eq!(accepted.reason, "WriteRefused");
     assert!(
-        accepted.message.contains("ProxyConfig long-"),
+        accepted.message.contains("ProxyConfig refused-")
+            && accepted
+                .message
+                .contains("this cluster takes no ProxyConfig"),
         "{}",
         accepted.message
     );
+    let _ = rig
+        .api
+        .kubectl_input(
+            [
+                "delete",
+                "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                &policy,
+            ],
+            "",
+        )
+        .await;
 }
 
 #[tokio::test]

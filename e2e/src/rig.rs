@@ -459,6 +459,14 @@ impl Rig {
 
     /// Applies a TrafficRoute with the given spec (YAML) by server-side apply.
     pub async fn apply_route(&self, name: &str, spec_yaml: &str) -> i64 {
+        if let Err(message) = self.try_apply_route(name, spec_yaml).await {
+            panic!("{message}");
+        }
+        self.route(name).await.metadata.generation.unwrap_or(0)
+    }
+
+    /// [`Rig::apply_route`], for a spec the API server may refuse: why it did.
+    pub async fn try_apply_route(&self, name: &str, spec_yaml: &str) -> Result<(), String> {
         let manifest = format!(
             "apiVersion: switchyard.dev/v1alpha1\nkind: TrafficRoute\nmetadata:\n  name: {name}\n  namespace: {}\nspec:\n{}",
             self.namespace,
@@ -481,12 +489,14 @@ impl Rig {
                 &manifest,
             )
             .await;
-        assert!(
-            out.status.success(),
-            "kubectl apply failed: {}\n{manifest}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.route(name).await.metadata.generation.unwrap_or(0)
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "kubectl apply failed: {}\n{manifest}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 
     /// Deletes a TrafficRoute (its ProxyConfigs are the operator's to collect).
@@ -590,6 +600,23 @@ impl Rig {
         let mut out = Vec::new();
         for target in self.targets() {
             out.push(answer(get_host(&target, host).await).await);
+        }
+        out
+    }
+
+    /// Response header `name` for `host` through every Envoy ("-" when absent).
+    pub async fn header_for(&self, host: &str, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for target in self.targets() {
+            out.push(match get_host(&target, host).await {
+                Ok(r) => r
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_string(),
+                Err(e) => format!("error {e}"),
+            });
         }
         out
     }

@@ -642,27 +642,39 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
 
 /// The oldest route asking for one of this route's hosts, if it is older than this one:
 /// (host, "namespace/name"). Age is creationTimestamp, then namespace/name, as the Gateway
-/// API orders conflicts: the same answer on every replica, whatever came first. A route
-/// being deleted, or one whose spec does not resolve, asks for nothing.
+/// API orders conflicts: the same answer on every replica, whatever came first. Creation
+/// times count in seconds, so between routes created in the same second the one serving
+/// the host keeps it before names decide: a route created right after another never takes
+/// its host for its name. A route being deleted, or one whose spec does not resolve, asks
+/// for nothing.
 fn older_claimant(
     ctx: &Context,
     namespace: &str,
     name: &str,
     resolved: &ResolvedRoute,
 ) -> Option<(String, String)> {
-    let me = seniority(resolved.created.as_ref(), namespace, name);
+    let live = ctx.proxy_configs.state();
+    let serves = |ns: &str, route: &str, host: &str| {
+        live.iter().any(|pc| {
+            pc.spec.role == ProxyConfigRole::Live
+                && pc.spec.route == route
+                && pc.namespace().as_deref() == Some(ns)
+                && pc
+                    .spec
+                    .virtual_host
+                    .as_ref()
+                    .is_some_and(|vh| vh.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+        })
+    };
     let services = ctx.services.state();
     let mut claimants: Vec<(Seniority<'_>, String, &TrafficRoute)> = Vec::new();
     let routes = ctx.routes.state();
     for other in &routes {
         let other_ns = other.metadata.namespace.as_deref().unwrap_or_default();
         let other_name = other.metadata.name.as_deref().unwrap_or_default();
-        let age = seniority(
-            other.metadata.creation_timestamp.as_ref(),
-            other_ns,
-            other_name,
-        );
-        if age >= me || other.metadata.deletion_timestamp.is_some() {
+        if (other_ns == namespace && other_name == name)
+            || other.metadata.deletion_timestamp.is_some()
+        {
             continue;
         }
         let Some(host) = resolved
@@ -673,7 +685,21 @@ fn older_claimant(
         else {
             continue;
         };
-        claimants.push((age, host.clone(), other.as_ref()));
+        let me = seniority(
+            resolved.created.as_ref(),
+            serves(namespace, name, host),
+            namespace,
+            name,
+        );
+        let age = seniority(
+            other.metadata.creation_timestamp.as_ref(),
+            serves(other_ns, other_name, host),
+            other_ns,
+            other_name,
+        );
+        if age < me {
+            claimants.push((age, host.clone(), other.as_ref()));
+        }
     }
     claimants.sort_by(|a, b| a.0.cmp(&b.0));
     claimants.into_iter().find_map(|(_, host, other)| {
@@ -689,11 +715,17 @@ fn older_claimant(
     })
 }
 
-/// Older first: creation time (unknown counts as newest), then namespace, then name.
-type Seniority<'a> = (bool, Option<&'a Time>, &'a str, &'a str);
+/// Older first: creation time (unknown counts as newest), then serving the host, then
+/// namespace, then name.
+type Seniority<'a> = (bool, Option<&'a Time>, bool, &'a str, &'a str);
 
-fn seniority<'a>(created: Option<&'a Time>, namespace: &'a str, name: &'a str) -> Seniority<'a> {
-    (created.is_none(), created, namespace, name)
+fn seniority<'a>(
+    created: Option<&'a Time>,
+    serves: bool,
+    namespace: &'a str,
+    name: &'a str,
+) -> Seniority<'a> {
+    (created.is_none(), created, !serves, namespace, name)
 }
 
 /// Checks that need more than the route's own spec: no host taken from another route, and
@@ -928,10 +960,13 @@ impl Report {
         if troubles.is_empty() {
             return;
         }
-        let detail = format!("{}; {}", self.ready.2, troubles.join("; "));
-        if troubles.iter().any(|t| t.starts_with("Envoy ")) {
+        // Envoy's own words come first: they say what to fix.
+        let detail = if troubles.iter().any(|t| t.starts_with("Envoy ")) {
             self.ready.1 = ENVOY_REJECTED.into();
-        }
+            format!("{}; {}", troubles.join("; "), self.ready.2)
+        } else {
+            format!("{}; {}", self.ready.2, troubles.join("; "))
+        };
         self.ready.2 = detail.clone();
         self.progressing.2 = detail;
     }

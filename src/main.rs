@@ -20,7 +20,7 @@ use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
 use switchyard::prober::Prober;
 use switchyard::standalone;
-use switchyard::xds::{AdsServer, Desired, Nodes, Ordering};
+use switchyard::xds::{AdsServer, Desired, Nodes, Ordering, Protocol};
 
 #[derive(Parser)]
 #[command(
@@ -55,6 +55,9 @@ enum Command {
     /// Make a CA, a server certificate for the xDS port and a client certificate for
     /// Envoy (mutual TLS for xDS): PEM files in --out, or Secrets with --kubernetes.
     Certgen(CertgenArgs),
+    /// Print an Envoy bootstrap that points Envoy at Switchyard's ADS server (YAML, or
+    /// JSON with --json): `envoy -c` it.
+    Bootstrap(BootstrapArgs),
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {
         /// Directory to write into.
@@ -201,6 +204,93 @@ struct ListenerArgs {
 }
 
 #[derive(clap::Args)]
+struct BootstrapArgs {
+    /// Envoy's node id (how `switchyard status` names it).
+    #[arg(long, default_value = "envoy")]
+    node_id: String,
+    /// Envoy's node cluster.
+    #[arg(long, default_value = "switchyard")]
+    node_cluster: String,
+    /// HOST:PORT of a replica's xDS port; repeat for each replica (Envoy fails over).
+    #[arg(
+        long = "xds",
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:18000"
+    )]
+    xds: Vec<String>,
+    /// xDS protocol: delta or sotw.
+    #[arg(long, default_value = "delta", value_parser = ["delta", "sotw"])]
+    protocol: String,
+    /// Envoy's admin port, on loopback only (0: Envoy picks one).
+    #[arg(long, default_value_t = 9901)]
+    admin_port: u16,
+    /// Bind every listener to this address instead of 0.0.0.0 (several Envoys on one host).
+    #[arg(long, value_name = "IP")]
+    listen_address: Option<std::net::IpAddr>,
+    /// Mutual TLS to the xDS server: Envoy's client certificate (path as Envoy sees it).
+    #[arg(long, value_name = "PATH", requires_all = ["xds_tls_key", "xds_tls_ca"])]
+    xds_tls_cert: Option<String>,
+    /// The private key of --xds-tls-cert.
+    #[arg(long, value_name = "PATH", requires = "xds_tls_cert")]
+    xds_tls_key: Option<String>,
+    /// The CA that signed the xDS server's certificate.
+    #[arg(long, value_name = "PATH", requires = "xds_tls_cert")]
+    xds_tls_ca: Option<String>,
+    /// JSON instead of YAML.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The bootstrap `switchyard bootstrap` prints.
+fn bootstrap(args: &BootstrapArgs) -> anyhow::Result<String> {
+    use switchyard::bootstrap::{Bootstrap, XdsTls};
+    let xds = args
+        .xds
+        .iter()
+        .map(|address| {
+            let (host, port) = address
+                .rsplit_once(':')
+                .with_context(|| format!("--xds {address:?}: expected HOST:PORT"))?;
+            let port = port
+                .parse::<u16>()
+                .with_context(|| format!("--xds {address:?}: port {port:?} is not a port"))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            anyhow::ensure!(!host.is_empty(), "--xds {address:?}: the host is empty");
+            Ok((host.to_string(), port))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let tls = match (&args.xds_tls_cert, &args.xds_tls_key, &args.xds_tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(XdsTls {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+        }),
+        _ => None,
+    };
+    let yaml = Bootstrap {
+        node_id: args.node_id.clone(),
+        node_cluster: args.node_cluster.clone(),
+        xds,
+        protocol: if args.protocol == "sotw" {
+            Protocol::Sotw
+        } else {
+            Protocol::Delta
+        },
+        admin_address: "127.0.0.1".into(),
+        admin_port: args.admin_port,
+        listen_address: args.listen_address.map(|a| a.to_string()),
+        tls,
+    }
+    .to_yaml();
+    if !args.json {
+        return Ok(yaml);
+    }
+    let value: serde_json::Value =
+        serde_saphyr::from_str(&yaml).context("reading the bootstrap back")?;
+    Ok(format!("{}\n", serde_json::to_string_pretty(&value)?))
+}
+
+#[derive(clap::Args)]
 struct ServeArgs {
     /// Where Envoys connect for ADS (gRPC, SotW and delta).
     #[arg(
@@ -254,6 +344,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Operator(args) => run_operator(*args).await,
         Command::Crdgen { out } => crdgen(&out),
         Command::Certgen(args) => certgen(args),
+        Command::Bootstrap(args) => {
+            print!("{}", bootstrap(&args)?);
+            Ok(())
+        }
         Command::Status { admins } => proxy_status(&admins).await,
         Command::Rbac { name } => {
             let role = switchyard::k8s::rbac::cluster_role(&name);

@@ -343,3 +343,57 @@ async fn a_restarted_envoy_gets_the_full_state() {
     wait_for_body(&url, "web.test", "blue", Duration::from_secs(20)).await;
     switchyard.wait_synced(1, Duration::from_secs(10)).await;
 }
+
+/// `switchyard bootstrap` makes a bootstrap a real Envoy starts from, connects with and
+/// serves (JSON here; the YAML it is read back from is the one the rig uses).
+#[tokio::test]
+async fn an_envoy_started_from_switchyard_bootstrap_serves() {
+    let rig = Rig::new();
+    let ip = "127.0.0.15";
+    let blue = Backend::start("blue", ip).await;
+    write_route(
+        &rig.config,
+        "web.test",
+        rig.http_port,
+        rig.probe_port,
+        &[("blue", &blue)],
+    );
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let xds = format!("127.0.0.1:{}", switchyard.xds_port);
+    let _envoy = Envoy::start_with_bootstrap(
+        &rig.work,
+        "envoy-cli",
+        ip,
+        &[switchyard.xds_port],
+        Protocol::Sotw,
+        |b| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+                .args(["bootstrap", "--node-id", &b.node_id, "--xds", &xds])
+                .args(["--protocol", "sotw", "--admin-port", "0", "--json"])
+                .args(["--listen-address", ip])
+                .output()
+                .expect("switchyard bootstrap");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).expect("UTF-8")
+        },
+    );
+    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    wait_for_body(&url, "web.test", "blue", Duration::from_secs(5)).await;
+    let nodes = switchyard.nodes().await;
+    assert_eq!(nodes["nodes"][0]["node_id"], "envoy-cli", "{nodes:#}");
+    assert_eq!(nodes["nodes"][0]["status"]["protocol"], "Sotw", "{nodes:#}");
+
+    // Bad input is refused with a reason.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["bootstrap", "--xds", "xds.example"])
+        .output()
+        .expect("switchyard bootstrap");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("expected HOST:PORT"), "{stderr}");
+}

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 echo "==> Envoy (cached after the first run)"
 e2e/provision.sh --only envoy
-echo "==> building switchyard (release)"
-cargo build --release --quiet -p switchyard --bin switchyard -p switchyard-e2e --bin switchyard-demo
+echo "==> building switchyard (release: 10-17 minutes on 2 cores the first time, seconds after)"
+# Cargo's own progress: a bar on a terminal, a line per crate otherwise.
+cargo build --release -p switchyard --bin switchyard -p switchyard-e2e --bin switchyard-demo
 exec target/release/switchyard-demo "$@"

@@ -59,7 +59,8 @@ pub struct Quarantine {
 impl Quarantine {
     /// An Envoy accepted `config`. True when what is left out changed.
     pub fn accepted(&mut self, config: &Resource) -> bool {
-        if !self.is_current(config) {
+        // Every Envoy ACKs each version: the first says it all.
+        if !self.is_current(config) || self.accepted_version.as_deref() == Some(&config.version) {
             return false;
         }
         let Ok(hosts) = virtual_hosts(&config.body.value) else {

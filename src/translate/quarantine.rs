@@ -2,7 +2,7 @@
 //!
 //! Envoy refuses a whole route configuration for one virtual host it rejects (RE2's program
 //! size, say, which nothing but RE2 computes), and then accepts no other change either. So
-//! routes go on trial before they are promoted (see [`model::VersionProbe`]), and this
+//! routes go on trial before they are promoted (see [`crate::model::VersionProbe`]), and this
 //! leaves out of the route configuration every trial an Envoy refused.
 //!
 //! When an Envoy refuses the current route configuration, its suspects are the trials that

@@ -58,6 +58,15 @@ async fn events_of(rig: &Rig, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Prints a load's outcome; every request must have succeeded.
+fn assert_no_failures(host: &str, report: &switchyard_e2e::LoadReport) {
+    eprintln!(
+        "{host}: {} requests, by status {:?}, by backend {:?}",
+        report.sent, report.by_status, report.by_backend
+    );
+    assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
+}
+
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -168,11 +177,7 @@ async fn a_route_envoy_rejects_holds_back_no_other_route() {
         (HOST, load.finish().await),
         ("victim.test", victim_load.finish().await),
     ] {
-        eprintln!(
-            "{host}: {} requests, by status {:?}, by backend {:?}",
-            report.sent, report.by_status, report.by_backend
-        );
-        assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
+        assert_no_failures(host, &report);
     }
 }
 
@@ -304,11 +309,7 @@ async fn the_oldest_route_gets_a_shared_host() {
         ("shared.test", shared.finish().await),
         ("a.test", other.finish().await),
     ] {
-        eprintln!(
-            "{host}: {} requests, by status {:?}, by backend {:?}",
-            report.sent, report.by_status, report.by_backend
-        );
-        assert_eq!(report.non_2xx(), 0, "{host}: {:?}", report.failures);
+        assert_no_failures(host, &report);
     }
 }
 

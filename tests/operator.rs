@@ -186,46 +186,6 @@ async fn an_operator_held_to_a_few_api_requests_a_second_still_rolls_out_without
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
 }
 
-#[tokio::test]
-async fn a_configuration_envoy_rejects_is_told_once_as_an_event() {
-    let mut rig = Rig::start(3).await;
-    rig.add_backend("blue").await;
-    rig.start_operator("switchyard-1", &[]);
-    // Passes the schema and the translator; Envoy's RE2 refuses the program size of this
-    // path regex (404 > 100).
-    let spec = format!(
-        "hosts: [\"{HOST}\"]\nrules:\n- match: {{ pathRegex: \"^/[a-z]{{200}}[0-9]{{200}}$\" }}\n  backends: [ {{ service: blue, port: 80 }} ]\n"
-    );
-    rig.apply_route("web", &spec).await;
-    let status = rig
-        .wait_status("web", Duration::from_secs(30), |s| {
-            condition(s, "Ready").is_some_and(|c| c.reason == "EnvoyRejected")
-        })
-        .await;
-    eprintln!("{:?}", condition(&status, "Ready").map(|c| &c.message));
-    // Some more checks while it waits: still one Event.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let events = rig
-        .api
-        .kubectl_ok([
-            "get",
-            "events",
-            "-n",
-            &rig.namespace,
-            "--field-selector",
-            "involvedObject.name=web",
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ])
-        .await;
-    eprintln!("the route's Events: {events:?}");
-    let rejected = events
-        .split_whitespace()
-        .filter(|r| *r == "EnvoyRejected")
-        .count();
-    assert_eq!(rejected, 1, "one EnvoyRejected Event: {events:?}");
-}
-
 /// Hundreds of rejected routes, whose statuses take the writer's 20 writes a second for
 /// many seconds, next to a route shifting: its Ready is written first (I9).
 #[tokio::test]

@@ -5,12 +5,10 @@ pub mod admin;
 pub mod api;
 pub mod bootstrap;
 pub mod certgen;
-pub mod hash;
 pub mod k8s;
-pub mod metrics;
-pub mod model;
 pub mod prober;
 pub mod proxy_status;
 pub mod standalone;
-pub mod translate;
-pub mod xds;
+
+// The Kubernetes-free core: model, translator, xDS server (crate switchyard-core).
+pub use switchyard_core::{duration, hash, metrics, model, translate, xds};

@@ -326,7 +326,7 @@ struct ServeArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    standalone::file::duration_text::parse(text)
+    switchyard::duration::parse(text)
 }
 
 #[tokio::main]

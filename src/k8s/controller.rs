@@ -30,9 +30,9 @@ use super::to_model::{self, Inputs, TlsData};
 use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
+use crate::duration;
 use crate::model::{ListenerSettings, trial_id};
 use crate::prober::{FleetResult, Prober};
-use crate::standalone::file::duration_text;
 use crate::translate::{EVERY_ROUTE, Problem, REFUSED_BY_ENVOY, translate};
 use crate::xds::snapshot::{ROUTE, short_type};
 use crate::xds::{NodeReport, Nodes};
@@ -490,7 +490,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         .rollout
         .as_ref()
         .and_then(|r| r.drain_period.as_deref())
-        .and_then(|d| duration_text::parse(d).ok())
+        .and_then(|d| duration::parse(d).ok())
         .unwrap_or(DEFAULT_DRAIN);
     let mut verified = Verified::default();
     let mut report = Report::new(&route, generation);

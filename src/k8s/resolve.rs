@@ -22,8 +22,8 @@ use crate::api::proxy_config::{
     ResolvedVirtualHost,
 };
 use crate::api::traffic_route::{Backend, RouteRule, RouteTls, RuleMatch, TrafficRoute};
+use crate::duration;
 use crate::hash;
-use crate::standalone::file::duration_text;
 
 /// What resolving a TrafficRoute's spec against the Services of its namespace gives.
 #[derive(Clone, Debug, PartialEq)]
@@ -389,7 +389,7 @@ fn check_match(at: &str, m: &RuleMatch) -> Result<(), ResolveError> {
 
 /// The spec keeps duration strings as written; they must parse as the translator parses them.
 fn check_duration(at: &str, text: Option<&str>) -> Result<(), ResolveError> {
-    match text.map(duration_text::parse) {
+    match text.map(duration::parse) {
         Some(Err(e)) => Err(invalid(format!("{at}: {e}"))),
         _ => Ok(()),
     }

@@ -13,12 +13,12 @@ pub use crate::api::proxy_config::ResolvedCluster;
 use crate::api::proxy_config::ResolvedRule;
 use crate::api::traffic_route::{HeaderEdits as ApiHeaderEdits, HeaderMatch as ApiHeaderMatch};
 use crate::api::{ProxyConfig, ProxyConfigRole};
+use crate::duration;
 use crate::model::{
     self, ClusterSettings, EndpointCondition, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
     HeaderValueMatch, ListenerSettings, PathMatch, RetryPolicy, Route, RouteAction, ServiceRef,
     VersionProbe, VirtualHost, VirtualHostTls, trial_id,
 };
-use crate::standalone::file::duration_text;
 use crate::translate::Problem;
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -348,7 +348,7 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
     } else {
         let duration = |d: &Option<String>| {
             d.as_deref()
-                .map(duration_text::parse)
+                .map(duration::parse)
                 .transpose()
                 .map_err(|e| format!("rule {}: {e}", rule.name))
         };

@@ -22,6 +22,14 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "the core crate knows no Kubernetes"
+# The dependency direction, compiled in: model, translator and xDS server (core/) must not
+# reach kube or k8s-openapi, even through another crate.
+if cargo tree -p switchyard-core -e normal --locked --prefix none | grep -E '^(kube|k8s-openapi)'; then
+  echo "switchyard-core depends on Kubernetes crates (above)" >&2
+  exit 1
+fi
+
 step "cargo test"
 # Integration tests run real Envoys and bounded load; two at a time keeps a
 # 2-core machine honest.

@@ -4,7 +4,7 @@
 //!
 //! Run it through `e2e/demo.sh`, which installs Envoy first.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -101,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
         switchyard.admin_url("/debug/nodes")
     );
 
+    let live = std::io::stdout().is_terminal();
     let load = Load::start(targets, "demo.local", args.rate, Duration::from_secs(600));
     let mut shifts = Vec::new();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -124,23 +125,41 @@ async fn main() -> anyhow::Result<()> {
             .await;
         let ready = started.elapsed();
         shifts.push((service, backend.name.clone(), ready));
-        // Let traffic flow on the new backend for a while.
+        // Let traffic flow on the new backend for a while: on a terminal one line that
+        // updates itself, elsewhere (a CI log, a pipe) one plain line per shift.
         let until = Instant::now() + Duration::from_millis(900);
         while Instant::now() < until {
+            if live {
+                let report = load.snapshot();
+                print!(
+                    "\rshift {i}/{} → {:<7} requests {:>6}  non-2xx {:>3}  ",
+                    args.shifts,
+                    backend.name,
+                    report.sent,
+                    report.non_2xx()
+                );
+                std::io::stdout().flush().ok();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !live {
             let report = load.snapshot();
-            print!(
-                "\rshift {i}/{} → {:<7} requests {:>6}  non-2xx {:>3}  ",
+            println!(
+                "shift {i}/{} → {}: Ready on every Envoy in {} ms; requests {}, non-2xx {}",
                 args.shifts,
                 backend.name,
+                ready.as_millis(),
                 report.sent,
                 report.non_2xx()
             );
-            std::io::stdout().flush().ok();
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     let report = load.finish().await;
-    println!("\n");
+    if live {
+        // End the line that updated itself.
+        println!();
+    }
+    println!();
     println!("| shift | new Service | backend | time to Ready on all 3 Envoys |");
     println!("|---|---|---|---|");
     for (i, (service, backend, ready)) in shifts.iter().enumerate() {

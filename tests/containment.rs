@@ -39,25 +39,6 @@ async fn wait_rejected_by_envoy(rig: &Rig, name: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn events_of(rig: &Rig, name: &str) -> Vec<String> {
-    let selector = format!("involvedObject.name={name}");
-    rig.api
-        .kubectl_ok([
-            "get",
-            "events",
-            "-n",
-            &rig.namespace,
-            "--field-selector",
-            &selector,
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ])
-        .await
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Prints a load's outcome; every request must have succeeded.
 fn assert_no_failures(host: &str, report: &switchyard_e2e::LoadReport) {
     eprintln!(
@@ -95,13 +76,7 @@ async fn shift_web(rig: &Rig) -> Vec<Duration> {
 /// reaches traffic (its route keeps serving what it served), and both say why.
 #[tokio::test]
 async fn a_route_envoy_rejects_holds_back_no_other_route() {
-    let mut rig = Rig::start(3).await;
-    rig.add_backend("blue").await;
-    rig.add_backend("green").await;
-    rig.start_operator("switchyard-1", &[]);
-    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
-        .await;
-    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let mut rig = Rig::serving_web(&["blue", "green"], "blue").await;
     rig.apply_route("victim", &Rig::route_yaml("victim.test", &[("blue", 1)]))
         .await;
     rig.wait_ready("victim", Duration::from_secs(30)).await;
@@ -122,7 +97,7 @@ async fn a_route_envoy_rejects_holds_back_no_other_route() {
         let message = wait_rejected_by_envoy(&rig, name).await;
         eprintln!("{name}: Ready=False EnvoyRejected \"{message}\"");
         assert!(message.contains("RE2 program size"), "{message}");
-        let events = events_of(&rig, name).await;
+        let events = rig.event_reasons(name).await;
         assert_eq!(
             events.iter().filter(|r| *r == "EnvoyRejected").count(),
             1,
@@ -325,13 +300,7 @@ async fn a_flood_of_bad_routes_of_every_kind_holds_back_no_other_route() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     let per_kind = flood / 3;
-    let mut rig = Rig::start(3).await;
-    rig.add_backend("blue").await;
-    rig.add_backend("green").await;
-    rig.start_operator("switchyard-1", &[]);
-    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
-        .await;
-    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let rig = Rig::serving_web(&["blue", "green"], "blue").await;
     let baseline = shift_web(&rig).await;
 
     let routes: kube::Api<switchyard::api::TrafficRoute> =
@@ -480,13 +449,7 @@ async fn a_flood_of_bad_routes_of_every_kind_holds_back_no_other_route() {
 /// trial is left out; never does it hold the shifting route back.
 #[tokio::test]
 async fn every_input_envoy_was_seen_to_refuse_is_contained() {
-    let mut rig = Rig::start(3).await;
-    rig.add_backend("blue").await;
-    rig.add_backend("green").await;
-    rig.start_operator("switchyard-1", &[]);
-    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
-        .await;
-    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let rig = Rig::serving_web(&["blue", "green"], "blue").await;
     let rule = |fields: &str| {
         format!("rules:\n- backends: [ {{ service: blue, port: 80 }} ]\n  {fields}\n")
     };

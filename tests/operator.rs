@@ -108,22 +108,9 @@ async fn bad_routes_are_reported_and_contained_and_status_does_not_churn() {
     rig.wait_ready("web", Duration::from_secs(1)).await;
     // An Event for each rejection, under its reason.
     for (name, _, reason, _) in &cases {
-        let selector = format!("involvedObject.name={name}");
-        let reasons = rig
-            .api
-            .kubectl_ok([
-                "get",
-                "events",
-                "-n",
-                &rig.namespace,
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[*].reason}",
-            ])
-            .await;
+        let reasons = rig.event_reasons(name).await;
         assert!(
-            reasons.split_whitespace().any(|r| r == *reason),
+            reasons.iter().any(|r| r == reason),
             "no {reason} Event for {name}: {reasons:?}"
         );
     }

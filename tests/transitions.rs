@@ -29,20 +29,6 @@ fn summary(name: &str, report: &LoadReport, ready: &[Duration]) {
     }
 }
 
-/// A rig whose operator serves route "web" on `HOST` from `first`, Ready, with a backend
-/// behind a Service of each name in `backends`.
-async fn serving(backends: &[&str], first: &str) -> Rig {
-    let mut rig = Rig::start(3).await;
-    for backend in backends {
-        rig.add_backend(backend).await;
-    }
-    rig.start_operator("switchyard-1", &[]);
-    rig.apply_route("web", &Rig::route_yaml(HOST, &[(first, 1)]))
-        .await;
-    rig.wait_ready("web", Duration::from_secs(60)).await;
-    rig
-}
-
 /// A Helm upgrade or Argo CD sync that renames a Service: the route is repointed to the new
 /// Service and the old Service with its EndpointSlice is deleted at the same instant. The
 /// old Pods keep running a while, as Pods do, then stop.
@@ -93,7 +79,7 @@ async fn without_the_endpoint_hold_a_rename_in_one_sync_drops_requests() {
 
 #[tokio::test]
 async fn a_route_whose_backend_lost_every_endpoint_still_moves() {
-    let rig = serving(&["old", "new"], "old").await;
+    let rig = Rig::serving_web(&["old", "new"], "old").await;
 
     // The current backend has no ready endpoint left: the route is down, and moving it is
     // the most urgent rollout there is. It must not wait for the old backend's health.
@@ -145,7 +131,7 @@ async fn a_change_supersedes_a_generation_that_waits_for_endpoints_forever() {
 
 #[tokio::test]
 async fn the_old_backend_scaled_to_zero_right_after_the_apply_drops_nothing() {
-    let mut rig = serving(&["old", "new"], "old").await;
+    let mut rig = Rig::serving_web(&["old", "new"], "old").await;
 
     let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
     let started = Instant::now();
@@ -642,7 +628,7 @@ async fn a_host_moved_to_another_route_created_first_drops_nothing() {
 
 #[tokio::test]
 async fn a_route_deleted_and_created_again_under_its_name_drops_nothing() {
-    let rig = serving(&["svc-a", "svc-b"], "svc-a").await;
+    let rig = Rig::serving_web(&["svc-a", "svc-b"], "svc-a").await;
 
     let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
     let started = Instant::now();

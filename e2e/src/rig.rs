@@ -604,6 +604,40 @@ impl Rig {
         out
     }
 
+    /// A rig whose operator serves route "web" on `HOST` from `first`, Ready, with a
+    /// backend behind a Service of each name in `backends`.
+    pub async fn serving_web(backends: &[&str], first: &str) -> Rig {
+        let mut rig = Rig::start(3).await;
+        for backend in backends {
+            rig.add_backend(backend).await;
+        }
+        rig.start_operator("switchyard-1", &[]);
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(first, 1)]))
+            .await;
+        rig.wait_ready("web", Duration::from_secs(60)).await;
+        rig
+    }
+
+    /// The reasons of the Events recorded about the object `name` in the rig's namespace.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let selector = format!("involvedObject.name={name}");
+        self.api
+            .kubectl_ok([
+                "get",
+                "events",
+                "-n",
+                &self.namespace,
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ])
+            .await
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Response header `name` for `host` through every Envoy ("-" when absent).
     pub async fn header_for(&self, host: &str, name: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -349,7 +349,7 @@ async fn a_restarted_envoy_gets_the_full_state() {
 #[tokio::test]
 async fn an_envoy_started_from_switchyard_bootstrap_serves() {
     let rig = Rig::new();
-    let ip = "127.0.0.15";
+    let ip = "127.0.0.16";
     let blue = Backend::start("blue", ip).await;
     write_route(
         &rig.config,

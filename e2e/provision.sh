@@ -46,9 +46,10 @@ ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
 ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 PYTHON="${PYTHON:-python3}"
 NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
-ALL_TOOLS=(envoy kubectl etcd helm kube-apiserver) # quick ones first
+ALL_TOOLS=(envoy kubectl node-packages etcd helm coredns kube-apiserver) # quick ones first
 
 log() { printf '[provision] %s\n' "$*"; }
 die() { # die LINE... : first line is the error, the rest explain what to do
@@ -269,7 +270,9 @@ godebug_lines() {
 
 # go_build WORKDIR PACKAGE OUTPUT LOG LDFLAGS : build in a wrapper module
 go_build() {
-	if ! (cd "$1" && nice -n "$NICE_LEVEL" "$GO" build -trimpath -ldflags "-s -w $5" -o "$3" "$2") >"$4" 2>&1; then
+	# $2 may name several packages (space-separated); $3 is then a folder ending in /.
+	# shellcheck disable=SC2086
+	if ! (cd "$1" && nice -n "$NICE_LEVEL" "$GO" build -trimpath -ldflags "-s -w $5" -o "$3" $2) >"$4" 2>&1; then
 		show_log_tail "$4"
 		die "go build $2 failed (full log: $4)." \
 			"If a module could not be downloaded, check that the Go module proxy is reachable;" \
@@ -463,8 +466,23 @@ provision_helm() {
 	STATUS=built
 }
 
+# The control plane and the node agents, built together from k8s.io/kubernetes.
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+
+kube_cached() { # kube_cached DEST : every binary is there and answers --version
+	local b
+	for b in "${KUBE_BINARIES[@]}"; do
+		run_ok "$1/bin/$b" --version || return 1
+	done
+}
+
+link_kube() { # link_kube VERSION
+	local b
+	for b in "${KUBE_BINARIES[@]}"; do link_bin "$b" "kubernetes-$1/bin/$b"; done
+}
+
 provision_kube_apiserver() {
-	local v dest tmp dir staging minor flags pkg ext
+	local v dest tmp dir staging minor flags pkg ext b pkgs
 	if ext="$(external_assets)"; then
 		TOOL_VERSION="external"
 		run_ok "$ext/kube-apiserver" --version || die "KUBEBUILDER_ASSETS=$ext: kube-apiserver --version failed"
@@ -479,8 +497,8 @@ provision_kube_apiserver() {
 	fi
 	TOOL_VERSION="$v"
 	dest="$CACHE/kubernetes-$v"
-	if ((!FORCE)) && run_ok "$dest/bin/kube-apiserver" --version; then
-		link_bin kube-apiserver "kubernetes-$v/bin/kube-apiserver"
+	if ((!FORCE)) && kube_cached "$dest"; then
+		link_kube "$v"
 		STATUS=cached
 		return 0
 	fi
@@ -540,14 +558,116 @@ provision_kube_apiserver() {
 		flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 		flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	done
-	log "kube-apiserver $v: building k8s.io/kubernetes/cmd/kube-apiserver with Go $(go_version)" \
-		"(cold: 5-15 min on 2 cores; log: $LOGS/kubernetes-$v.log)"
+	log "kubernetes $v: building ${KUBE_BINARIES[*]} in one go build with Go $(go_version)" \
+		"(cold: 10-20 min on 2 cores; log: $LOGS/kubernetes-$v.log)"
 	cp "$tmp/src/go.mod" "$LOGS/kubernetes-$v.wrapper-go.mod"
-	go_build "$tmp/src" k8s.io/kubernetes/cmd/kube-apiserver "$tmp/out/bin/kube-apiserver" \
-		"$LOGS/kubernetes-$v.log" "$flags"
-	run_ok "$tmp/out/bin/kube-apiserver" --version || die "the freshly built kube-apiserver does not run"
+	# One build for all five: they share most packages, so the apiserver alone costs
+	# nearly as much as the lot.
+	pkgs=()
+	for b in "${KUBE_BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+	go_build "$tmp/src" "${pkgs[*]}" "$tmp/out/bin/" "$LOGS/kubernetes-$v.log" "$flags"
+	for b in "${KUBE_BINARIES[@]}"; do
+		run_ok "$tmp/out/bin/$b" --version || die "the freshly built $b does not run"
+	done
 	commit_dir "$tmp/out" "$dest"
-	link_bin kube-apiserver "kubernetes-$v/bin/kube-apiserver"
+	link_kube "$v"
+	STATUS=built
+}
+
+# The node's runtime, from Debian: containerd 1.6, runc, the CNI plugins (bridge,
+# host-local, loopback in /usr/lib/cni), iptables and conntrack for kube-proxy, iproute2
+# for the rig's network namespace. Installed with apt only when one is missing.
+NODE_COMMANDS=(containerd ctr runc iptables conntrack ip)
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2)
+
+node_packages_present() {
+	local c
+	for c in "${NODE_COMMANDS[@]}"; do command -v "$c" >/dev/null 2>&1 || return 1; done
+	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]]
+}
+
+provision_node_packages() {
+	TOOL_VERSION="debian"
+	if ((!FORCE)) && node_packages_present; then
+		TOOL_VERSION="$(containerd --version 2>/dev/null | awk '{print $3}')"
+		STATUS=cached
+		return 0
+	fi
+	command -v apt-get >/dev/null 2>&1 ||
+		die "the node tests need ${NODE_PACKAGES[*]}, and there is no apt-get to install them." \
+			"Provide them: install containerd 1.6+, runc, the CNI plugins in /usr/lib/cni, iptables, conntrack and iproute2."
+	[[ "$(id -u)" == 0 ]] ||
+		die "installing ${NODE_PACKAGES[*]} needs root (apt-get install)." \
+			"Provide them: run 'sudo apt-get install ${NODE_PACKAGES[*]}' once."
+	log "node packages: apt-get install ${NODE_PACKAGES[*]} (log: $LOGS/node-packages.log)"
+	if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${NODE_PACKAGES[@]}"; } \
+		>"$LOGS/node-packages.log" 2>&1; then
+		show_log_tail "$LOGS/node-packages.log"
+		die "apt-get could not install ${NODE_PACKAGES[*]} (full log: $LOGS/node-packages.log)."
+	fi
+	# The package starts a system containerd; the rig runs its own, with its own socket.
+	if command -v systemctl >/dev/null 2>&1; then systemctl disable --now containerd >/dev/null 2>&1 || true; fi
+	node_packages_present || die "after apt-get install, a node command is still missing (${NODE_COMMANDS[*]}, /usr/lib/cni/bridge)"
+	TOOL_VERSION="$(containerd --version 2>/dev/null | awk '{print $3}')"
+	STATUS=installed
+}
+
+# Cluster DNS for the node: CoreDNS with only the plugins a test cluster needs. No
+# `forward`: a name outside the cluster gets an answer from nobody, so no query leaves.
+COREDNS_PLUGINS=(ready health errors log loadbalance cache kubernetes) # in directive order
+
+provision_coredns() {
+	local v dest tmp dir p
+	v="v${COREDNS_VERSION#v}"
+	if [[ "$v" == "vlatest" ]]; then
+		need_go "coredns"
+		v="$(go_latest github.com/coredns/coredns)"
+	fi
+	TOOL_VERSION="$v"
+	dest="$CACHE/coredns-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/coredns" -version; then
+		link_bin coredns "coredns-$v/bin/coredns"
+		STATUS=cached
+		return 0
+	fi
+	need_go "coredns"
+	dir="$(go_download "github.com/coredns/coredns@$v")"
+	check_go_version "$(go_directive "$dir/go.mod")" "coredns $v"
+	new_tmp coredns
+	tmp="$NEW_TMP"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
+	{
+		echo "module switchyard.invalid/e2e/coredns"
+		echo
+		echo "go $(go_directive "$dir/go.mod")"
+		echo
+		echo "require github.com/coredns/coredns $v"
+	} >"$tmp/src/go.mod"
+	# CoreDNS's documented way to choose plugins at compile time: a main of one's own
+	# that imports them and sets the directive order.
+	{
+		echo "// Generated by Switchyard's e2e/provision.sh: CoreDNS without forward."
+		echo "package main"
+		echo
+		echo "import ("
+		echo '	"github.com/coredns/coredns/core/dnsserver"'
+		echo '	"github.com/coredns/coredns/coremain"'
+		for p in "${COREDNS_PLUGINS[@]}"; do echo "	_ \"github.com/coredns/coredns/plugin/$p\""; done
+		echo ")"
+		echo
+		printf 'var directives = []string{'
+		for p in "${COREDNS_PLUGINS[@]}"; do printf '"%s", ' "$p"; done
+		echo '}'
+		echo
+		echo "func init() { dnsserver.Directives = directives }"
+		echo
+		echo "func main() { coremain.Run() }"
+	} >"$tmp/src/main.go"
+	log "coredns $v: building with plugins ${COREDNS_PLUGINS[*]} (log: $LOGS/coredns-$v.log)"
+	go_build "$tmp/src" . "$tmp/out/bin/coredns" "$LOGS/coredns-$v.log" ""
+	run_ok "$tmp/out/bin/coredns" -version || die "the freshly built coredns does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin coredns "coredns-$v/bin/coredns"
 	STATUS=built
 }
 
@@ -559,7 +679,7 @@ write_env() {
 		printf 'export SWITCHYARD_E2E_BIN=%q\n' "$BIN"
 		# shellcheck disable=SC2016
 		echo 'case ":$PATH:" in *":$SWITCHYARD_E2E_BIN:"*) ;; *) export PATH="$SWITCHYARD_E2E_BIN:$PATH" ;; esac'
-		for t in "${ALL_TOOLS[@]}"; do
+		for t in "${ALL_TOOLS[@]}" "${KUBE_BINARIES[@]}"; do
 			[[ -e "$BIN/$t" ]] || continue
 			var="$(printf '%s' "$t" | tr 'a-z-' 'A-Z_')"
 			printf 'export SWITCHYARD_E2E_%s=%q\n' "$var" "$BIN/$t"
@@ -586,6 +706,8 @@ for tool in "${SELECTED[@]}"; do
 	etcd) provision_etcd ;;
 	helm) provision_helm ;;
 	kube-apiserver) provision_kube_apiserver ;;
+	node-packages) provision_node_packages ;;
+	coredns) provision_coredns ;;
 	esac
 	took=$((SECONDS - start))
 	status="${STATUS:-?}"

@@ -7,10 +7,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "provisioning Envoy, kube-apiserver, etcd, kubectl, helm (cached after the first run)"
-# The first run on a fresh machine builds kube-apiserver, etcd and helm from their Go
-# modules: about 10-15 minutes on 2 cores. Later runs take about a second.
+step "provisioning Envoy, Kubernetes, etcd, CoreDNS, kubectl, helm, containerd (cached after the first run)"
+# The first run on a fresh machine installs containerd, runc and the CNI plugins from
+# Debian and builds Kubernetes, etcd, CoreDNS and helm from their Go modules: about
+# 20-30 minutes on 2 cores. Later runs take about a second.
 e2e/provision.sh
+
+step "images for the node tests (release builds, cached in ~/.cache/switchyard-e2e)"
+e2e/images.sh
 
 for tool in rustfmt clippy-driver; do
   command -v "$tool" >/dev/null || { echo "missing $tool: rustup component add ${tool%-driver}" >&2; exit 1; }

@@ -111,6 +111,27 @@ pub struct KubeApi {
     _temp: Option<tempfile::TempDir>,
 }
 
+/// Where a local apiserver serves, and what else it is told.
+pub struct ApiServerOptions {
+    /// Bind and advertise address. On loopback, no endpoints are written for the
+    /// `kubernetes` Service (loopback is refused there).
+    pub address: std::net::Ipv4Addr,
+    /// The secure port; `None`: a free one.
+    pub port: Option<u16>,
+    pub extra_args: Vec<String>,
+}
+
+impl ApiServerOptions {
+    /// 127.0.0.1, a free port: the node-less rig.
+    pub fn loopback() -> Self {
+        ApiServerOptions {
+            address: std::net::Ipv4Addr::LOCALHOST,
+            port: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
 struct LocalCluster {
     apiserver: Process,
     etcd: Process,
@@ -130,6 +151,12 @@ impl KubeApi {
     /// Starts etcd and kube-apiserver on free ports of 127.0.0.1 and waits (bounded) until
     /// `/readyz` says `ok`. Panics with the logs' tails when they do not get there.
     pub async fn start(work_dir: &Path) -> KubeApi {
+        Self::start_with(work_dir, &ApiServerOptions::loopback()).await
+    }
+
+    /// Like [`KubeApi::start`], serving where `options` say (a node's address, with the
+    /// flags a node needs).
+    pub async fn start_with(work_dir: &Path, options: &ApiServerOptions) -> KubeApi {
         let etcd_bin = tool("etcd");
         let apiserver_bin = tool("kube-apiserver");
         let kubectl = tool("kubectl");
@@ -137,7 +164,9 @@ impl KubeApi {
         let dir = work_dir.join("kube-api");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("certs")).expect("create the kube-api folder");
-        let [etcd_port, peer_port, api_port] = free_ports();
+        let [etcd_port, peer_port, free_api_port] = free_ports();
+        let api_port = options.port.unwrap_or(free_api_port);
+        let address = options.address;
         let token = random_hex(16);
         let tokens = dir.join("tokens.csv");
         std::fs::write(&tokens, format!("{token},admin,admin,system:masters\n"))
@@ -164,10 +193,15 @@ impl KubeApi {
         let mut command = Command::new(apiserver_bin);
         command
             .arg(format!("--etcd-servers={etcd_url}"))
-            .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
-            .arg(format!("--secure-port={api_port}"))
+            .arg(format!("--bind-address={address}"))
+            .arg(format!("--advertise-address={address}"))
+            .arg(format!("--secure-port={api_port}"));
+        if address.is_loopback() {
             // Without it, the loopback advertise address is refused.
-            .arg("--endpoint-reconciler-type=none")
+            command.arg("--endpoint-reconciler-type=none");
+        }
+        command
+            .args(&options.extra_args)
             .arg(path_flag("--cert-dir", &dir.join("certs")))
             .arg("--service-account-issuer=https://kubernetes.default.svc")
             .arg(path_flag("--service-account-key-file", &verification_key))
@@ -184,7 +218,7 @@ impl KubeApi {
         );
 
         let kubeconfig = dir.join("kubeconfig");
-        let server = format!("https://127.0.0.1:{api_port}");
+        let server = format!("https://{address}:{api_port}");
         let mut api = KubeApi {
             kubeconfig: kubeconfig.clone(),
             server: server.clone(),
@@ -204,7 +238,7 @@ impl KubeApi {
         // The self-signed certificate (serving certificate, then its CA) is written before
         // the port listens.
         let deadline = started + READY_WITHIN;
-        while tokio::net::TcpStream::connect(("127.0.0.1", api_port))
+        while tokio::net::TcpStream::connect((address, api_port))
             .await
             .is_err()
         {
@@ -319,6 +353,12 @@ impl KubeApi {
         let api = Arc::new(api);
         *slot = Arc::downgrade(&api);
         api
+    }
+
+    /// The folder of a local apiserver's files: `certs/apiserver.crt` (its self-signed
+    /// certificate and CA) and `sa.key` (the service-account signing key).
+    pub fn local_dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|l| l.dir.as_path())
     }
 
     /// Whether this rig started the apiserver (as opposed to an existing cluster).

@@ -5,6 +5,7 @@
 
 pub mod ads_client;
 pub mod kube;
+pub mod node;
 pub mod relay;
 pub mod rig;
 pub mod synthetic;

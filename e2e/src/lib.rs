@@ -419,10 +419,20 @@ impl Envoy {
 /// The runtime that backends and load run on, apart from each test's own (single-threaded)
 /// runtime: a test busy polling the apiserver or starting processes must not delay the
 /// traffic it measures, nor time out its requests.
-pub fn traffic_runtime() -> &'static tokio::runtime::Handle {
-    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
+///
+/// One per network namespace: its threads are born in the namespace of the thread that
+/// asks first, so a node test (e2e/src/node), whose thread entered the node's namespace,
+/// gets one whose connections start there.
+pub fn traffic_runtime() -> tokio::runtime::Handle {
+    static RUNTIMES: Mutex<BTreeMap<String, tokio::runtime::Runtime>> =
+        Mutex::new(BTreeMap::new());
+    let namespace = std::fs::read_link("/proc/thread-self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut runtimes = RUNTIMES.lock().unwrap_or_else(|p| p.into_inner());
+    runtimes
+        .entry(namespace)
+        .or_insert_with(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("traffic")
@@ -431,6 +441,7 @@ pub fn traffic_runtime() -> &'static tokio::runtime::Handle {
                 .expect("traffic runtime")
         })
         .handle()
+        .clone()
 }
 
 /// Envoy's `-l` (and `--component-log-level`) from SWITCHYARD_E2E_ENVOY_LOG: "LEVEL" or

@@ -4,34 +4,14 @@
 //! namespace. One node per test binary: the load's runtime lives in the namespace of the
 //! node that first used it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use switchyard_e2e::Load;
 use switchyard_e2e::node::workloads::{backend_yaml, route_yaml};
-use switchyard_e2e::node::{Node, image, netns};
+use switchyard_e2e::node::{Node, OPERATOR_SELECTOR, RELEASE, SWITCHYARD_NAMESPACE, netns};
 
-const NAMESPACE: &str = "switchyard-system";
 const APPS: &str = "apps";
 const HOST: &str = "web.example.com";
-
-/// The values a local node needs, and nothing else (README, "Install with Helm").
-fn local_values() -> Vec<String> {
-    let (operator, envoy) = (image("switchyard"), image("envoy"));
-    let (operator_repo, operator_tag) = operator.rsplit_once(':').expect("a tag");
-    let (envoy_repo, envoy_tag) = envoy.rsplit_once(':').expect("a tag");
-    [
-        format!("image.repository={operator_repo}"),
-        format!("image.tag={operator_tag}"),
-        "image.pullPolicy=Never".to_string(),
-        format!("envoy.image.repository={envoy_repo}"),
-        format!("envoy.image.tag={envoy_tag}"),
-        "envoy.image.pullPolicy=Never".to_string(),
-        "envoy.service.type=ClusterIP".to_string(),
-    ]
-    .into_iter()
-    .flat_map(|v| ["--set".to_string(), v])
-    .collect()
-}
 
 fn assert_no_way_out(node: &Node) {
     let links = node.netns.links().expect("the node's interfaces");
@@ -73,25 +53,17 @@ async fn helm_install_serves_routes_through_envoy_pods() {
     assert_no_way_out(&node);
 
     // The README's install, verbatim but for the values a local node needs.
-    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/");
-    kubectl_ok(&node, &["apply", "--server-side", "-f", crds]).await;
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/switchyard");
-    let mut install = vec![
-        "install",
-        "switchyard",
-        chart,
-        "-n",
-        NAMESPACE,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "3m",
-    ];
-    let values = local_values();
-    install.extend(values.iter().map(String::as_str));
-    let started = std::time::Instant::now();
-    node.helm_ok(&install).await;
-    eprintln!("helm install --wait: {:.1?}", started.elapsed());
+    let took = node.install_switchyard(&[]).await;
+    eprintln!("helm install --wait: {took:.1?}");
+    let envoys = node.envoy_pods().await;
+    let operators = node
+        .ready_pods(SWITCHYARD_NAMESPACE, OPERATOR_SELECTOR)
+        .await;
+    assert_eq!(
+        (envoys.len(), operators.len()),
+        (2, 2),
+        "{envoys:?} {operators:?}"
+    );
 
     kubectl_ok(&node, &["create", "namespace", APPS]).await;
     node.apply(&backend_yaml(APPS, "blue", 2, "v1", 0)).await;
@@ -104,11 +76,8 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         .await;
     eprintln!("route web Ready in {took:.1?}");
 
-    let envoy_ip = node
-        .get(NAMESPACE, "service/switchyard-envoy", "{.spec.clusterIP}")
-        .await;
     let load = Load::start(
-        vec![format!("http://{envoy_ip}:80")],
+        vec![node.envoy_service_url().await],
         HOST,
         50,
         Duration::from_secs(5),
@@ -123,6 +92,54 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         report.by_backend
     );
 
-    node.helm_ok(&["uninstall", "switchyard", "-n", NAMESPACE, "--wait"])
+    node.helm_ok(&["uninstall", RELEASE, "-n", SWITCHYARD_NAMESPACE, "--wait"])
         .await;
+    // The Pods terminate after: the Envoys keep serving through their preStop sleep.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = node
+            .api()
+            .kubectl_ok([
+                "get",
+                "pods,services,configmaps,secrets",
+                "-n",
+                SWITCHYARD_NAMESPACE,
+                "-o",
+                "name",
+            ])
+            .await;
+        let left: Vec<String> = left
+            .lines()
+            .filter(|l| !l.contains("kube-root-ca.crt"))
+            .map(str::to_string)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "helm uninstall left {left:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Teardown leaves nothing: processes, mounts, cgroups, the namespace, the folder.
+    let (id, dir) = (node.id.clone(), node.dir.clone());
+    drop(node);
+    assert!(!netns::exists(&id), "the namespace {id} is still there");
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(!mounts.contains(&id), "mounts of {id} are left:\n{mounts}");
+    for hierarchy in ["memory", "cpu", "pids", "unified"] {
+        let cgroup = std::path::Path::new("/sys/fs/cgroup")
+            .join(hierarchy)
+            .join(&id);
+        assert!(!cgroup.exists(), "{} is still there", cgroup.display());
+    }
+    let processes = std::process::Command::new("pgrep")
+        .args(["-f", &id])
+        .output()
+        .expect("pgrep");
+    assert!(
+        processes.stdout.is_empty(),
+        "processes of {id} are left: {}",
+        String::from_utf8_lossy(&processes.stdout)
+    );
 }

@@ -41,6 +41,32 @@ pub fn image(name: &str) -> String {
     format!("localhost/{name}:rig")
 }
 
+/// The release name and namespace of the README's `helm install`.
+pub const RELEASE: &str = "switchyard";
+pub const SWITCHYARD_NAMESPACE: &str = "switchyard-system";
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/switchyard");
+/// The chart's labels of its Envoy and operator Pods.
+pub const ENVOY_SELECTOR: &str = "app.kubernetes.io/component=envoy";
+pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/component=operator";
+
+/// The values a local node needs, and nothing else: the images made here, never pulled,
+/// and a ClusterIP for the Envoy Service (no load-balancer controller would ever give a
+/// LoadBalancer an address, so `helm --wait` would not end).
+pub fn local_values() -> Vec<String> {
+    [
+        "image.repository=localhost/switchyard",
+        "image.tag=rig",
+        "image.pullPolicy=Never",
+        "envoy.image.repository=localhost/envoy",
+        "envoy.image.tag=rig",
+        "envoy.image.pullPolicy=Never",
+        "envoy.service.type=ClusterIP",
+    ]
+    .into_iter()
+    .flat_map(|v| ["--set".to_string(), v.to_string()])
+    .collect()
+}
+
 const NODE_READY_WITHIN: Duration = Duration::from_secs(90);
 const COMMAND_WITHIN: Duration = Duration::from_secs(300);
 const FOLDER_PREFIX: &str = "sy-node-";
@@ -484,6 +510,82 @@ shutdownGracePeriod: 0s
             self.id,
             self.log_tails()
         );
+    }
+
+    /// Installs Switchyard as the README says: the CRDs with `kubectl apply
+    /// --server-side`, then `helm install switchyard charts/switchyard -n
+    /// switchyard-system --create-namespace --wait` with [`local_values`] and `extra`
+    /// (`--set` pairs and the like). Returns how long helm took.
+    pub async fn install_switchyard(&self, extra: &[&str]) -> Duration {
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/");
+        self.api()
+            .kubectl_ok(["apply", "--server-side", "-f", crds])
+            .await;
+        let mut args = vec![
+            "install",
+            RELEASE,
+            CHART,
+            "-n",
+            SWITCHYARD_NAMESPACE,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "3m",
+        ];
+        let values = local_values();
+        args.extend(values.iter().map(String::as_str));
+        args.extend(extra);
+        let started = Instant::now();
+        self.helm_ok(&args).await;
+        started.elapsed()
+    }
+
+    /// `http://<ClusterIP of the public Envoy Service>:80`.
+    pub async fn envoy_service_url(&self) -> String {
+        let ip = self
+            .get(
+                SWITCHYARD_NAMESPACE,
+                &format!("service/{RELEASE}-envoy"),
+                "{.spec.clusterIP}",
+            )
+            .await;
+        assert!(!ip.is_empty(), "no ClusterIP for the Envoy Service");
+        format!("http://{ip}:80")
+    }
+
+    /// Names and addresses of the Pods with this label selector that are Ready.
+    pub async fn ready_pods(&self, namespace: &str, selector: &str) -> Vec<(String, String)> {
+        let out = self
+            .api()
+            .kubectl_ok([
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                selector,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.metadata.deletionTimestamp} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+            ])
+            .await;
+        out.lines()
+            .filter_map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words[..] {
+                    [name, ip, "True"] => Some((name.to_string(), ip.to_string())),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// The Envoy Pods that are Ready: (name, `http://<Pod IP>:8080`).
+    pub async fn envoy_pods(&self) -> Vec<(String, String)> {
+        self.ready_pods(SWITCHYARD_NAMESPACE, ENVOY_SELECTOR)
+            .await
+            .into_iter()
+            .map(|(name, ip)| (name, format!("http://{ip}:8080")))
+            .collect()
     }
 
     /// Applies YAML (server-side, as a user's `kubectl apply --server-side`); panics with

@@ -424,8 +424,7 @@ impl Envoy {
 /// asks first, so a node test (e2e/src/node), whose thread entered the node's namespace,
 /// gets one whose connections start there.
 pub fn traffic_runtime() -> tokio::runtime::Handle {
-    static RUNTIMES: Mutex<BTreeMap<String, tokio::runtime::Runtime>> =
-        Mutex::new(BTreeMap::new());
+    static RUNTIMES: Mutex<BTreeMap<String, tokio::runtime::Runtime>> = Mutex::new(BTreeMap::new());
     let namespace = std::fs::read_link("/proc/thread-self/ns/net")
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();

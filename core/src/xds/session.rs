@@ -2,15 +2,11 @@
 //!
 //! The server loop feeds it requests from Envoy and new desired snapshots; it answers with
 //! the responses to send. It moves its Envoy from what that Envoy has acknowledged towards
-//! the desired snapshot in make-before-break steps (I1, I2):
+//! the desired snapshot in make-before-break steps (I1, I2), planned by [`planner`]: make
+//! (clusters, endpoints, secrets), route (listeners, route configurations), break
+//! (removals), each step sent once the previous one is ACKed.
 //!
-//! 1. **make**: clusters, endpoints and secrets of the desired snapshot are added or
-//!    updated, nothing is removed; wait until Envoy has ACKed every one of them (Envoy holds
-//!    the CDS ACK until new clusters are warm, and the EDS ACK names the new clusters);
-//! 2. **route**: listeners and route configurations become the desired ones; wait for ACKs;
-//! 3. **break**: whatever the desired snapshot no longer has is removed. (In SotW, types
-//!    asked for by name are not answered only to leave resources out: Envoy drops them
-//!    when the cluster or listener using them goes, and says so in its next request.)
+//! [`planner`]: super::planner
 //!
 //! A new stream knows nothing of what its Envoy holds: after a restart of the server, a
 //! reconnecting Envoy still serves the previous instance's configuration. So nothing is
@@ -32,9 +28,9 @@ use serde::Serialize;
 
 use super::localize;
 use super::names::Names;
-use super::snapshot::{
-    self, ALL_TYPES, Resource, Resources, Snapshot, is_referenced_type, short_type,
-};
+pub use super::planner::Ordering;
+use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
+use super::snapshot::{self, ALL_TYPES, Resource, Snapshot, short_type};
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
 use imbl::ordmap::DiffItem;
 
@@ -44,16 +40,6 @@ pub enum Protocol {
     Sotw,
     /// Incremental: responses carry changed resources and removed names.
     Delta,
-}
-
-/// How a node moves between snapshots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Ordering {
-    /// Make before break, waiting for Envoy's ACK between steps. The only sane choice.
-    MakeBeforeBreak,
-    /// Everything pushed at once, like a naive control plane. For tests that prove the
-    /// ordering matters; never a user-facing setting.
-    AllAtOnce,
 }
 
 /// What happened, for logs and metrics. The server loop owns the clock for latencies.
@@ -86,16 +72,6 @@ pub enum Event {
         nonce: String,
     },
 }
-
-/// What a node holds or should hold of one type: the same persistent map as the
-/// snapshot's, so a node in step with the snapshot shares it instead of copying it, and
-/// comparing the two skips whatever they share. A reconnecting delta client may say it
-/// holds resources we have no content for: those are [`Resource::held`] entries, kept
-/// (never remove what routes may still use) but never sent.
-type Entries = Resources;
-/// What a node should hold at the current step, per type. A type is absent until a step
-/// of the plan sets it: until then the node keeps whatever it has (see `withheld`).
-type View = BTreeMap<String, Entries>;
 
 #[derive(Clone, Debug)]
 struct Pending {
@@ -706,140 +682,6 @@ fn unsubscribed<'e>(names: &Names, entries: &'e Entries) -> Vec<&'e String> {
         }
     }
     out
-}
-
-/// Same names with the same versions (content aside: a held entry equals the resource).
-fn same_versions(a: &Entries, b: &Entries) -> bool {
-    a.len() == b.len()
-        && a.diff(b).all(|item| match item {
-            DiffItem::Update { old, new } => old.1.version == new.1.version,
-            DiffItem::Add(..) | DiffItem::Remove(..) => false,
-        })
-}
-
-/// `wanted` is `held` less some names: nothing added, nothing at another version.
-fn only_removals(held: &Entries, wanted: &Entries) -> bool {
-    held.diff(wanted).all(|item| match item {
-        DiffItem::Remove(..) => true,
-        DiffItem::Update { old, new } => old.1.version == new.1.version,
-        DiffItem::Add(..) => false,
-    })
-}
-
-/// `entries` (None: none) hold exactly `resources`, with their content.
-fn holds_exactly(entries: Option<&Entries>, resources: &Resources) -> bool {
-    match entries {
-        Some(entries) => entries.ptr_eq(resources) || entries == resources,
-        None => resources.is_empty(),
-    }
-}
-
-/// Same names with the same versions as `resources` (None: none).
-fn same_as_desired(entries: Option<&Entries>, resources: Option<&Resources>) -> bool {
-    match (entries, resources) {
-        (Some(entries), Some(resources)) => same_versions(entries, resources),
-        (Some(only), None) | (None, Some(only)) => only.is_empty(),
-        (None, None) => true,
-    }
-}
-
-/// Makes the view of one type exactly `resources`; true if that changed it.
-fn become_desired(view: &mut View, type_url: &str, resources: &Resources) -> bool {
-    let entries = view.entry(type_url.to_string()).or_default();
-    if holds_exactly(Some(entries), resources) {
-        return false;
-    }
-    *entries = resources.clone();
-    true
-}
-
-/// `resources`, plus whatever `held` has that `resources` lacks: the make step adds and
-/// updates, and removes nothing. Built from `resources` so that it shares its nodes.
-fn merged(held: &Entries, resources: &Resources) -> Entries {
-    let mut out = resources.clone();
-    for item in held.diff(resources) {
-        if let DiffItem::Remove(name, entry) = item {
-            out.insert(name.clone(), entry.clone());
-        }
-    }
-    out
-}
-
-/// Some resource of `resources` is missing from `entries`, or there in another version.
-fn lacks(entries: Option<&Entries>, resources: &Resources) -> bool {
-    let Some(entries) = entries else {
-        return !resources.is_empty();
-    };
-    entries.diff(resources).any(|item| match item {
-        DiffItem::Add(..) => true,
-        DiffItem::Update { old, new } => old.1.version != new.1.version,
-        DiffItem::Remove(..) => false,
-    })
-}
-
-/// Moves `view` one step towards `desired` (see the module docs); true if it changed.
-/// Works in place and only copies what differs: every node plans after every step.
-fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
-    let empty = Resources::new();
-    let wanted = |type_url: &str| desired.resources(type_url).unwrap_or(&empty);
-    if ordering == Ordering::AllAtOnce {
-        return become_everything(view, desired);
-    }
-    // A reconnecting delta node's held entries, at the versions of the snapshot, are its
-    // resources: take the snapshot's (with content), or the node never counts as synced.
-    // Not a step: the node holds them already, nothing is sent.
-    for t in ALL_TYPES {
-        if let Some(entries) = view.get_mut(t)
-            && !entries.ptr_eq(wanted(t))
-            && same_versions(entries, wanted(t))
-        {
-            *entries = wanted(t).clone();
-        }
-    }
-    let referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t));
-    let lacks_referenced = referenced.clone().any(|t| lacks(view.get(*t), wanted(t)));
-    if lacks_referenced {
-        let mut changed = false;
-        for t in referenced {
-            let entries = view.entry(t.to_string()).or_default();
-            let next = merged(entries, wanted(t));
-            if !holds_exactly(Some(entries), &next) {
-                *entries = next;
-                changed = true;
-            }
-        }
-        return changed;
-    }
-    let referrers = ALL_TYPES.iter().filter(|t| !is_referenced_type(t));
-    let referrers_differ = referrers
-        .clone()
-        .any(|t| !same_as_desired(view.get(*t), desired.resources(t)));
-    if referrers_differ {
-        let mut changed = false;
-        for t in referrers {
-            changed |= become_desired(view, t, wanted(t));
-        }
-        return changed;
-    }
-    let all_same = ALL_TYPES
-        .iter()
-        .all(|t| same_as_desired(view.get(*t), desired.resources(t)));
-    if all_same {
-        false
-    } else {
-        become_everything(view, desired)
-    }
-}
-
-/// The view becomes the desired snapshot, every type at once.
-fn become_everything(view: &mut View, desired: &Snapshot) -> bool {
-    let before = view.len();
-    view.retain(|type_url, _| desired.resources(type_url).is_some());
-    let mut changed = view.len() != before;
-    for (type_url, resources) in desired.types() {
-        changed |= become_desired(view, type_url, resources);
-    }
-    changed
 }
 
 #[cfg(test)]

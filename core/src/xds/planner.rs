@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use imbl::ordmap::DiffItem;
 use serde::Serialize;
 
-use super::snapshot::{ALL_TYPES, Resources, Snapshot, is_referenced_type};
+use super::snapshot::{ResourceType, Resources, Snapshot};
 
 /// How a node moves between snapshots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -123,7 +123,7 @@ pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -
     // A reconnecting delta node's held entries, at the versions of the snapshot, are its
     // resources: take the snapshot's (with content), or the node never counts as synced.
     // Not a step: the node holds them already, nothing is sent.
-    for t in ALL_TYPES {
+    for t in ResourceType::ALL.map(ResourceType::type_url) {
         if let Some(entries) = view.get_mut(t)
             && !entries.ptr_eq(wanted(t))
             && same_versions(entries, wanted(t))
@@ -131,8 +131,11 @@ pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -
             *entries = wanted(t).clone();
         }
     }
-    let referenced = ALL_TYPES.iter().filter(|t| is_referenced_type(t));
-    let lacks_referenced = referenced.clone().any(|t| lacks(view.get(*t), wanted(t)));
+    let referenced = ResourceType::ALL
+        .into_iter()
+        .filter(|t| t.is_referenced())
+        .map(ResourceType::type_url);
+    let lacks_referenced = referenced.clone().any(|t| lacks(view.get(t), wanted(t)));
     if lacks_referenced {
         let mut changed = false;
         for t in referenced {
@@ -145,10 +148,13 @@ pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -
         }
         return changed;
     }
-    let referrers = ALL_TYPES.iter().filter(|t| !is_referenced_type(t));
+    let referrers = ResourceType::ALL
+        .into_iter()
+        .filter(|t| !t.is_referenced())
+        .map(ResourceType::type_url);
     let referrers_differ = referrers
         .clone()
-        .any(|t| !same_as_desired(view.get(*t), desired.resources(t)));
+        .any(|t| !same_as_desired(view.get(t), desired.resources(t)));
     if referrers_differ {
         let mut changed = false;
         for t in referrers {
@@ -156,9 +162,10 @@ pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -
         }
         return changed;
     }
-    let all_same = ALL_TYPES
-        .iter()
-        .all(|t| same_as_desired(view.get(*t), desired.resources(t)));
+    let all_same = ResourceType::ALL
+        .map(ResourceType::type_url)
+        .into_iter()
+        .all(|t| same_as_desired(view.get(t), desired.resources(t)));
     if all_same {
         false
     } else {

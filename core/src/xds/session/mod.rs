@@ -36,7 +36,7 @@ use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
 use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
-use super::snapshot::{ALL_TYPES, Snapshot, short_type};
+use super::snapshot::{ResourceType, Snapshot, short_type};
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -290,13 +290,13 @@ impl Session {
     /// Sends every requested type whose wanted content differs from what the node holds,
     /// in make-before-break type order. At most one response per type is in flight.
     fn send_ready(&mut self, desired: &Snapshot, out: &mut Vec<Response>) -> usize {
-        let order: Vec<String> = ALL_TYPES
+        let order: Vec<String> = ResourceType::ALL
             .iter()
-            .map(|t| t.to_string())
+            .map(|t| t.type_url().to_string())
             .chain(
                 self.types
                     .keys()
-                    .filter(|t| !ALL_TYPES.contains(&t.as_str()))
+                    .filter(|t| ResourceType::from_type_url(t).is_none())
                     .cloned(),
             )
             .collect();

@@ -6,6 +6,7 @@ pub mod desired;
 pub mod localize;
 mod names;
 pub mod nodes;
+mod planner;
 pub mod server;
 pub mod session;
 pub mod snapshot;

@@ -15,23 +15,64 @@ pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 
-/// Every type served, in the order a make-before-break push sends them.
-pub const ALL_TYPES: [&str; 5] = [CLUSTER, ENDPOINT, SECRET, LISTENER, ROUTE];
+/// A type this server serves. Envoy may ask for others: those stay type URLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceType {
+    Cluster,
+    Endpoint,
+    Secret,
+    Listener,
+    Route,
+}
+
+impl ResourceType {
+    /// Every type served, in the order a make-before-break push sends them.
+    pub const ALL: [ResourceType; 5] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Secret,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ];
+
+    pub const fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => CLUSTER,
+            ResourceType::Endpoint => ENDPOINT,
+            ResourceType::Secret => SECRET,
+            ResourceType::Listener => LISTENER,
+            ResourceType::Route => ROUTE,
+        }
+    }
+
+    /// None for a type this server does not serve.
+    pub fn from_type_url(type_url: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.type_url() == type_url)
+    }
+
+    /// Other resources refer to these by name: they must be in place before the
+    /// referrers (I1) and leave only after them (I2).
+    pub const fn is_referenced(self) -> bool {
+        matches!(
+            self,
+            ResourceType::Cluster | ResourceType::Endpoint | ResourceType::Secret
+        )
+    }
+
+    /// Envoy asks for all of these rather than by name.
+    pub const fn is_wildcard(self) -> bool {
+        matches!(self, ResourceType::Cluster | ResourceType::Listener)
+    }
+}
 
 /// Short name of a type URL for logs and metrics ("Cluster", "Listener", ...).
 pub fn short_type(type_url: &str) -> &str {
     type_url.rsplit('.').next().unwrap_or(type_url)
 }
 
-/// Types that other resources refer to by name: they must be in place before the
-/// referrers (I1) and leave only after them (I2).
-pub fn is_referenced_type(type_url: &str) -> bool {
-    matches!(type_url, CLUSTER | ENDPOINT | SECRET)
-}
-
-/// Wildcard types: Envoy asks for all of them rather than by name.
+/// A type Envoy asks for all of rather than by name (see [`ResourceType::is_wildcard`]).
 pub fn is_wildcard_type(type_url: &str) -> bool {
-    matches!(type_url, CLUSTER | LISTENER)
+    ResourceType::from_type_url(type_url).is_some_and(ResourceType::is_wildcard)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,9 +135,9 @@ impl Snapshot {
     /// Builds a snapshot; later duplicates of a (type, name) replace earlier ones.
     pub fn new(resources: impl IntoIterator<Item = Resource>) -> Self {
         let mut snapshot = Self {
-            types: ALL_TYPES
+            types: ResourceType::ALL
                 .iter()
-                .map(|t| (t.to_string(), Resources::new()))
+                .map(|t| (t.type_url().to_string(), Resources::new()))
                 .collect(),
             ..Self::default()
         };
@@ -229,6 +270,21 @@ mod tests {
                 value: content.as_bytes().to_vec(),
             },
         )
+    }
+
+    #[test]
+    fn a_resource_type_is_known_by_its_type_url_and_others_are_not() {
+        for t in ResourceType::ALL {
+            assert_eq!(ResourceType::from_type_url(t.type_url()), Some(t));
+        }
+        let ecds = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+        assert_eq!(ResourceType::from_type_url(ecds), None);
+        assert!(!is_wildcard_type(ecds));
+        assert_eq!(
+            ResourceType::ALL.map(ResourceType::type_url),
+            [CLUSTER, ENDPOINT, SECRET, LISTENER, ROUTE],
+            "make-before-break order"
+        );
     }
 
     #[test]

@@ -1,0 +1,361 @@
+//! Delta (incremental) subscriptions. Requests subscribe and unsubscribe names, a
+//! reconnecting node says what it holds, and responses carry only what changed and the
+//! names removed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use imbl::ordmap::DiffItem;
+
+use super::{DeltaResponse, Event, Response, Session};
+use crate::xds::planner::Entries;
+use crate::xds::snapshot::Resource;
+
+impl Session {
+    /// A request of a delta node: names it subscribes to or drops on one type, what it
+    /// holds when it reconnects, maybe answering the last response of that type.
+    pub fn on_delta_request(
+        &mut self,
+        request: DeltaDiscoveryRequest,
+        now: Instant,
+    ) -> Vec<Response> {
+        self.remember_node(request.node);
+        let type_url = request.type_url;
+        let first = !self.types.get(&type_url).is_some_and(|t| t.requested);
+        let ts = self.types.entry(type_url.clone()).or_default();
+        if first
+            || !request.resource_names_subscribe.is_empty()
+            || !request.resource_names_unsubscribe.is_empty()
+        {
+            ts.unsettle();
+        }
+        if first {
+            ts.requested = true;
+            // Legacy wildcard: a first request that names nothing.
+            ts.wildcard = request.resource_names_subscribe.is_empty();
+            ts.force_send = true;
+            if !request.initial_resource_versions.is_empty() {
+                let held: Entries = request
+                    .initial_resource_versions
+                    .into_iter()
+                    .map(|(name, version)| {
+                        let entry = Arc::new(Resource::held(name.clone(), version));
+                        (name, entry)
+                    })
+                    .collect();
+                // Keep what the node already has in the view, so nothing it may still route
+                // to is removed before the route step.
+                let view = self.view.entry(type_url.clone()).or_default();
+                for (name, entry) in &held {
+                    if !view.contains_key(name) {
+                        view.insert(name.clone(), entry.clone());
+                    }
+                }
+                ts.acked = Some(held);
+            }
+        }
+        for name in request.resource_names_subscribe {
+            if name == "*" {
+                ts.wildcard = true;
+            } else {
+                ts.names.insert(name);
+            }
+        }
+        for name in request.resource_names_unsubscribe {
+            if name == "*" {
+                ts.wildcard = false;
+            } else {
+                ts.names.remove(&name);
+                // The node forgets what it unsubscribes from.
+                if let Some(acked) = ts.acked.as_mut()
+                    && !ts.wildcard
+                {
+                    acked.remove(&name);
+                }
+            }
+        }
+        if let Some(view) = self.view.get(&type_url) {
+            ts.names.share(view);
+        }
+        let nonce = request.response_nonce;
+        if !nonce.is_empty() {
+            if ts.pending.as_ref().is_some_and(|p| p.nonce == nonce) {
+                match request.error_detail {
+                    Some(status) => self.nack(&type_url, status.message),
+                    None => self.ack(&type_url, now),
+                }
+            } else {
+                self.events.push(Event::StaleNonce { type_url, nonce });
+            }
+        }
+        self.pump(now)
+    }
+}
+
+/// What differs between what the node holds and `wanted`; with the number of resources
+/// it carries and of names it removes.
+pub(super) fn response(
+    type_url: &str,
+    system_version: &str,
+    nonce: &str,
+    held: &Entries,
+    wanted: &Entries,
+) -> (Response, usize, usize) {
+    // Only what differs: a diff of two maps that share most of their nodes.
+    let mut resources: Vec<Arc<Resource>> = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    for item in held.diff(wanted) {
+        match item {
+            DiffItem::Add(_, new) => resources.push(new.clone()),
+            DiffItem::Update { old, new } if old.1.version != new.1.version => {
+                resources.push(new.1.clone())
+            }
+            DiffItem::Update { .. } => {}
+            DiffItem::Remove(name, _) => removed.push(name.clone()),
+        }
+    }
+    resources.retain(|r| r.has_content());
+    let counts = (resources.len(), removed.len());
+    let response = Response::Delta(DeltaResponse {
+        system_version_info: system_version.to_string(),
+        resources,
+        type_url: type_url.to_string(),
+        removed_resources: removed,
+        nonce: nonce.to_string(),
+    });
+    (response, counts.0, counts.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+
+    use super::super::testing::{full_config, names, nonce, subscription, switch_to, type_of};
+    use super::super::{Ordering, Protocol, Response, Session};
+    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, Snapshot};
+
+    fn delta(type_url: &str, subscribe: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: type_url.to_string(),
+            resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+            response_nonce: nonce.to_string(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn delta_sends_changes_and_removals_in_order() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(LISTENER, &[], ""), now);
+        let out = s.set_desired(switch_to("a"), now);
+        let cds = nonce(&out[0]);
+        let lds = nonce(&out[1]);
+        let out = s.on_delta_request(delta(ENDPOINT, &["a"], ""), now);
+        let eds = nonce(&out[0]);
+        s.on_delta_request(delta(CLUSTER, &[], &cds), now);
+        s.on_delta_request(delta(LISTENER, &[], &lds), now);
+        let out = s.on_delta_request(delta(ENDPOINT, &[], &eds), now);
+        assert_eq!(names(&out[0]).0, "Listener");
+        let lds = nonce(&out[0]);
+        let out = s.on_delta_request(delta(ROUTE, &["switchyard"], ""), now);
+        let rds = nonce(&out[0]);
+        s.on_delta_request(delta(LISTENER, &[], &lds), now);
+        assert!(s.on_delta_request(delta(ROUTE, &[], &rds), now).is_empty());
+        assert!(s.is_synced(), "{:#?}", s.status());
+
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(
+            names(&out[0]),
+            ("Cluster".into(), vec!["b".into()], vec![]),
+            "only the new one"
+        );
+        let cds = nonce(&out[0]);
+        let mut sub = delta(ENDPOINT, &["b"], "");
+        sub.resource_names_subscribe = vec!["b".into()];
+        let out = s.on_delta_request(sub, now);
+        let eds = nonce(&out[0]);
+        s.on_delta_request(delta(CLUSTER, &[], &cds), now);
+        let out = s.on_delta_request(delta(ENDPOINT, &[], &eds), now);
+        assert_eq!(names(&out[0]).0, "RouteConfiguration");
+        let rds = nonce(&out[0]);
+        let out = s.on_delta_request(delta(ROUTE, &[], &rds), now);
+        assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec!["a".into()]));
+    }
+
+    #[test]
+    fn delta_reconnect_keeps_what_the_node_has_until_routes_move() {
+        let now = Instant::now();
+        let a = switch_to("a");
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut req = delta(CLUSTER, &[], "");
+        req.initial_resource_versions = [(
+            "a".to_string(),
+            a.resources(CLUSTER).unwrap()["a"].version.clone(),
+        )]
+        .into();
+        s.on_delta_request(req, now);
+        let out = s.set_desired(switch_to("b"), now);
+        assert_eq!(
+            names(&out[0]),
+            ("Cluster".into(), vec!["b".into()], vec![]),
+            "a is not removed yet"
+        );
+
+        // Unchanged resources are not sent again.
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut req = delta(CLUSTER, &[], "");
+        req.initial_resource_versions = [(
+            "a".to_string(),
+            a.resources(CLUSTER).unwrap()["a"].version.clone(),
+        )]
+        .into();
+        s.on_delta_request(req, now);
+        let out = s.set_desired(a, now);
+        assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec![]));
+    }
+
+    /// The requests a delta Envoy sends when its stream comes back: every type, with the
+    /// versions it holds from the previous server instance.
+    fn delta_reconnect(held: &Snapshot) -> Vec<DeltaDiscoveryRequest> {
+        [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET]
+            .iter()
+            .map(|t| DeltaDiscoveryRequest {
+                type_url: t.to_string(),
+                resource_names_subscribe: subscription(held, t),
+                initial_resource_versions: held
+                    .resources(t)
+                    .into_iter()
+                    .flat_map(|rs| rs.values())
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Acts like a delta Envoy: ACKs every response, subscribes to the endpoints of new
+    /// clusters. Nothing is removed before the routes that may use it moved (I2), routes
+    /// change only after clusters and endpoints were ACKed (I1). Returns every response as
+    /// (type, changed, removed).
+    fn drive_delta(
+        s: &mut Session,
+        first: Vec<Response>,
+    ) -> Vec<(String, Vec<String>, Vec<String>)> {
+        let now = Instant::now();
+        let mut acked = std::collections::BTreeSet::new();
+        let mut log = Vec::new();
+        let mut queue: std::collections::VecDeque<Response> = first.into();
+        while let Some(r) = queue.pop_front() {
+            let (kind, changed, removed) = names(&r);
+            let t = type_of(&r);
+            if t == ROUTE && !changed.is_empty() {
+                assert!(
+                    acked.contains(CLUSTER) && acked.contains(ENDPOINT),
+                    "{log:?}"
+                );
+            }
+            if !removed.is_empty() {
+                assert!(
+                    log.iter()
+                        .any(|(k, c, _): &(String, Vec<String>, Vec<String>)| k
+                            == "RouteConfiguration"
+                            && !c.is_empty())
+                        && acked.contains(ROUTE),
+                    "{kind} removed {removed:?} before the routes moved: {log:?}"
+                );
+            }
+            if t == CLUSTER && !changed.is_empty() {
+                let mut sub = delta(ENDPOINT, &[], "");
+                sub.resource_names_subscribe = changed.clone();
+                queue.extend(s.on_delta_request(sub, now));
+            }
+            log.push((kind, changed, removed));
+            queue.extend(s.on_delta_request(delta(&t, &[], &nonce(&r)), now));
+            acked.insert(t);
+        }
+        log
+    }
+
+    #[test]
+    fn delta_reconnect_to_the_same_config_sends_nothing_new_and_removes_nothing() {
+        let now = Instant::now();
+        let config = full_config(&["a", "b"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        for request in delta_reconnect(&config) {
+            assert!(s.on_delta_request(request, now).is_empty());
+        }
+        let out = s.set_desired(config, now);
+        for r in &out {
+            let (kind, changed, removed) = names(r);
+            assert!(
+                changed.is_empty() && removed.is_empty(),
+                "{kind}: {changed:?} {removed:?}"
+            );
+        }
+        drive_delta(&mut s, out);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn delta_reconnect_to_a_changed_config_removes_only_after_the_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b", "c"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        let mut out = Vec::new();
+        for request in delta_reconnect(&held) {
+            out.extend(s.on_delta_request(request, now));
+        }
+        assert!(out.is_empty());
+        let out = s.set_desired(config, now);
+        for r in &out {
+            assert!(
+                names(r).2.is_empty(),
+                "a first response removes nothing: {r:?}"
+            );
+        }
+        let log = drive_delta(&mut s, out);
+        assert!(
+            log.iter()
+                .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
+            "{log:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn delta_reconnect_after_the_gate_opened_removes_only_after_the_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b", "c"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        assert!(s.set_desired(config, now).is_empty(), "no request yet");
+        let mut out = Vec::new();
+        for request in delta_reconnect(&held) {
+            out.extend(s.on_delta_request(request, now));
+        }
+        for r in &out {
+            assert!(
+                names(r).2.is_empty(),
+                "a first response removes nothing: {r:?}"
+            );
+            let (kind, changed, _) = names(r);
+            assert!(
+                kind != "RouteConfiguration" || changed.is_empty(),
+                "routes changed before the clusters: {r:?}"
+            );
+        }
+        let log = drive_delta(&mut s, out);
+        assert!(
+            log.iter()
+                .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
+            "{log:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+}

@@ -1,0 +1,538 @@
+//! The logic of one ADS stream, as a state machine without I/O.
+//!
+//! The server loop feeds it requests from Envoy and new desired snapshots; it answers with
+//! the responses to send. It moves its Envoy from what that Envoy has acknowledged towards
+//! the desired snapshot in make-before-break steps (I1, I2), planned by `xds::planner`:
+//! make (clusters, endpoints, secrets), route (listeners, route configurations), break
+//! (removals), each step sent once the previous one is ACKed.
+//!
+//! A new stream knows nothing of what its Envoy holds: after a restart of the server, a
+//! reconnecting Envoy still serves the previous instance's configuration. So nothing is
+//! planned before its first request, and until the route step sets them, SotW listeners
+//! and routes are not answered at all: a SotW response is the whole set, and an empty one
+//! would remove them. (Delta only sends changes, and keeps what the node says it holds.)
+//!
+//! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
+//! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
+//! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
+//!
+//! Each protocol's subscription bookkeeping (what a request subscribes to, ACKs or
+//! NACKs, and how a response is built) is in `sotw` and `delta`; this module keeps
+//! what both share: the per-type state, planning and sending in order, and the status.
+
+mod delta;
+mod sotw;
+#[cfg(test)]
+mod testing;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use serde::Serialize;
+
+use super::localize;
+use super::names::Names;
+pub use super::planner::Ordering;
+use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
+use super::snapshot::{ResourceType, Snapshot, short_type};
+pub use super::wire::{DeltaResponse, Response, SotwResponse};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    /// State of the world: every response carries the full set of a type.
+    Sotw,
+    /// Incremental: responses carry changed resources and removed names.
+    Delta,
+}
+
+/// What happened, for logs and metrics. The server loop owns the clock for latencies.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Sent {
+        type_url: String,
+        nonce: String,
+        version: String,
+        resources: usize,
+        removed: usize,
+    },
+    Acked {
+        type_url: String,
+        nonce: String,
+        version: String,
+        /// What the node now holds of this type.
+        resources: Entries,
+    },
+    Nacked {
+        type_url: String,
+        nonce: String,
+        version: String,
+        error: String,
+        /// What the node refused: the resources of the response, as sent.
+        resources: Entries,
+    },
+    StaleNonce {
+        type_url: String,
+        nonce: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    nonce: String,
+    version: String,
+    /// Version of the desired snapshot this response was planned from.
+    desired: String,
+    /// What the node holds of this type once it ACKs.
+    wanted: Entries,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TypeState {
+    requested: bool,
+    wildcard: bool,
+    names: Names,
+    /// What the node has accepted; None until it has been answered once.
+    acked: Option<Entries>,
+    acked_version: Option<String>,
+    acked_at: Option<Instant>,
+    pending: Option<Pending>,
+    /// Last nonce sent on this type (SotW requests must echo it to be current).
+    last_nonce: Option<String>,
+    /// The node asked again without ACKing anything new: answer even if nothing changed.
+    force_send: bool,
+    last_nack: Option<NackInfo>,
+    /// What the node holds of this type was found equal to what it should hold, and
+    /// neither has changed since: no need to compare them again on the next message.
+    settled: bool,
+    /// Neither the view of this type nor the subscription changed since the pending
+    /// response was built: once ACKed, the node holds what it should (settled).
+    unchanged_since_sent: bool,
+}
+
+impl TypeState {
+    /// The view of this type or the subscription changed.
+    fn unsettle(&mut self) {
+        self.settled = false;
+        self.unchanged_since_sent = false;
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NackInfo {
+    pub nonce: String,
+    pub version: String,
+    pub error: String,
+}
+
+pub struct Session {
+    protocol: Protocol,
+    ordering: Ordering,
+    node: Option<Node>,
+    /// None until the startup gate opens: requests are recorded but not answered (I5).
+    desired: Option<Arc<Snapshot>>,
+    /// The desired snapshot as received, before per-node adjustments.
+    desired_source: Option<Arc<Snapshot>>,
+    view: View,
+    types: BTreeMap<String, TypeState>,
+    /// Planning is suspended after a NACK until the desired version changes.
+    blocked_on: Option<String>,
+    next_nonce: u64,
+    events: Vec<Event>,
+}
+
+impl Session {
+    pub fn new(protocol: Protocol, ordering: Ordering) -> Self {
+        Self {
+            protocol,
+            ordering,
+            node: None,
+            desired: None,
+            desired_source: None,
+            view: View::new(),
+            types: BTreeMap::new(),
+            blocked_on: None,
+            next_nonce: 0,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A new desired snapshot (the first one opens the gate for this stream).
+    pub fn set_desired(&mut self, snapshot: Arc<Snapshot>, now: Instant) -> Vec<Response> {
+        self.desired_source = Some(snapshot);
+        self.localize_desired();
+        self.pump(now)
+    }
+
+    fn remember_node(&mut self, node: Option<Node>) {
+        if self.node.is_none()
+            && let Some(node) = node
+        {
+            self.node = Some(node);
+            self.localize_desired();
+        }
+    }
+
+    /// Applies per-node adjustments (see [`localize`]) to the desired snapshot.
+    fn localize_desired(&mut self) {
+        let Some(source) = self.desired_source.clone() else {
+            return;
+        };
+        self.desired = Some(
+            match self.node.as_ref().and_then(localize::listen_address) {
+                Some(address) => Arc::new(localize::bind_listeners(&source, &address)),
+                None => source,
+            },
+        );
+    }
+
+    fn ack(&mut self, type_url: &str, now: Instant) {
+        let Some(ts) = self.types.get_mut(type_url) else {
+            return;
+        };
+        let Some(pending) = ts.pending.take() else {
+            return;
+        };
+        ts.acked = Some(pending.wanted.clone());
+        ts.settled = ts.unchanged_since_sent;
+        ts.acked_version = Some(pending.version.clone());
+        ts.acked_at = Some(now);
+        self.events.push(Event::Acked {
+            type_url: type_url.to_string(),
+            nonce: pending.nonce,
+            version: pending.version,
+            resources: pending.wanted,
+        });
+    }
+
+    /// Envoy rejected the last response of this type and keeps what it had. Put the view
+    /// back to that, and plan nothing more until the desired snapshot changes.
+    fn nack(&mut self, type_url: &str, error: String) {
+        let Some(ts) = self.types.get_mut(type_url) else {
+            return;
+        };
+        let Some(pending) = ts.pending.take() else {
+            return;
+        };
+        ts.unsettle();
+        let held = ts.acked.clone().unwrap_or_default();
+        let view = self.view.entry(type_url.to_string()).or_default();
+        for name in pending.wanted.keys().chain(held.keys()) {
+            match held.get(name) {
+                Some(entry) => view.insert(name.clone(), entry.clone()),
+                None => view.remove(name),
+            };
+        }
+        let info = NackInfo {
+            nonce: pending.nonce.clone(),
+            version: pending.version.clone(),
+            error: error.clone(),
+        };
+        ts.last_nack = Some(info);
+        // Blocked on the snapshot the refused response came from: one that changed since
+        // (the refusal itself may be why) is planned at once.
+        self.blocked_on = Some(pending.desired.clone());
+        self.events.push(Event::Nacked {
+            type_url: type_url.to_string(),
+            nonce: pending.nonce,
+            version: pending.version,
+            error,
+            resources: pending.wanted,
+        });
+    }
+
+    /// Plans the next step when the current one is complete, and sends what differs.
+    fn pump(&mut self, _now: Instant) -> Vec<Response> {
+        let mut out = Vec::new();
+        let Some(desired) = self.desired.clone() else {
+            return out;
+        };
+        // A stream that has asked for nothing yet has told nothing of what its Envoy holds:
+        // planning now would run every step for nobody (nothing subscribed, nothing to
+        // wait for) and release listeners before this stream's clusters were ACKed.
+        if !self.types.values().any(|t| t.requested) {
+            return out;
+        }
+        // Each pass either sends something (and waits for ACKs) or completes a step whose
+        // changes this node does not subscribe to; three steps at most.
+        for _ in 0..4 {
+            let idle = self.types.values().all(|t| t.pending.is_none());
+            let may_plan = self.blocked_on.as_deref() != Some(desired.version())
+                && (idle || self.ordering == Ordering::AllAtOnce);
+            let mut changed = false;
+            if may_plan {
+                self.blocked_on = None;
+                changed = advance(&mut self.view, &desired, self.ordering);
+                if changed {
+                    for ts in self.types.values_mut() {
+                        ts.unsettle();
+                    }
+                }
+            }
+            let sent = self.send_ready(&desired, &mut out);
+            if sent > 0 || !changed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Sends every requested type whose wanted content differs from what the node holds,
+    /// in make-before-break type order. At most one response per type is in flight.
+    fn send_ready(&mut self, desired: &Snapshot, out: &mut Vec<Response>) -> usize {
+        let order: Vec<String> = ResourceType::ALL
+            .iter()
+            .map(|t| t.type_url().to_string())
+            .chain(
+                self.types
+                    .keys()
+                    .filter(|t| ResourceType::from_type_url(t).is_none())
+                    .cloned(),
+            )
+            .collect();
+        let mut sent = 0;
+        for type_url in order {
+            let Some(ts) = self.types.get(&type_url) else {
+                continue;
+            };
+            if !ts.requested || ts.pending.is_some() || self.withheld(&type_url, desired) {
+                continue;
+            }
+            if !ts.force_send && ts.settled {
+                continue;
+            }
+            let wanted = self.wanted(&type_url, ts);
+            let same = ts.acked.as_ref().is_some_and(|a| same_versions(a, &wanted));
+            // SotW by name (endpoints, routes, secrets): Envoy drops a resource when it
+            // stops asking for it, once the cluster or listener using it is gone. A response
+            // that would only leave resources out (3.8 MB of endpoints at 10k routes, to
+            // drop one) is not sent; the node's next request says it forgot them.
+            let only_fewer = !same
+                && self.protocol == Protocol::Sotw
+                && self.ordering == Ordering::MakeBeforeBreak
+                && !ts.wildcard
+                && ts.acked.as_ref().is_some_and(|a| only_removals(a, &wanted));
+            if !ts.force_send && (same || only_fewer) {
+                if same && let Some(ts) = self.types.get_mut(&type_url) {
+                    ts.settled = true;
+                }
+                continue;
+            }
+            let response = self.respond(&type_url, wanted, desired);
+            out.push(response);
+            sent += 1;
+        }
+        sent
+    }
+
+    /// SotW: the plan has not released this type to the node yet (a new stream before its
+    /// route step), so the view knows nothing of it. A SotW response is the whole set: an
+    /// empty one would make a reconnecting Envoy remove every listener it serves with.
+    /// Such a type is answered once the step that fills it comes (I1), never before.
+    fn withheld(&self, type_url: &str, desired: &Snapshot) -> bool {
+        self.protocol == Protocol::Sotw
+            && desired.resources(type_url).is_some()
+            && !self.view.contains_key(type_url)
+    }
+
+    /// The part of the current view this node subscribes to: usually all of it, shared;
+    /// otherwise mostly (a new cluster's endpoints Envoy has yet to ask for), so the view
+    /// less the few names it lacks, still sharing the rest.
+    fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
+        let Some(view) = self.view.get(type_url) else {
+            return Entries::new();
+        };
+        if ts.wildcard {
+            return view.clone();
+        }
+        let unsubscribed = unsubscribed(&ts.names, view);
+        if unsubscribed.len() <= view.len() / 2 {
+            let mut wanted = view.clone();
+            for name in unsubscribed {
+                wanted.remove(name);
+            }
+            return wanted;
+        }
+        view.iter()
+            .filter(|(name, _)| ts.names.contains(name))
+            .map(|(name, entry)| (name.clone(), entry.clone()))
+            .collect()
+    }
+
+    fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
+        self.next_nonce += 1;
+        let nonce = self.next_nonce.to_string();
+        let version = desired.version_of(type_url, &wanted);
+        let Some(ts) = self.types.get(type_url) else {
+            unreachable!("respond is only called for tracked types");
+        };
+        let (response, resources, removed) = match self.protocol {
+            Protocol::Sotw => sotw::response(type_url, &version, &nonce, &wanted),
+            Protocol::Delta => {
+                let empty = Entries::new();
+                let held = ts.acked.as_ref().unwrap_or(&empty);
+                delta::response(type_url, desired.version(), &nonce, held, &wanted)
+            }
+        };
+        let Some(ts) = self.types.get_mut(type_url) else {
+            unreachable!("respond is only called for tracked types");
+        };
+        ts.force_send = false;
+        ts.unchanged_since_sent = true;
+        ts.last_nonce = Some(nonce.clone());
+        ts.pending = Some(Pending {
+            nonce: nonce.clone(),
+            version: version.clone(),
+            desired: desired.version().to_string(),
+            wanted,
+        });
+        self.events.push(Event::Sent {
+            type_url: type_url.to_string(),
+            nonce,
+            version,
+            resources,
+            removed,
+        });
+        response
+    }
+
+    /// True when the node holds exactly the desired snapshot (as far as it subscribes).
+    pub fn is_synced(&self) -> bool {
+        let Some(desired) = self.desired.as_ref() else {
+            return false;
+        };
+        // Cheap checks first: the server asks after every message, and most messages
+        // leave a response in flight.
+        if self.types.values().any(|ts| ts.pending.is_some()) {
+            return false;
+        }
+        let view_is_desired = desired
+            .types()
+            .all(|(type_url, resources)| holds_exactly(self.view.get(type_url), resources))
+            && self.view.iter().all(|(type_url, entries)| {
+                entries.is_empty() || desired.resources(type_url).is_some()
+            });
+        // A settled type was found holding what it should, and neither changed since.
+        view_is_desired
+            && self.types.iter().all(|(type_url, ts)| {
+                !ts.requested
+                    || ts.settled
+                    || ts
+                        .acked
+                        .as_ref()
+                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
+            })
+    }
+
+    pub fn status(&self) -> SessionStatus {
+        let types = self
+            .types
+            .iter()
+            .filter(|(_, ts)| ts.requested)
+            .map(|(type_url, ts)| {
+                let status = TypeStatus {
+                    subscribed: if ts.wildcard {
+                        "*".to_string()
+                    } else {
+                        ts.names.len().to_string()
+                    },
+                    acked_version: ts.acked_version.clone(),
+                    acked_resources: ts.acked.as_ref().map_or(0, Entries::len),
+                    pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
+                    last_nack: ts.last_nack.clone(),
+                };
+                (short_type(type_url).to_string(), status)
+            })
+            .collect();
+        SessionStatus {
+            protocol: self.protocol,
+            desired_version: self
+                .desired_source
+                .as_ref()
+                .map(|d| d.version().to_string()),
+            synced: self.is_synced(),
+            blocked_by_nack: self.blocked_on.is_some(),
+            types,
+        }
+    }
+}
+
+/// A node's state as the rest of the program sees it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionStatus {
+    pub protocol: Protocol,
+    /// Version of the desired snapshot this node is moving to, as published (before the
+    /// per-node adjustments of [`localize`]).
+    pub desired_version: Option<String>,
+    pub synced: bool,
+    pub blocked_by_nack: bool,
+    pub types: BTreeMap<String, TypeStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TypeStatus {
+    /// "*" for wildcard, else the number of names subscribed.
+    pub subscribed: String,
+    pub acked_version: Option<String>,
+    pub acked_resources: usize,
+    pub pending_nonce: Option<String>,
+    pub last_nack: Option<NackInfo>,
+}
+
+/// The names of `entries` that are not in `names`. One ordered walk of both: Envoy
+/// subscribes to every cluster's endpoints by name, and this runs on every message.
+fn unsubscribed<'e>(names: &Names, entries: &'e Entries) -> Vec<&'e String> {
+    if names.are_keys_of(entries) {
+        return Vec::new();
+    }
+    let mut names = names.iter().peekable();
+    let mut out = Vec::new();
+    for key in entries.keys() {
+        while names.next_if(|name| *name < key).is_some() {}
+        if names.next_if(|name| *name == key).is_none() {
+            out.push(key);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::testing::res;
+    use super::*;
+    use crate::xds::snapshot::ENDPOINT;
+
+    #[test]
+    fn unsubscribed_names_are_those_of_the_entries_not_named() {
+        let entries: Entries = ["b", "d"]
+            .iter()
+            .map(|n| (n.to_string(), Arc::new(res(ENDPOINT, n, "e"))))
+            .collect();
+        let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Names>();
+        let missing = |ns: &[&str]| -> Vec<String> {
+            unsubscribed(&names(ns), &entries)
+                .into_iter()
+                .cloned()
+                .collect()
+        };
+        assert!(missing(&["b", "d"]).is_empty());
+        assert!(missing(&["a", "b", "c", "d", "e"]).is_empty());
+        assert_eq!(missing(&["b", "c", "e"]), ["d"]);
+        assert_eq!(missing(&["a", "b"]), ["d"]);
+        assert_eq!(missing(&["d"]), ["b"]);
+        assert_eq!(missing(&[]), ["b", "d"]);
+        assert!(unsubscribed(&names(&[]), &Entries::new()).is_empty());
+    }
+}

@@ -13,6 +13,7 @@ use switchyard::admin::Admin;
 use switchyard::k8s::address_map::AddressMap;
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::controller;
+use switchyard::k8s::fleet_drain;
 use switchyard::k8s::index::{Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
@@ -502,6 +503,12 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         nodes: nodes.clone(),
     };
     tokio::spawn(builder.run());
+    // Every replica: the Envoys connected here are drained when their Pods terminate.
+    tokio::spawn(fleet_drain::run(
+        client.clone(),
+        args.envoy_service.clone(),
+        nodes.clone(),
+    ));
 
     let prober = Prober::new(args.listeners.probe_port, args.serve.probe_token.clone())
         .context("building the probe client")?;

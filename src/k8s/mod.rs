@@ -6,6 +6,7 @@ pub mod address_map;
 pub mod builder;
 pub mod controller;
 pub mod departed;
+pub mod fleet_drain;
 pub mod index;
 pub mod leader;
 pub mod model_cache;

@@ -1,11 +1,20 @@
 //! Per-node adjustments to a snapshot.
 //!
-//! Several Envoys on one host (a laptop, a CI machine) cannot all bind 0.0.0.0 on the same
-//! ports. An Envoy whose node metadata carries `listen_address` gets every listener bound to
-//! that address instead; everything else is identical for every node (I6).
+//! - Several Envoys on one host (a laptop, a CI machine) cannot all bind 0.0.0.0 on the
+//!   same ports. An Envoy whose node metadata carries `listen_address` gets every listener
+//!   bound to that address instead.
+//! - An Envoy that is about to stop (its Pod terminating) is drained: every HTTP
+//!   connection closes after its next response (`Connection: close`, HTTP/2 GOAWAY), so
+//!   that no client still holds a keep-alive connection to it when it exits, where the
+//!   next request would meet a closed socket.
+//!
+//! Everything else is identical for every node (I6).
 
+use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions;
 use envoy_types::pb::envoy::config::core::v3::{Node, address, socket_address};
-use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message;
 
@@ -37,6 +46,57 @@ pub fn bind_listeners(snapshot: &Snapshot, address: &str) -> Snapshot {
     bound
 }
 
+/// The snapshot with every HTTP connection manager closing each connection after one
+/// request: what a draining Envoy serves. The listeners change, so Envoy also drains the
+/// connections of the ones they replace.
+pub fn drain_connections(snapshot: &Snapshot) -> Snapshot {
+    let mut drained = snapshot.clone();
+    let listeners: Vec<Resource> = snapshot
+        .resources(LISTENER)
+        .into_iter()
+        .flat_map(|resources| resources.values())
+        .map(|resource| drain(resource))
+        .collect();
+    for listener in listeners {
+        drained.insert(std::sync::Arc::new(listener));
+    }
+    drained
+}
+
+fn drain(resource: &Resource) -> Resource {
+    let Ok(mut listener) = Listener::decode(resource.body.value.as_slice()) else {
+        return resource.clone();
+    };
+    for chain in listener
+        .filter_chains
+        .iter_mut()
+        .chain(listener.default_filter_chain.as_mut())
+    {
+        one_request_per_connection(chain);
+    }
+    let mut body = resource.body.clone();
+    body.value = listener.encode_to_vec();
+    Resource::new(resource.name.clone(), body)
+}
+
+fn one_request_per_connection(chain: &mut FilterChain) {
+    for filter in &mut chain.filters {
+        let Some(filter::ConfigType::TypedConfig(any)) = filter.config_type.as_mut() else {
+            continue;
+        };
+        if !any.type_url.ends_with("HttpConnectionManager") {
+            continue;
+        }
+        let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+            continue;
+        };
+        hcm.common_http_protocol_options
+            .get_or_insert_with(HttpProtocolOptions::default)
+            .max_requests_per_connection = Some(UInt32Value { value: 1 });
+        any.value = hcm.encode_to_vec();
+    }
+}
+
 fn rebind(resource: &Resource, address: &str) -> Resource {
     let Ok(mut listener) = Listener::decode(resource.body.value.as_slice()) else {
         // Our own translator produced it; leave anything undecodable untouched.
@@ -53,4 +113,85 @@ fn rebind(resource: &Resource, address: &str) -> Resource {
     let mut body = resource.body.clone();
     body.value = listener.encode_to_vec();
     Resource::new(resource.name.clone(), body)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use envoy_types::pb::envoy::config::listener::v3::Filter;
+    use envoy_types::pb::google::protobuf::Any;
+    use prost::Name;
+
+    use super::*;
+
+    /// An "http" listener with an HTTP connection manager, as the translator makes them.
+    pub(crate) fn listener_with_hcm() -> Resource {
+        let hcm = HttpConnectionManager {
+            stat_prefix: "http".into(),
+            ..Default::default()
+        };
+        let listener = Listener {
+            name: "http".into(),
+            filter_chains: vec![FilterChain {
+                filters: vec![Filter {
+                    name: "hcm".into(),
+                    config_type: Some(filter::ConfigType::TypedConfig(Any {
+                        type_url: HttpConnectionManager::type_url(),
+                        value: hcm.encode_to_vec(),
+                    })),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Resource::new(
+            "http",
+            Any {
+                type_url: LISTENER.to_string(),
+                value: listener.encode_to_vec(),
+            },
+        )
+    }
+
+    /// Whether this listener's connection manager closes connections after one request.
+    pub(crate) fn closes_after_one_request(listener: &Any) -> bool {
+        hcm_of_listener(listener)
+            .common_http_protocol_options
+            .and_then(|o| o.max_requests_per_connection)
+            .is_some_and(|v| v.value == 1)
+    }
+
+    fn hcm_of(snapshot: &Snapshot) -> HttpConnectionManager {
+        let resource = snapshot
+            .resources(LISTENER)
+            .and_then(|r| r.values().next())
+            .expect("a listener");
+        hcm_of_listener(&resource.body)
+    }
+
+    fn hcm_of_listener(body: &Any) -> HttpConnectionManager {
+        let listener = Listener::decode(body.value.as_slice()).expect("a listener");
+        let Some(filter::ConfigType::TypedConfig(any)) =
+            listener.filter_chains[0].filters[0].config_type.clone()
+        else {
+            panic!("no typed config");
+        };
+        HttpConnectionManager::decode(any.value.as_slice()).expect("an HCM")
+    }
+
+    #[test]
+    fn a_draining_node_closes_every_connection_after_one_request() {
+        let snapshot = Snapshot::new([listener_with_hcm()]);
+        let drained = drain_connections(&snapshot);
+        let limit = hcm_of(&drained)
+            .common_http_protocol_options
+            .and_then(|o| o.max_requests_per_connection)
+            .map(|v| v.value);
+        assert_eq!(limit, Some(1));
+        assert_eq!(hcm_of(&snapshot).common_http_protocol_options, None);
+        // A changed listener, so Envoy replaces it and drains the old one's connections.
+        assert_ne!(
+            drained.type_version(LISTENER),
+            snapshot.type_version(LISTENER)
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! Every connected Envoy and what it has acknowledged, for the rest of the program
 //! (status, prober, `/debug/nodes`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
@@ -29,6 +29,8 @@ pub struct Nodes {
     changes: Arc<watch::Sender<u64>>,
     /// Whoever wants to hear what Envoys answered to route configurations.
     verdicts: Arc<Mutex<Vec<mpsc::UnboundedSender<RouteVerdict>>>>,
+    /// Ids of the nodes about to stop, which are drained (see `localize`).
+    draining: Arc<watch::Sender<BTreeSet<String>>>,
 }
 
 /// What an Envoy answered to a route configuration it was sent.
@@ -42,6 +44,20 @@ pub enum RouteVerdict {
 }
 
 impl Nodes {
+    /// The nodes about to stop (a terminating Pod's Envoy): every stream of one of them
+    /// drains its connections.
+    pub fn set_draining(&self, ids: BTreeSet<String>) {
+        self.draining.send_if_modified(|current| {
+            let changed = *current != ids;
+            *current = ids;
+            changed
+        });
+    }
+
+    pub fn draining(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.draining.subscribe()
+    }
+
     pub fn update(&self, report: NodeReport) {
         self.write().insert(report.stream, report);
         self.changes.send_modify(|n| *n += 1);

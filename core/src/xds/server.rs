@@ -29,6 +29,13 @@ use super::wire::Frames;
 use super::{Desired, NodeReport, Nodes, RouteVerdict};
 use crate::metrics::{Metrics, TypeLabel};
 
+fn is_draining(
+    draining: &std::collections::BTreeSet<String>,
+    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+) -> bool {
+    node.is_some_and(|n| draining.contains(&n.id))
+}
+
 #[derive(Clone)]
 pub struct AdsServer {
     desired: Arc<Desired>,
@@ -110,6 +117,7 @@ impl AdsServer {
         tx: &mpsc::Sender<Outbound>,
     ) -> Result<(), Status> {
         let mut desired = self.desired.subscribe();
+        let mut draining = self.nodes.draining();
         let mut sent_at: HashMap<String, Instant> = HashMap::new();
         let mut named = false;
         // What the registry last heard from this stream: most messages change nothing
@@ -137,8 +145,18 @@ impl AdsServer {
                             None => Vec::new(),
                         }
                     }
+                    Ok(()) = draining.changed() => {
+                        let drain = is_draining(&draining.borrow_and_update(), session.node());
+                        session.set_draining(drain, Instant::now())
+                    }
                 }
             };
+            let mut responses = responses;
+            if !named && session.node().is_some() {
+                // The node's name is known now: it may be one that is draining already.
+                let drain = is_draining(&draining.borrow(), session.node());
+                responses.extend(session.set_draining(drain, Instant::now()));
+            }
             let mut just_named = false;
             if !named && let Some(node) = session.node() {
                 tracing::Span::current().record("node", node.id.as_str());

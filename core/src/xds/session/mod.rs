@@ -134,6 +134,8 @@ pub struct Session {
     desired: Option<Arc<Snapshot>>,
     /// The desired snapshot as received, before per-node adjustments.
     desired_source: Option<Arc<Snapshot>>,
+    /// The Envoy is about to stop: its connections close after one request each.
+    draining: bool,
     view: View,
     types: BTreeMap<String, TypeState>,
     /// Planning is suspended after a NACK until the desired version changes.
@@ -150,6 +152,7 @@ impl Session {
             node: None,
             desired: None,
             desired_source: None,
+            draining: false,
             view: View::new(),
             types: BTreeMap::new(),
             blocked_on: None,
@@ -174,6 +177,17 @@ impl Session {
         self.pump(now)
     }
 
+    /// Whether this Envoy is draining (see [`localize::drain_connections`]); a change is
+    /// served like a new snapshot.
+    pub fn set_draining(&mut self, draining: bool, now: Instant) -> Vec<Response> {
+        if self.draining == draining {
+            return Vec::new();
+        }
+        self.draining = draining;
+        self.localize_desired();
+        self.pump(now)
+    }
+
     fn remember_node(&mut self, node: Option<Node>) {
         if self.node.is_none()
             && let Some(node) = node
@@ -188,12 +202,15 @@ impl Session {
         let Some(source) = self.desired_source.clone() else {
             return;
         };
-        self.desired = Some(
-            match self.node.as_ref().and_then(localize::listen_address) {
-                Some(address) => Arc::new(localize::bind_listeners(&source, &address)),
-                None => source,
-            },
-        );
+        let bound = match self.node.as_ref().and_then(localize::listen_address) {
+            Some(address) => Arc::new(localize::bind_listeners(&source, &address)),
+            None => source,
+        };
+        self.desired = Some(if self.draining {
+            Arc::new(localize::drain_connections(&bound))
+        } else {
+            bound
+        });
     }
 
     fn ack(&mut self, type_url: &str, now: Instant) {

@@ -132,12 +132,21 @@ mod tests {
 
     /// A SotW node that has subscribed to everything and holds `cluster`'s snapshot.
     fn synced_sotw(cluster: &str, ordering: Ordering) -> (Session, BTreeMap<String, String>) {
+        synced_sotw_on(switch_to(cluster), cluster, ordering)
+    }
+
+    /// A SotW session in sync with `snapshot`, whose one cluster is `cluster`.
+    fn synced_sotw_on(
+        snapshot: Arc<Snapshot>,
+        cluster: &str,
+        ordering: Ordering,
+    ) -> (Session, BTreeMap<String, String>) {
         let now = Instant::now();
         let mut s = Session::new(Protocol::Sotw, ordering);
         let mut nonces = BTreeMap::new();
         assert!(s.on_sotw_request(sotw(CLUSTER, &[], ""), now).is_empty());
         assert!(s.on_sotw_request(sotw(LISTENER, &[], ""), now).is_empty());
-        let mut pending = s.set_desired(switch_to(cluster), now);
+        let mut pending = s.set_desired(snapshot, now);
         // Act like Envoy: subscribe to what arrives, ACK everything.
         while let Some(r) = pending.pop() {
             let t = type_of(&r);
@@ -174,6 +183,25 @@ mod tests {
                 "{type_url}: {names:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_draining_envoy_is_sent_listeners_that_close_each_connection_and_nothing_else() {
+        let now = Instant::now();
+        let mut snapshot = (*switch_to("a")).clone();
+        snapshot.insert(Arc::new(crate::xds::localize::tests::listener_with_hcm()));
+        let (mut s, _) = synced_sotw_on(Arc::new(snapshot), "a", Ordering::MakeBeforeBreak);
+        let out = s.set_draining(true, now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(kinds, ["Listener"], "only the listeners change");
+        let Response::Sotw(response) = &out[0] else {
+            panic!("a SotW response");
+        };
+        assert!(
+            crate::xds::localize::tests::closes_after_one_request(&response.resources[0].body),
+            "the listener closes each connection after one request"
+        );
+        assert!(s.set_draining(true, now).is_empty(), "nothing new to send");
     }
 
     #[test]

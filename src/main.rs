@@ -569,11 +569,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         if first_snapshot.wait_for(Option::is_some).await.is_err() {
             anyhow::bail!("the snapshot builder stopped before the first snapshot");
         }
-        run_when_leader(lease_client, lease, lead).await
+        run_when_leader(lease_client, lease, lead, shutdown_signal()).await
     };
+    let mut leading = tokio::spawn(lead_once_serving);
     tokio::select! {
-        result = serve(args.serve, desired, nodes, metrics, registry) => result,
-        result = lead_once_serving => result,
+        result = serve(args.serve, desired, nodes, metrics, registry) => {
+            // On a signal the leader steps down too: let it release the Lease first.
+            let _ = tokio::time::timeout(Duration::from_secs(6), &mut leading).await;
+            result
+        }
+        result = &mut leading => result.context("the leader task")?,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Faults mid-rollout, on a real kube-apiserver with three real Envoys under load: the
 //! operator SIGKILLed and replaced, an Envoy SIGKILLed and restarted, the leader of two
-//! replicas SIGKILLed (DESIGN.md "Restart-safe", I3, I4). Every rollout must still
+//! replicas SIGKILLed, the leader stopped as a rolling update stops it (DESIGN.md
+//! "Restart-safe", I3, I4). Every rollout must still
 //! complete (Ready for the latest generation, then every Envoy answers from the new
 //! backend) and no request may get a non-2xx answer.
 
@@ -726,4 +727,47 @@ async fn a_rollout_goes_on_within_a_second_or_two_of_the_api_server_being_back()
         took < Duration::from_secs(2),
         "Ready {took:?} after the API server was back"
     );
+}
+
+/// A rolling update stops the leader with SIGTERM: it releases the Lease before it exits,
+/// so the other replica leads at once instead of when the Lease runs out.
+#[tokio::test]
+async fn a_leader_stopped_with_sigterm_hands_the_lease_over_before_it_exits() {
+    // A Lease far longer than the test waits: only a release lets the other take over.
+    const LONG_LEASE: [&str; 4] = [
+        "--lease-duration-seconds",
+        "60",
+        "--lease-grace-seconds",
+        "5",
+    ];
+    let mut rig = Rig::start(1).await;
+    let replicas = [free_port(), free_port()];
+    rig.connect_envoys_to(&replicas);
+    rig.add_backend("svc-0").await;
+    rig.start_operator_on("switchyard-1", replicas[0], &LONG_LEASE);
+    rig.wait_lease_holder(Duration::from_secs(20), |h| h == Some("switchyard-1"))
+        .await;
+    rig.start_operator_on("switchyard-2", replicas[1], &LONG_LEASE);
+    rig.start_envoys();
+    rig.apply_route("web", &spec("svc-0", "1s")).await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    assert!(
+        rig.stop_operator("switchyard-1", Duration::from_secs(10)),
+        "the leader did not exit on SIGTERM"
+    );
+    let holder = rig.lease_holder().await;
+    assert_ne!(
+        holder.as_deref(),
+        Some("switchyard-1"),
+        "the stopped leader still holds the Lease"
+    );
+    let (_, took) = rig
+        .wait_lease_holder(Duration::from_secs(30), |h| h == Some("switchyard-2"))
+        .await;
+    eprintln!("the other replica leads {took:?} after the leader exited");
+    // And it leads: a new generation becomes Ready.
+    rig.add_backend("svc-1").await;
+    rig.apply_route("web", &spec("svc-1", "1s")).await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
 }

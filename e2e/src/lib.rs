@@ -128,6 +128,26 @@ impl Process {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM, as Kubernetes does to a Pod being stopped, and waits for the exit
+    /// (SIGKILL after `within`). Whether it exited by itself.
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: a signal to our own child; no memory is touched.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

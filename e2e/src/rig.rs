@@ -258,6 +258,17 @@ impl Rig {
             .kill();
     }
 
+    /// Stops the operator `name` as Kubernetes stops a Pod (SIGTERM); whether it exited
+    /// by itself within `within`.
+    pub fn stop_operator(&mut self, name: &str, within: Duration) -> bool {
+        self.operators
+            .iter_mut()
+            .find(|o| o.process.name == name)
+            .unwrap_or_else(|| panic!("no operator {name}"))
+            .process
+            .terminate(within)
+    }
+
     /// SIGKILLs Envoy `i` (its address stays in the fleet Service, as a pod's would until
     /// its readiness probe fails).
     pub fn kill_envoy(&mut self, i: usize) {

@@ -361,6 +361,14 @@ impl KubeApi {
         self.local.as_ref().map(|l| l.dir.as_path())
     }
 
+    /// etcd and kube-apiserver when this rig started them.
+    pub fn local_processes(&self) -> Vec<&Process> {
+        self.local
+            .as_ref()
+            .map(|l| vec![&l.etcd, &l.apiserver])
+            .unwrap_or_default()
+    }
+
     /// Whether this rig started the apiserver (as opposed to an existing cluster).
     pub fn is_local(&self) -> bool {
         self.local.is_some()

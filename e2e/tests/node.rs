@@ -92,6 +92,16 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         report.by_backend
     );
 
+    let (own, pods) = node.memory_mib();
+    eprintln!(
+        "memory: node processes {own:.0} MiB, containers {pods:.0} MiB ({} Pods)",
+        node.api()
+            .kubectl_ok(["get", "pods", "-A", "--no-headers"])
+            .await
+            .lines()
+            .count()
+    );
+
     node.helm_ok(&["uninstall", RELEASE, "-n", SWITCHYARD_NAMESPACE, "--wait"])
         .await;
     // The Pods terminate after: the Envoys keep serving through their preStop sleep.

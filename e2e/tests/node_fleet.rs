@@ -104,19 +104,17 @@ async fn pods(node: &Node, selector: &str) -> Vec<String> {
         .collect()
 }
 
-async fn delete_pod(node: &Node, name: &str, force: bool) {
-    let mut args = vec![
-        "delete",
-        "pod",
-        "-n",
-        SWITCHYARD_NAMESPACE,
-        name,
-        "--wait=false",
-    ];
-    if force {
-        args.extend(["--grace-period=0", "--force"]);
-    }
-    node.api().kubectl_ok(args).await;
+async fn delete_pod(node: &Node, name: &str) {
+    node.api()
+        .kubectl_ok([
+            "delete",
+            "pod",
+            "-n",
+            SWITCHYARD_NAMESPACE,
+            name,
+            "--wait=false",
+        ])
+        .await;
 }
 
 fn load(url: String) -> Load {
@@ -131,8 +129,11 @@ async fn node_envoy_pod_deleted_and_fleet_scaled_up_mid_rollout_drop_nothing() {
 
     let changed = start_switch(&node, 1).await;
     let envoys = pods(&node, ENVOY_SELECTOR).await;
-    delete_pod(&node, &envoys[0], false).await;
-    ready.push(("Envoy Pod deleted", finish_switch(&node, 1, changed).await));
+    delete_pod(&node, &envoys[0]).await;
+    ready.push((
+        "Envoy Pod deleted: switch to Ready",
+        finish_switch(&node, 1, changed).await,
+    ));
     // The replacement is in the fleet once Ready, and serves the route as it stands.
     node.wait_rollout(
         SWITCHYARD_NAMESPACE,
@@ -152,7 +153,10 @@ async fn node_envoy_pod_deleted_and_fleet_scaled_up_mid_rollout_drop_nothing() {
             "--replicas=3",
         ])
         .await;
-    ready.push(("fleet scaled 2 → 3", finish_switch(&node, 2, changed).await));
+    ready.push((
+        "fleet scaled 2 → 3: switch to Ready",
+        finish_switch(&node, 2, changed).await,
+    ));
     node.wait_rollout(
         SWITCHYARD_NAMESPACE,
         &format!("deployment/{RELEASE}-envoy"),
@@ -191,10 +195,14 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
         .expect("a replica that is not the leader")
         .clone();
     let changed = start_switch(&node, 1).await;
-    delete_pod(&node, &follower, false).await;
-    ready.push(("follower deleted", finish_switch(&node, 1, changed).await));
+    delete_pod(&node, &follower).await;
+    ready.push((
+        "follower deleted: switch to Ready",
+        finish_switch(&node, 1, changed).await,
+    ));
 
-    // The leader killed outright: a new one takes over once the Lease runs out.
+    // The leader's process killed outright (SIGKILL: no release of the Lease): the
+    // other replica, or the restarted one under the same name, leads once it runs out.
     node.wait_rollout(
         SWITCHYARD_NAMESPACE,
         &format!("deployment/{RELEASE}"),
@@ -209,8 +217,12 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
         )
         .await;
     let changed = start_switch(&node, 2).await;
-    delete_pod(&node, &leader, true).await;
-    ready.push(("leader killed", finish_switch(&node, 2, changed).await));
+    let killed = node.kill_containers(SWITCHYARD_NAMESPACE, &leader).await;
+    assert!(killed > 0, "no process of {leader} found to kill");
+    ready.push((
+        "leader killed: switch to Ready",
+        finish_switch(&node, 2, changed).await,
+    ));
 
     // helm upgrade with a changed value: the operator Deployment rolls its replicas.
     node.wait_rollout(
@@ -241,9 +253,12 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
         "helm upgrade: {}",
         String::from_utf8_lossy(&upgraded.stderr)
     );
-    ready.push(("during helm upgrade", took));
+    ready.push(("during helm upgrade: switch to Ready", took));
     let changed = start_switch(&node, 4).await;
-    ready.push(("after helm upgrade", finish_switch(&node, 4, changed).await));
+    ready.push((
+        "after helm upgrade: switch to Ready",
+        finish_switch(&node, 4, changed).await,
+    ));
 
     let report = load.finish().await;
     summary("node operator changes", &report, &ready);
@@ -269,40 +284,44 @@ async fn evict(node: &Node, pod: &str) -> Result<(), String> {
     }
 }
 
-#[tokio::test]
-async fn node_evictions_respect_the_envoy_disruption_budget_and_drop_nothing() {
-    let node = installed_node().await;
-    let load = load(node.envoy_service_url().await);
-
-    let envoys = pods(&node, ENVOY_SELECTOR).await;
-    assert_eq!(envoys.len(), 2, "{envoys:?}");
-    let started = Instant::now();
-    evict(&node, &envoys[0])
+/// Evicts both Pods of `selector` as `kubectl drain` would: the first at once, the second
+/// refused by the PodDisruptionBudget (maxUnavailable 1) until the first's replacement is
+/// Ready, then allowed.
+async fn evict_both_within_budget(node: &Node, selector: &str) {
+    let pods = pods(node, selector).await;
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    evict(node, &pods[0])
         .await
         .unwrap_or_else(|e| panic!("the first eviction is allowed: {e}"));
-    // While the first is away (maxUnavailable 1), a second is refused.
-    let refused = evict(&node, &envoys[1]).await;
+    let refused = evict(node, &pods[1]).await;
     assert!(
         refused
             .as_ref()
             .is_err_and(|e| e.contains("disruption budget")),
         "the second eviction must wait for the budget: {refused:?}"
     );
-    // Once the replacement is Ready, the budget allows it.
     let deadline = Instant::now() + Duration::from_secs(90);
-    while let Err(e) = evict(&node, &envoys[1]).await {
-        assert!(
-            e.contains("disruption budget"),
-            "evicting {}: {e}",
-            envoys[1]
-        );
+    while let Err(e) = evict(node, &pods[1]).await {
+        assert!(e.contains("disruption budget"), "evicting {}: {e}", pods[1]);
         assert!(
             Instant::now() < deadline,
             "the second eviction was never allowed"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let both_evicted = started.elapsed();
+}
+
+#[tokio::test]
+async fn node_evictions_respect_the_disruption_budgets_and_drop_nothing() {
+    let node = installed_node().await;
+    let load = load(node.envoy_service_url().await);
+
+    let started = Instant::now();
+    evict_both_within_budget(&node, ENVOY_SELECTOR).await;
+    let envoys_evicted = started.elapsed();
+    let started = Instant::now();
+    evict_both_within_budget(&node, OPERATOR_SELECTOR).await;
+    let operators_evicted = started.elapsed();
     let changed = start_switch(&node, 1).await;
     let took = finish_switch(&node, 1, changed).await;
 
@@ -311,8 +330,9 @@ async fn node_evictions_respect_the_envoy_disruption_budget_and_drop_nothing() {
         "node evictions",
         &report,
         &[
-            ("both Envoys evicted", both_evicted),
-            ("switch after", took),
+            ("both Envoys evicted", envoys_evicted),
+            ("both operators evicted", operators_evicted),
+            ("switch to Ready after", took),
         ],
     );
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);

@@ -82,7 +82,13 @@ pub struct Node {
     api: Option<KubeApi>,
     /// containerd, kube-controller-manager, kube-scheduler, kube-proxy, kubelet.
     processes: Vec<Process>,
+    /// Held while the node runs: one node at a time per test process.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
+
+/// One node at a time in a test process: two nodes and their load on a 2-core machine
+/// would measure each other.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn images_dir() -> PathBuf {
     crate::kube::cache_bin_dir()
@@ -96,6 +102,8 @@ impl Node {
     /// calling thread into the node's network namespace first: call it before anything
     /// else in the test (before the first request, client or spawned process).
     pub async fn start() -> Node {
+        // A test that panicked while holding it left nothing behind (its Node dropped).
+        let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         clear_leftovers();
         let started = Instant::now();
         static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -120,6 +128,7 @@ impl Node {
             started_in: Duration::ZERO,
             api: None,
             processes: Vec::new(),
+            _turn: turn,
         };
         node.netns
             .enter_current_thread()
@@ -137,6 +146,38 @@ impl Node {
         node.started_in = started.elapsed();
         eprintln!("node {} ready in {:.1?}", node.id, node.started_in);
         node
+    }
+
+    /// Resident memory in MiB: (the node's processes — etcd, the control plane,
+    /// containerd, kubelet, kube-proxy —, its containers, from their cgroups).
+    pub fn memory_mib(&self) -> (f64, f64) {
+        let own: f64 = self
+            .processes
+            .iter()
+            .chain(self.api.iter().flat_map(KubeApi::local_processes))
+            .filter_map(|p| p.memory_mib())
+            .map(|(rss, _)| rss)
+            .sum();
+        let pods = std::fs::read_to_string(
+            Path::new("/sys/fs/cgroup/memory")
+                .join(&self.id)
+                .join("memory.usage_in_bytes"),
+        )
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0.0, |bytes| bytes / (1024.0 * 1024.0));
+        (own, pods)
+    }
+
+    /// SIGKILLs the processes of a Pod's containers (not its sandbox), as a crash or the
+    /// OOM killer would: no SIGTERM, no preStop. The kubelet then restarts them. Returns
+    /// how many processes it killed.
+    pub async fn kill_containers(&self, namespace: &str, pod: &str) -> usize {
+        let uid = self
+            .get(namespace, &format!("pod/{pod}"), "{.metadata.uid}")
+            .await;
+        assert!(!uid.is_empty(), "no Pod {namespace}/{pod}");
+        teardown::kill_pod_processes(&self.id, &uid)
     }
 
     /// The node's API server (admin kubeconfig, kubectl).

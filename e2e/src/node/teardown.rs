@@ -72,6 +72,27 @@ pub fn cgroups(root: &str) {
     }
 }
 
+/// SIGKILLs the processes of the Pod `uid`'s containers on the node `root` (its cgroup
+/// folder is `pod<uid>` under the node's cgroup root), leaving the sandbox's pause alone.
+pub fn kill_pod_processes(root: &str, uid: &str) -> usize {
+    let mut killed = 0;
+    for dir in cgroup_dirs(root) {
+        if !dir.to_string_lossy().contains(&format!("pod{uid}")) {
+            continue;
+        }
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.starts_with(b"/pause") {
+                continue;
+            }
+            kill(pid);
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// Kills the processes whose command line contains `needle` (the containerd shims name
 /// the node's containerd socket; they outlive containerd by design).
 pub fn processes_naming(needle: &str) {

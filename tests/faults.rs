@@ -771,3 +771,38 @@ async fn a_leader_stopped_with_sigterm_hands_the_lease_over_before_it_exits() {
     rig.apply_route("web", &spec("svc-1", "1s")).await;
     rig.wait_ready("web", Duration::from_secs(30)).await;
 }
+
+/// Three replicas started at the same moment, 20 times: exactly one leads each time. (All
+/// of them once wrote the Lease as the same field manager, so a second server-side apply
+/// of holderIdentity did not conflict: two replicas led for a lease period.)
+#[tokio::test]
+async fn replicas_started_together_never_both_lead() {
+    for round in 0..20 {
+        let mut rig = Rig::start(0).await;
+        let names: Vec<String> = (0..3).map(|i| format!("replica-{round}-{i}")).collect();
+        for name in &names {
+            rig.start_operator(name, &LEASE);
+        }
+        let (holder, _) = rig
+            .wait_lease_holder(Duration::from_secs(20), |h| {
+                h.is_some_and(|h| names.iter().any(|n| n == h))
+            })
+            .await;
+        // Past the moment a second replica would have taken the Lease too, and short of
+        // the first renewal (which would show the loser that it lost).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let leaders: Vec<&String> = names
+            .iter()
+            .filter(|name| {
+                std::fs::read_to_string(&rig.operator(name).process.log)
+                    .unwrap_or_default()
+                    .contains("became the leader")
+            })
+            .collect();
+        assert_eq!(
+            leaders,
+            [holder.as_ref().expect("a holder")],
+            "round {round}: exactly the Lease's holder leads"
+        );
+    }
+}

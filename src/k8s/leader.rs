@@ -39,10 +39,22 @@ async fn start_manager(
         .with_identity(&settings.identity)
         .with_duration(settings.duration_seconds)
         .with_grace(settings.grace_seconds)
-        .with_field_manager("switchyard-lease")
+        // One field manager per replica: the lease is taken by a server-side apply of
+        // holderIdentity, which only conflicts between different managers. With one name
+        // for all, two replicas starting together both "took" it, and both led (writing
+        // status and ProxyConfigs) until the next renewal showed one of them otherwise.
+        .with_field_manager(&field_manager(&settings.identity))
         .build()
         .await?;
     Ok(manager.watch().await)
+}
+
+/// The field manager of this replica's writes to the Lease (at most 128 characters).
+fn field_manager(identity: &str) -> String {
+    format!("switchyard-lease-{identity}")
+        .chars()
+        .take(128)
+        .collect()
 }
 
 /// Closes the manager's channel, which makes it release the lease if it holds it, and
@@ -143,5 +155,16 @@ where
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_manager;
+
+    #[test]
+    fn every_replica_writes_the_lease_as_a_manager_of_its_own() {
+        assert_ne!(field_manager("switchyard-a"), field_manager("switchyard-b"));
+        assert!(field_manager(&"x".repeat(300)).len() <= 128);
     }
 }

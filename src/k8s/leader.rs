@@ -43,7 +43,7 @@ async fn start_manager(
         // holderIdentity, which only conflicts between different managers. With one name
         // for all, two replicas starting together both "took" it, and both led (writing
         // status and ProxyConfigs) until the next renewal showed one of them otherwise.
-        .with_field_manager(&field_manager(&settings.identity))
+        .with_field_manager(field_manager(&settings.identity))
         .build()
         .await?;
     Ok(manager.watch().await)

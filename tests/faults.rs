@@ -806,3 +806,70 @@ async fn replicas_started_together_never_both_lead() {
         );
     }
 }
+
+/// The time of the first log line of `process` containing `needle` (tracing's RFC 3339
+/// timestamp at the start of the line).
+fn logged_at(log: &std::path::Path, needle: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    std::fs::read_to_string(log)
+        .ok()?
+        .lines()
+        .find(|l| l.contains(needle))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A leader cut off from the API server (its own connections only) stops writing before
+/// its Lease can run out, so it has stopped when the other replica takes over: never two
+/// writers, although its lease manager cannot learn that it lost.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_stops_before_another_can_lead() {
+    let mut rig = Rig::start(0).await;
+    if !rig.api.is_local() {
+        eprintln!("skipped: needs the rig's own API server to put a relay in front of");
+        return;
+    }
+    let server = rig
+        .api
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the API server's address");
+    let relay = switchyard_e2e::relay::Relay::start(server).await;
+    rig.connect_operators_via(relay.address);
+    rig.start_operator("switchyard-1", &LEASE);
+    rig.wait_lease_holder(Duration::from_secs(20), |h| h == Some("switchyard-1"))
+        .await;
+    rig.connect_operators_directly();
+    rig.start_operator("switchyard-2", &LEASE);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    relay.cut();
+    let cut = Instant::now();
+    let (_, took) = rig
+        .wait_lease_holder(Duration::from_secs(20), |h| h == Some("switchyard-2"))
+        .await;
+    eprintln!("the other replica leads {:?} after the cut", cut.elapsed());
+    assert!(
+        took >= LEASE_DURATION / 2,
+        "taken over too soon to be an expiry: {took:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fenced = logged_at(&rig.operator("switchyard-1").process.log, "stopping writes");
+    let took_over = logged_at(
+        &rig.operator("switchyard-2").process.log,
+        "became the leader",
+    );
+    let (Some(fenced), Some(took_over)) = (fenced, took_over) else {
+        panic!("missing log lines: fenced {fenced:?}, took over {took_over:?}");
+    };
+    eprintln!(
+        "the cut-off leader stopped {:?} before the other led",
+        took_over.duration_since(fenced)
+    );
+    assert!(
+        fenced < took_over,
+        "the cut-off leader stopped writing at {fenced}, after the other led at {took_over}"
+    );
+}

@@ -240,6 +240,11 @@ impl Rig {
         self.operator_kubeconfig = Some(path);
     }
 
+    /// Operators started from now on reach the API server directly again.
+    pub fn connect_operators_directly(&mut self) {
+        self.operator_kubeconfig = None;
+    }
+
     /// The operator started under `name`.
     pub fn operator(&self, name: &str) -> &Switchyard {
         self.operators

@@ -6,7 +6,7 @@
 //! lease runs out (the lease manager alone would wait until the expiry it last read).
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -99,6 +99,63 @@ fn watch_for_release(client: Client, settings: &LeaseSettings) -> watch::Receive
     rx
 }
 
+/// When a leader stops writing because it cannot see its lease renewed: strictly before
+/// the lease runs out for the others, measured from the last renewal the Lease shows
+/// (`renewTime`, on the wall clock, which the lease's grace already allows to be skewed).
+/// The lease manager renews at `duration - grace`; the fence falls half a grace later,
+/// and the Lease is read four times a grace, so that a renewal is seen well before it.
+#[derive(Debug)]
+struct Fence {
+    check_every: Duration,
+    /// From a renewal to the fence.
+    stop_after: Duration,
+}
+
+impl Fence {
+    fn new(settings: &LeaseSettings) -> Fence {
+        let duration = Duration::from_secs(settings.duration_seconds.max(1));
+        let grace = Duration::from_secs(settings.grace_seconds).min(duration);
+        Fence {
+            check_every: (grace / 4).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+            stop_after: duration.saturating_sub(grace / 2),
+        }
+    }
+}
+
+/// The Lease's last renewal when it names this replica as its holder; `None` when it
+/// names another or cannot be read.
+async fn renewed_at(leases: &Api<Lease>, settings: &LeaseSettings) -> Option<SystemTime> {
+    let read = tokio::time::timeout(Duration::from_secs(2), leases.get(&settings.name)).await;
+    let spec = read.ok()?.ok()?.spec?;
+    if spec.holder_identity.as_deref() != Some(&settings.identity) {
+        return None;
+    }
+    let renewed = spec.renew_time?.0;
+    let since_epoch =
+        Duration::try_from(renewed.duration_since(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+            .ok()?;
+    Some(SystemTime::UNIX_EPOCH + since_epoch)
+}
+
+/// A new lease manager, retried every second until the API server answers; `None` if
+/// `stop` completes first.
+async fn restart_manager(
+    client: &Client,
+    settings: &LeaseSettings,
+    stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<(watch::Receiver<bool>, ManagerTask)> {
+    loop {
+        match start_manager(client, settings).await {
+            Ok(started) => return Some(started),
+            Err(e) => warn!(error = %e, "cannot start the lease manager; retrying"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = stop.as_mut() => return None,
+        }
+    }
+}
+
 /// Runs `lead()` while this replica holds the lease, stopping it when the lease is lost.
 /// When `stop` completes (the process is asked to end), it stops leading and releases the
 /// lease first.
@@ -115,12 +172,19 @@ where
     let (mut leading, mut manager) = start_manager(&client, &settings).await?;
     let mut released = watch_for_release(client.clone(), &settings);
     let mut task: Option<JoinHandle<()>> = None;
+    let fence = Fence::new(&settings);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
+    // The last renewal seen; taken as now when the lead starts (the manager just wrote it).
+    let mut renewed = SystemTime::now();
+    let mut check = tokio::time::interval(fence.check_every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
         let is_leader = *leading.borrow_and_update();
         match (is_leader, task.is_some()) {
             (true, false) => {
                 info!(identity = %settings.identity, lease = %settings.name, "became the leader");
+                renewed = SystemTime::now();
                 task = Some(tokio::spawn(lead()));
             }
             (false, true) => {
@@ -144,7 +208,34 @@ where
                 // Released by the leader: a fresh manager reads it now and takes it.
                 info!(lease = %settings.name, "the lease was released; asking for it");
                 stop_manager(leading, manager).await;
-                (leading, manager) = start_manager(&client, &settings).await?;
+                let Some(restarted) = restart_manager(&client, &settings, &mut stop).await else {
+                    return Ok(());
+                };
+                (leading, manager) = restarted;
+            }
+            _ = check.tick(), if task.is_some() => {
+                if let Some(at) = renewed_at(&leases, &settings).await {
+                    renewed = renewed.max(at);
+                }
+                let unrenewed = SystemTime::now().duration_since(renewed).unwrap_or_default();
+                if unrenewed >= fence.stop_after {
+                    // Fencing: stop before the lease could have run out for the others,
+                    // whatever the lease manager believes (it may be cut off as well).
+                    warn!(
+                        identity = %settings.identity,
+                        ?unrenewed,
+                        "the lease was not seen renewed: stopping writes before it can run out"
+                    );
+                    if let Some(t) = task.take() {
+                        t.abort();
+                    }
+                    stop_manager(leading, manager).await;
+                    let Some(restarted) = restart_manager(&client, &settings, &mut stop).await
+                    else {
+                        return Ok(());
+                    };
+                    (leading, manager) = restarted;
+                }
             }
             () = &mut stop => {
                 if let Some(t) = task.take() {
@@ -160,7 +251,34 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::field_manager;
+    use super::*;
+
+    fn settings(duration_seconds: u64, grace_seconds: u64) -> LeaseSettings {
+        LeaseSettings {
+            namespace: "ns".into(),
+            name: "lease".into(),
+            identity: "me".into(),
+            duration_seconds,
+            grace_seconds,
+        }
+    }
+
+    #[test]
+    fn a_leader_stops_strictly_before_its_lease_can_run_out() {
+        for (duration, grace) in [(15, 5), (4, 1), (2, 1), (60, 5), (10, 0)] {
+            let fence = Fence::new(&settings(duration, grace));
+            let duration = Duration::from_secs(duration);
+            let renewal = duration - Duration::from_secs(grace);
+            // After the manager's renewal, before the expiry.
+            assert!(fence.stop_after < duration || grace == 0, "{fence:?}");
+            assert!(fence.stop_after >= renewal, "{fence:?}");
+            // The renewal is read at least twice before the fence.
+            assert!(
+                grace == 0 || fence.check_every * 2 <= fence.stop_after - renewal,
+                "{fence:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_replica_writes_the_lease_as_a_manager_of_its_own() {

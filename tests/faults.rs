@@ -686,17 +686,10 @@ async fn a_new_leader_verifies_against_a_slowly_listed_fleet() {
 #[tokio::test]
 async fn a_rollout_goes_on_within_a_second_or_two_of_the_api_server_being_back() {
     let mut rig = Rig::start(3).await;
-    if !rig.api.is_local() {
+    let Some(relay) = relay_in_front_of_the_api(&rig).await else {
         eprintln!("skipped: needs the rig's own API server to put a relay in front of");
         return;
-    }
-    let server = rig
-        .api
-        .server
-        .trim_start_matches("https://")
-        .parse()
-        .expect("the API server's address");
-    let relay = switchyard_e2e::relay::Relay::start(server).await;
+    };
     rig.connect_operators_via(relay.address);
     rig.add_backend("svc-0").await;
     rig.add_backend("svc-1").await;
@@ -826,17 +819,10 @@ fn logged_at(log: &std::path::Path, needle: &str) -> Option<k8s_openapi::jiff::T
 #[tokio::test]
 async fn a_leader_cut_off_from_the_api_server_stops_before_another_can_lead() {
     let mut rig = Rig::start(0).await;
-    if !rig.api.is_local() {
+    let Some(relay) = relay_in_front_of_the_api(&rig).await else {
         eprintln!("skipped: needs the rig's own API server to put a relay in front of");
         return;
-    }
-    let server = rig
-        .api
-        .server
-        .trim_start_matches("https://")
-        .parse()
-        .expect("the API server's address");
-    let relay = switchyard_e2e::relay::Relay::start(server).await;
+    };
     rig.connect_operators_via(relay.address);
     rig.start_operator("switchyard-1", &LEASE);
     rig.wait_lease_holder(Duration::from_secs(20), |h| h == Some("switchyard-1"))
@@ -872,4 +858,18 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_can_lead() {
         fenced < took_over,
         "the cut-off leader stopped writing at {fenced}, after the other led at {took_over}"
     );
+}
+
+/// A relay in front of the rig's own API server (`None` for an existing cluster).
+async fn relay_in_front_of_the_api(rig: &Rig) -> Option<switchyard_e2e::relay::Relay> {
+    if !rig.api.is_local() {
+        return None;
+    }
+    let server = rig
+        .api
+        .server
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the API server's address");
+    Some(switchyard_e2e::relay::Relay::start(server).await)
 }

@@ -114,6 +114,26 @@ async fn delete_pod(node: &Node, name: &str) {
         .await;
 }
 
+/// The Pod that holds the leader Lease.
+async fn leader_pod(node: &Node) -> String {
+    node.get(
+        SWITCHYARD_NAMESPACE,
+        &format!("lease/{RELEASE}-leader"),
+        "{.spec.holderIdentity}",
+    )
+    .await
+}
+
+/// Until both operator replicas are back and Ready.
+async fn wait_operators(node: &Node) {
+    node.wait_rollout(
+        SWITCHYARD_NAMESPACE,
+        &format!("deployment/{RELEASE}"),
+        Duration::from_secs(90),
+    )
+    .await;
+}
+
 fn load(url: String) -> Load {
     Load::start(vec![url], HOST, RATE, Duration::from_secs(240))
 }
@@ -178,13 +198,7 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
     let mut ready = Vec::new();
 
     // A replica that is not the leader, deleted as a user or an autoscaler would.
-    let leader = node
-        .get(
-            SWITCHYARD_NAMESPACE,
-            &format!("lease/{RELEASE}-leader"),
-            "{.spec.holderIdentity}",
-        )
-        .await;
+    let leader = leader_pod(&node).await;
     let operators = pods(&node, OPERATOR_SELECTOR).await;
     let follower = operators
         .iter()
@@ -200,19 +214,8 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
 
     // The leader's process killed outright (SIGKILL: no release of the Lease): the
     // other replica, or the restarted one under the same name, leads once it runs out.
-    node.wait_rollout(
-        SWITCHYARD_NAMESPACE,
-        &format!("deployment/{RELEASE}"),
-        Duration::from_secs(90),
-    )
-    .await;
-    let leader = node
-        .get(
-            SWITCHYARD_NAMESPACE,
-            &format!("lease/{RELEASE}-leader"),
-            "{.spec.holderIdentity}",
-        )
-        .await;
+    wait_operators(&node).await;
+    let leader = leader_pod(&node).await;
     let changed = start_switch(&node, 2).await;
     let killed = node.kill_containers(SWITCHYARD_NAMESPACE, &leader).await;
     assert!(killed > 0, "no process of {leader} found to kill");
@@ -222,12 +225,7 @@ async fn node_operator_pods_deleted_killed_and_upgraded_mid_rollout_drop_nothing
     ));
 
     // helm upgrade with a changed value: the operator Deployment rolls its replicas.
-    node.wait_rollout(
-        SWITCHYARD_NAMESPACE,
-        &format!("deployment/{RELEASE}"),
-        Duration::from_secs(90),
-    )
-    .await;
+    wait_operators(&node).await;
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/switchyard");
     let upgrade_args = [
         "upgrade",

@@ -455,7 +455,15 @@ async fn run_standalone(args: StandaloneArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
     };
     tokio::spawn(watcher.run());
-    serve(args.serve, desired, nodes, metrics, registry).await
+    serve(
+        args.serve,
+        desired,
+        nodes,
+        metrics,
+        registry,
+        shutdown_signal(),
+    )
+    .await
 }
 
 async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
@@ -565,20 +573,46 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     // snapshot, it would compete with the initial lists for the API server and hold the
     // startup gate (I5). A replica that cannot serve xDS has no business leading either.
     let mut first_snapshot = desired.subscribe();
-    let lead_once_serving = async move {
-        if first_snapshot.wait_for(Option::is_some).await.is_err() {
-            anyhow::bail!("the snapshot builder stopped before the first snapshot");
+    // One stop for both halves: a signal, or the xDS server failing.
+    let stopping = Arc::new(tokio::sync::watch::channel(false).0);
+    {
+        let stopping = stopping.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stopping.send_replace(true);
+        });
+    }
+    let lead_once_serving = {
+        let (before_first, while_leading) = (stopped(&stopping), stopped(&stopping));
+        async move {
+            tokio::select! {
+                first = first_snapshot.wait_for(Option::is_some) => {
+                    if first.is_err() {
+                        anyhow::bail!("the snapshot builder stopped before the first snapshot");
+                    }
+                }
+                () = before_first => return Ok(()),
+            }
+            run_when_leader(lease_client, lease, lead, while_leading).await
         }
-        run_when_leader(lease_client, lease, lead, shutdown_signal()).await
     };
     let mut leading = tokio::spawn(lead_once_serving);
     tokio::select! {
-        result = serve(args.serve, desired, nodes, metrics, registry) => {
-            // On a signal the leader steps down too: let it release the Lease first.
+        result = serve(args.serve, desired, nodes, metrics, registry, stopped(&stopping)) => {
+            // The leader steps down too, and releases the Lease before the process ends.
+            stopping.send_replace(true);
             let _ = tokio::time::timeout(Duration::from_secs(6), &mut leading).await;
             result
         }
         result = &mut leading => result.context("the leader task")?,
+    }
+}
+
+/// Completes once `stopping` says so (or its sender is gone).
+fn stopped(stopping: &tokio::sync::watch::Sender<bool>) -> impl Future<Output = ()> + use<> {
+    let mut receiver = stopping.subscribe();
+    async move {
+        let _ = receiver.wait_for(|stop| *stop).await;
     }
 }
 
@@ -594,13 +628,14 @@ fn api_client(config: kube::Config, qps: f64, burst: u32) -> anyhow::Result<kube
     })
 }
 
-/// Runs the ADS server and the admin port until one fails or a signal arrives.
+/// Runs the ADS server and the admin port until one fails or `stop` completes.
 async fn serve(
     args: ServeArgs,
     desired: Arc<Desired>,
     nodes: Nodes,
     metrics: Metrics,
     registry: Registry,
+    stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let ordering = if args.unordered_xds {
         Ordering::AllAtOnce
@@ -633,7 +668,7 @@ async fn serve(
     tokio::select! {
         result = xds => result.with_context(|| format!("xDS server on {}", args.xds_address)),
         result = admin.serve(args.admin_address) => result,
-        _ = shutdown_signal() => {
+        () = stop => {
             info!("shutting down");
             Ok(())
         }

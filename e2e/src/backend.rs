@@ -1,0 +1,98 @@
+//! HTTP backends that answer with their name, and can fail or slow down on demand.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::traffic_runtime;
+
+/// An HTTP server on `address` that answers every request with its name.
+pub struct Backend {
+    pub name: String,
+    pub address: SocketAddr,
+    behaviour: Arc<Behaviour>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How a backend answers: told to fail a number of requests, or to be slow.
+#[derive(Default)]
+struct Behaviour {
+    /// Requests still to answer with `fail_status`.
+    fail_next: std::sync::atomic::AtomicUsize,
+    fail_status: std::sync::atomic::AtomicU16,
+    delay_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Backend {
+    pub async fn start(name: &str, ip: &str) -> Backend {
+        let ip: std::net::IpAddr = ip.parse().expect("a backend IP");
+        Self::start_on(name, SocketAddr::new(ip, 0)).await
+    }
+
+    /// A backend on `address` (port 0: any free one).
+    pub async fn start_on(name: &str, address: SocketAddr) -> Backend {
+        let listener = std::net::TcpListener::bind(address)
+            .unwrap_or_else(|e| panic!("bind backend {name} on {address}: {e}"));
+        listener.set_nonblocking(true).expect("nonblocking backend");
+        let listener = {
+            let _runtime = traffic_runtime().enter();
+            tokio::net::TcpListener::from_std(listener).expect("backend listener")
+        };
+        let address = listener.local_addr().expect("backend address");
+        let behaviour = Arc::new(Behaviour::default());
+        let body = name.to_string();
+        let state = behaviour.clone();
+        let app = axum::Router::new().fallback(move || {
+            let body = body.clone();
+            let state = state.clone();
+            async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let delay = state.delay_ms.load(SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                let failing = state
+                    .fail_next
+                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let status = if failing {
+                    axum::http::StatusCode::from_u16(state.fail_status.load(SeqCst))
+                        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+                } else {
+                    axum::http::StatusCode::OK
+                };
+                (status, [("x-backend", body.clone())], body)
+            }
+        });
+        let task = traffic_runtime().spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Backend {
+            name: name.to_string(),
+            address,
+            behaviour,
+            task,
+        }
+    }
+
+    /// The next `count` requests get `status` (then it answers 200 again).
+    pub fn fail_next(&self, count: usize, status: u16) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.behaviour.fail_status.store(status, SeqCst);
+        self.behaviour.fail_next.store(count, SeqCst);
+    }
+
+    /// Every answer waits this long first (zero: answer at once).
+    pub fn slow_down(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.behaviour
+            .delay_ms
+            .store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

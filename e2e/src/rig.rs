@@ -85,17 +85,7 @@ impl Rig {
         let work = dir.path().to_path_buf();
         let api = KubeApi::shared().await;
         let client = api.client().await;
-        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
-        api.kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", crds])
-            .await;
-        api.kubectl_ok([
-            "wait",
-            "--for=condition=Established",
-            "crd/trafficroutes.switchyard.dev",
-            "crd/proxyconfigs.switchyard.dev",
-            "--timeout=30s",
-        ])
-        .await;
+        api.install_crds().await;
         let namespace = k::unique_name("shop");
         k::create_namespace(&client, &namespace).await;
         k::create_namespace(&client, FLEET_NAMESPACE).await;

@@ -12,10 +12,6 @@ use serde_json::Value;
 use switchyard_e2e::kube::{self as rig, KubeApi};
 
 const WITHIN: Duration = Duration::from_secs(30);
-const CRDS: &[&str] = &[
-    "trafficroutes.switchyard.dev",
-    "proxyconfigs.switchyard.dev",
-];
 const FIELD_MANAGER: &str = "crd-validation-test";
 /// A valid Service port name that a container port could not have (those stop at 15).
 const LONG_PORT_NAME: &str = "metrics-and-admin-http";
@@ -431,33 +427,9 @@ fn route_yaml(namespace: &str, name: &str, spec: &str) -> String {
 /// Applies `crds/` (server-side, as the docs tell users to), waits until both CRDs are
 /// Established and TrafficRoutes are served in `namespace`.
 async fn install_crds(api: &KubeApi, namespace: &str) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds");
-    let out = api
-        .kubectl([
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            &format!("--field-manager={FIELD_MANAGER}"),
-            "-f",
-            dir,
-        ])
-        .await;
-    assert!(out.status.success(), "apply crds/: {}", stderr(&out));
+    let warnings = api.install_crds().await;
     // Warnings (e.g. about a rule's cost) are printed to stderr even when it succeeds.
-    assert!(
-        stderr(&out).is_empty(),
-        "apply crds/ warned: {}",
-        stderr(&out)
-    );
-    for crd in CRDS {
-        api.kubectl_ok([
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{crd}"),
-            "--timeout=30s",
-        ])
-        .await;
-    }
+    assert!(warnings.is_empty(), "apply crds/ warned: {warnings}");
     // Established can come a moment before the resource is served.
     let started = Instant::now();
     loop {

@@ -103,7 +103,8 @@ fn watch_for_release(client: Client, settings: &LeaseSettings) -> watch::Receive
 /// the lease runs out for the others, measured from the last renewal the Lease shows
 /// (`renewTime`, on the wall clock, which the lease's grace already allows to be skewed).
 /// The lease manager renews at `duration - grace`; the fence falls half a grace later,
-/// and the Lease is read four times a grace, so that a renewal is seen well before it.
+/// and the Lease is read eight times a grace, each read bounded by the same interval, so
+/// that a renewal is seen well before it and the fence is late by a quarter grace at most.
 #[derive(Debug)]
 struct Fence {
     check_every: Duration,
@@ -116,7 +117,7 @@ impl Fence {
         let duration = Duration::from_secs(settings.duration_seconds.max(1));
         let grace = Duration::from_secs(settings.grace_seconds).min(duration);
         Fence {
-            check_every: (grace / 4).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+            check_every: (grace / 8).clamp(Duration::from_millis(100), Duration::from_secs(1)),
             stop_after: duration.saturating_sub(grace / 2),
         }
     }
@@ -124,8 +125,12 @@ impl Fence {
 
 /// The Lease's last renewal when it names this replica as its holder; `None` when it
 /// names another or cannot be read.
-async fn renewed_at(leases: &Api<Lease>, settings: &LeaseSettings) -> Option<SystemTime> {
-    let read = tokio::time::timeout(Duration::from_secs(2), leases.get(&settings.name)).await;
+async fn renewed_at(
+    leases: &Api<Lease>,
+    settings: &LeaseSettings,
+    within: Duration,
+) -> Option<SystemTime> {
+    let read = tokio::time::timeout(within, leases.get(&settings.name)).await;
     let spec = read.ok()?.ok()?.spec?;
     if spec.holder_identity.as_deref() != Some(&settings.identity) {
         return None;
@@ -214,7 +219,7 @@ where
                 (leading, manager) = restarted;
             }
             _ = check.tick(), if task.is_some() => {
-                if let Some(at) = renewed_at(&leases, &settings).await {
+                if let Some(at) = renewed_at(&leases, &settings, fence.check_every).await {
                     renewed = renewed.max(at);
                 }
                 let unrenewed = SystemTime::now().duration_since(renewed).unwrap_or_default();
@@ -275,6 +280,11 @@ mod tests {
             // The renewal is read at least twice before the fence.
             assert!(
                 grace == 0 || fence.check_every * 2 <= fence.stop_after - renewal,
+                "{fence:?}"
+            );
+            // Late by a tick and a bounded read at most: still before the expiry.
+            assert!(
+                grace == 0 || fence.stop_after + fence.check_every * 2 < duration,
                 "{fence:?}"
             );
         }

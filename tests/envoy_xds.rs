@@ -213,10 +213,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
                         cluster: cluster.clone(),
                         weight: 1,
                     }],
-                    timeout: None,
-                    idle_timeout: None,
-                    retry: None,
-                    prefix_rewrite: None,
+                    ..Default::default()
                 }),
                 request_headers: Default::default(),
                 response_headers: Default::default(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use switchyard::prober::Prober;
-use switchyard::standalone::{load_dir, resolve::resolve};
+use switchyard::standalone::{build::build, load_dir};
 use switchyard::xds::Protocol;
 use switchyard_e2e::{Backend, Envoy, Switchyard, free_port, write_route};
 
@@ -38,7 +38,7 @@ async fn probes_tell_ready_clusters_and_live_versions_apart() {
     let envoys = vec![ip.to_string()];
     let version = |dir: &std::path::Path| {
         let loaded = load_dir(dir).expect("config loads");
-        resolve(&loaded.file, &loaded.secrets, "test-token")
+        build(&loaded.file, &loaded.secrets, "test-token")
             .config
             .version_probes[0]
             .version

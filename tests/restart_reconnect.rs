@@ -48,22 +48,25 @@ fn config(ports: ListenerPorts, blue: &Backend, green: &Backend) -> String {
   probePort: {probe}
 routes:
 - name: web
-  hosts: ["web.test"]
-  rules:
-  - name: api
-    match: {{ pathPrefix: /api }}
-    backends: [ {{ service: green, port: {gp} }} ]
-  - name: rest
-    backends: [ {{ service: blue, port: {bp} }} ]
+  spec:
+    hosts: ["web.test"]
+    rules:
+    - name: api
+      match: {{ pathPrefix: /api }}
+      backends: [ {{ service: green, port: {gp} }} ]
+    - name: rest
+      backends: [ {{ service: blue, port: {bp} }} ]
 - name: shop
-  hosts: ["shop.test"]
-  rules:
-  - backends: [ {{ service: green, port: {gp}, weight: 50 }}, {{ service: blue, port: {bp}, weight: 50 }} ]
+  spec:
+    hosts: ["shop.test"]
+    rules:
+    - backends: [ {{ service: green, port: {gp}, weight: 50 }}, {{ service: blue, port: {bp}, weight: 50 }} ]
 - name: secure
-  hosts: ["secure.test"]
-  tls: {{ secret: secure-cert, redirectHttp: false }}
-  rules:
-  - backends: [ {{ service: blue, port: {bp} }} ]
+  spec:
+    hosts: ["secure.test"]
+    tls: {{ secretName: secure-cert, redirectHttp: false }}
+    rules:
+    - backends: [ {{ service: blue, port: {bp} }} ]
 services:
 - name: blue
   endpoints: [ {be} ]

@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use switchyard::standalone::{LoadError, load_dir, resolve::resolve};
+use switchyard::standalone::{LoadError, build::build, load_dir};
 
 #[test]
 fn example_directory_loads_and_resolves_without_problems() {
     let loaded = load_dir(Path::new("examples/standalone")).expect("example loads");
-    let resolved = resolve(&loaded.file, &loaded.secrets, "token");
+    let resolved = build(&loaded.file, &loaded.secrets, "token");
     assert!(resolved.problems.is_empty(), "{:?}", resolved.problems);
     let config = resolved.config;
     assert_eq!(config.virtual_hosts.len(), 1);
@@ -27,7 +27,7 @@ fn parse_errors_name_the_file_and_line() {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(
         dir.path().join("routes.yaml"),
-        "routes:\n  - name: shop\n    hosts: [a.test]\n    rules: []\n    colour: blue\n",
+        "routes:\n  - name: shop\n    spec:\n      hosts: [a.test]\n      colour: blue\n      rules: []\n",
     )
     .expect("write");
     let err = load_dir(dir.path()).expect_err("unknown field");
@@ -49,11 +49,13 @@ fn a_bad_route_is_left_out_and_the_others_stay() {
         r#"
 routes:
   - name: good
-    hosts: [good.test]
-    rules: [ { backends: [ { service: app, port: 80 } ] } ]
+    spec:
+      hosts: [good.test]
+      rules: [ { backends: [ { service: app, port: 80 } ] } ]
   - name: bad
-    hosts: [bad.test]
-    rules: [ { backends: [ { service: missing, port: 80 } ] } ]
+    spec:
+      hosts: [bad.test]
+      rules: [ { backends: [ { service: missing, port: 80 } ] } ]
 services:
   - name: app
     endpoints: [ { address: 127.0.0.1, port: 80 } ]
@@ -61,10 +63,10 @@ services:
     )
     .expect("write");
     let loaded = load_dir(dir.path()).expect("loads");
-    let resolved = resolve(&loaded.file, &loaded.secrets, "token");
+    let resolved = build(&loaded.file, &loaded.secrets, "token");
     assert_eq!(
         resolved.problems,
-        ["route default/bad: rule \"rule-0\": service default/missing is not defined"]
+        ["route default/bad: Service \"missing\" does not exist in the route's namespace"]
     );
     assert_eq!(resolved.config.virtual_hosts.len(), 1);
     assert_eq!(resolved.config.virtual_hosts[0].name, "default/good");
@@ -73,7 +75,7 @@ services:
 #[test]
 fn duplicate_routes_across_files_are_an_error() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let route = "routes:\n  - { name: shop, hosts: [a.test], rules: [] }\n";
+    let route = "routes:\n  - { name: shop, spec: { hosts: [a.test], rules: [] } }\n";
     std::fs::write(dir.path().join("a.yaml"), route).expect("write");
     std::fs::write(dir.path().join("b.yaml"), route).expect("write");
     let err = load_dir(dir.path()).expect_err("duplicate");

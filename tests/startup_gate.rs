@@ -148,6 +148,7 @@ async fn slow_status_writes_never_delay_xds() {
                     ProxyConfigRole::Live,
                     &resolved,
                     &[],
+                    route.metadata.creation_timestamp.as_ref(),
                 );
                 let pc = ProxyConfig::new(&format!("{name}-live"), spec);
                 configs

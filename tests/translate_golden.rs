@@ -1,7 +1,7 @@
-//! Golden tests of the translator: `tests/golden/<case>/config.yaml` (a `model::Config`)
-//! translates to exactly `tests/golden/<case>/expected.txt` (problems, then every resource
-//! rendered readably). Regenerate with `UPDATE_GOLDEN=1 cargo test --test translate_golden`
-//! and review the diff.
+//! Golden tests of the last stage, the translator: `tests/golden/xds/<case>/config.yaml` (a
+//! `model::Config`) translates to exactly `tests/golden/xds/<case>/expected.txt` (problems,
+//! then every resource rendered readably). Regenerate with
+//! `UPDATE_GOLDEN=1 cargo test --test translate_golden` and review the diff.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ const CASES: &[&str] = &[
 ];
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/xds")
 }
 
 fn render_case(config: &Config) -> String {

@@ -226,9 +226,10 @@ fn forward() -> impl Strategy<Value = Forward> {
             proptest::option::of(duration()),
         )),
         proptest::option::of(select(vec!["/", "/v2/"]).prop_map(String::from)),
+        proptest::bool::ANY,
     )
         .prop_map(
-            |(backends, timeout, idle_timeout, retry, prefix_rewrite)| Forward {
+            |(backends, timeout, idle_timeout, retry, prefix_rewrite, websocket)| Forward {
                 backends,
                 timeout,
                 idle_timeout,
@@ -238,6 +239,7 @@ fn forward() -> impl Strategy<Value = Forward> {
                     per_try_timeout,
                 }),
                 prefix_rewrite,
+                websocket,
             },
         )
 }

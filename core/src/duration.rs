@@ -25,13 +25,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
 }
 
-pub mod option {
-    use serde::{Deserialize, Deserializer};
+#[cfg(test)]
+mod tests {
+    use super::parse;
     use std::time::Duration;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let text: Option<String> = Option::deserialize(d)?;
-        text.map(|t| super::parse(&t).map_err(serde::de::Error::custom))
-            .transpose()
+    #[test]
+    fn durations() {
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse("5").is_err());
+        assert!(parse("fast").is_err());
+        assert!(parse("5y").is_err());
     }
 }

@@ -7,5 +7,6 @@ pub mod duration;
 pub mod hash;
 pub mod metrics;
 pub mod model;
+pub mod route;
 pub mod translate;
 pub mod xds;

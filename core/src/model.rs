@@ -114,13 +114,16 @@ pub enum RouteAction {
     RedirectHttps,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
     pub backends: Vec<WeightedCluster>,
     pub timeout: Option<Duration>,
     pub idle_timeout: Option<Duration>,
     pub retry: Option<RetryPolicy>,
     pub prefix_rewrite: Option<String>,
+    /// WebSocket upgrades pass through to the backends.
+    #[serde(default)]
+    pub websocket: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -204,12 +204,12 @@ pub fn write_route(
     services: &[(&str, &Backend)],
 ) {
     let mut yaml = format!(
-        "listeners:\n  httpPort: {http_port}\n  httpsPort: {}\n  probePort: {probe_port}\nroutes:\n- name: web\n  hosts: [\"{host}\"]\n  rules:\n  - backends:\n",
+        "listeners:\n  httpPort: {http_port}\n  httpsPort: {}\n  probePort: {probe_port}\nroutes:\n- name: web\n  spec:\n    hosts: [\"{host}\"]\n    rules:\n    - backends:\n",
         http_port + 1
     );
     for (service, _) in services {
         yaml.push_str(&format!(
-            "    - {{ service: {service}, port: {{PORT_{service}}} }}\n"
+            "      - {{ service: {service}, port: {{PORT_{service}}} }}\n"
         ));
     }
     yaml.push_str("services:\n");

@@ -10,6 +10,7 @@ use kube::api::ObjectMeta;
 use switchyard::api::proxy_config::{
     ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedVirtualHost,
 };
+use switchyard::api::traffic_route::RuleOptions;
 use switchyard::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};
 use switchyard::k8s::to_model::SERVICE_NAME_LABEL;
 
@@ -78,9 +79,7 @@ pub fn config(routes: usize, seed: u64) -> Config {
                 action: RouteAction::Forward(Forward {
                     backends,
                     timeout: Some(Duration::from_secs(5)),
-                    idle_timeout: None,
-                    retry: None,
-                    prefix_rewrite: None,
+                    ..Default::default()
                 }),
                 request_headers: HeaderEdits::default(),
                 response_headers: HeaderEdits::default(),
@@ -145,7 +144,10 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
                         rules: vec![ResolvedRule {
                             name: "main".into(),
                             backends: backends.clone(),
-                            timeout: Some("5s".into()),
+                            options: RuleOptions {
+                                timeout: Some("5s".into()),
+                                ..RuleOptions::default()
+                            },
                             ..Default::default()
                         }],
                     }),

@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::traffic_route::{HeaderEdits, Retries, RuleMatch};
+pub use switchyard_core::route::{
+    ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+};
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -66,75 +68,4 @@ pub struct ProxyConfigSpec {
 pub enum ProxyConfigRole {
     Probe,
     Live,
-}
-
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ResolvedVirtualHost {
-    /// The TrafficRoute's hosts (at most 16 there, so here).
-    #[schemars(length(max = 16))]
-    pub hosts: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<ResolvedTls>,
-    /// One per TrafficRoute rule (at most 32 there, so here). The bound also keeps the
-    /// cost of the CEL rules of `match` (shared with TrafficRoute) within the API server's
-    /// budget: without it, the CRD is refused.
-    #[schemars(length(max = 32))]
-    pub rules: Vec<ResolvedRule>,
-}
-
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ResolvedTls {
-    pub secret_name: String,
-    pub redirect_http: bool,
-}
-
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ResolvedRule {
-    pub name: String,
-    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
-    pub matches: Option<RuleMatch>,
-    /// The TrafficRoute rule's backends (at most 8 there, so here).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 8))]
-    pub backends: Vec<ResolvedBackend>,
-    #[serde(default)]
-    pub redirect_https: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle_timeout: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retries: Option<Retries>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rewrite_prefix: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_headers: Option<HeaderEdits>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_headers: Option<HeaderEdits>,
-}
-
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ResolvedBackend {
-    pub cluster: ResolvedCluster,
-    pub weight: i32,
-}
-
-/// A Service port, resolved: the port number, and the name its EndpointSlices use for it.
-#[derive(
-    KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ResolvedCluster {
-    pub service: String,
-    pub port: i32,
-    /// The Service port's name ("" when unnamed): EndpointSlice ports carry it.
-    #[serde(default)]
-    pub port_name: String,
-    /// Upstream HTTP/2 (appProtocol h2c or kubernetes.io/h2c).
-    #[serde(default)]
-    pub http2: bool,
 }

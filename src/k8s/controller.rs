@@ -22,20 +22,20 @@ use tracing::{debug, info, warn};
 
 use super::address_map::AddressMap;
 use super::index::{Scope, WatchBackoff, Watched};
-use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec, resolve_route};
+use super::resolve::{ResolvedRoute, RouteError, resolve_route};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::status::{StatusWriter, condition};
 use super::tls_secrets::{SecretTrouble, secret_troubles};
-use super::to_model::{self, Inputs, TlsData};
 use super::to_model::{SERVICE_NAME_LABEL, endpoint_probe_id};
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute, TrafficRouteStatus};
 use crate::duration;
-use crate::model::{ListenerSettings, trial_id};
+use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret, trial_id};
 use crate::prober::{FleetResult, Prober};
 use crate::translate::{EVERY_ROUTE, Problem, REFUSED_BY_ENVOY, translate};
 use crate::xds::snapshot::{ROUTE, short_type};
 use crate::xds::{NodeReport, Nodes};
+use switchyard_core::route::lower;
 
 pub const FIELD_MANAGER: &str = "switchyard";
 const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
@@ -222,6 +222,7 @@ pub async fn run(client: Client, settings: Settings) {
 fn shares_a_host(route: &TrafficRoute, hosts: &[String]) -> bool {
     route
         .spec
+        .route
         .hosts
         .iter()
         .any(|h| hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
@@ -474,8 +475,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
         .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
         .map(Arc::as_ref)
         .collect();
-    let resolved =
-        resolve_route(&route, &in_namespace).and_then(|r| admit(&ctx, &namespace, &name, r));
+    let resolved = resolve_route(&route, &in_namespace).and_then(|r| admit(&ctx, &route, r));
 
     let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
     let read = |e| Error::Read {
@@ -507,6 +507,7 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
                 since_promoted,
                 drain_period: drain,
                 two_phase: ctx.settings.two_phase,
+                created: route.metadata.creation_timestamp.as_ref(),
             },
             &verified,
         );
@@ -649,10 +650,11 @@ async fn reconcile(route: Arc<TrafficRoute>, ctx: Arc<Context>) -> Result<Action
 /// for nothing.
 fn older_claimant(
     ctx: &Context,
-    namespace: &str,
-    name: &str,
+    route: &TrafficRoute,
     resolved: &ResolvedRoute,
 ) -> Option<(String, String)> {
+    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+    let name = route.metadata.name.as_deref().unwrap_or_default();
     let live = ctx.proxy_configs.state();
     let serves = |ns: &str, route: &str, host: &str| {
         live.iter().any(|pc| {
@@ -677,16 +679,18 @@ fn older_claimant(
         {
             continue;
         }
-        let Some(host) = resolved
-            .virtual_host
-            .hosts
-            .iter()
-            .find(|h| other.spec.hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
-        else {
+        let Some(host) = resolved.virtual_host.hosts.iter().find(|h| {
+            other
+                .spec
+                .route
+                .hosts
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(h))
+        }) else {
             continue;
         };
         let me = seniority(
-            resolved.created.as_ref(),
+            route.metadata.creation_timestamp.as_ref(),
             serves(namespace, name, host),
             namespace,
             name,
@@ -732,43 +736,53 @@ fn seniority<'a>(
 /// nothing Envoy would refuse (the translator's verdict on the route alone).
 fn admit(
     ctx: &Context,
-    namespace: &str,
-    name: &str,
+    route: &TrafficRoute,
     resolved: ResolvedRoute,
-) -> Result<ResolvedRoute, ResolveError> {
-    if let Some((host, route)) = older_claimant(ctx, namespace, name, &resolved) {
-        return Err(ResolveError::HostConflict { host, route });
+) -> Result<ResolvedRoute, RouteError> {
+    if let Some((host, route)) = older_claimant(ctx, route, &resolved) {
+        return Err(RouteError::HostConflict { host, route });
     }
-    let spec = proxy_config_spec(name, 0, ProxyConfigRole::Live, &resolved, &[]);
-    let mut pc = ProxyConfig::new(&live_name(name), spec);
-    pc.metadata.namespace = Some(namespace.to_string());
+    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+    let name = route.metadata.name.as_deref().unwrap_or_default();
+    // The translator's verdict on the route alone, lowered as it would serve live. TLS
     // Secrets are checked where they are read; here only the spec is judged.
-    let secrets = resolved
-        .virtual_host
-        .tls
-        .iter()
-        .map(|t| {
-            let pem = TlsData {
-                certificate_chain: "-".into(),
-                private_key: "-".into(),
-            };
-            ((namespace.to_string(), t.secret_name.clone()), pem)
-        })
-        .collect();
-    let (config, mut problems) = to_model::build(&Inputs {
+    let part = lower::live(&lower::Live {
+        namespace,
+        route: name,
+        version: &resolved.version,
+        virtual_host: &resolved.virtual_host,
+        clusters: &resolved.clusters,
+        created: None,
+        leaving: false,
+    });
+    let mut problems = part.problems.clone();
+    let config = ModelConfig {
         listeners: ListenerSettings {
             probe_token: "admission".into(),
             ..ListenerSettings::default()
         },
-        address_map: None,
-        proxy_configs: vec![&pc],
-        endpoint_slices: Vec::new(),
-        secrets: &secrets,
-    });
+        virtual_hosts: part.virtual_host.into_iter().collect(),
+        clusters: part
+            .clusters
+            .into_iter()
+            .map(|(name, namespace, cluster)| lower::cluster(name, &namespace, &cluster, vec![]))
+            .collect(),
+        secrets: part
+            .secret
+            .iter()
+            .map(|(namespace, secret)| TlsSecret {
+                name: lower::secret_name(namespace, secret),
+                certificate_chain: "-".into(),
+                private_key: "-".into(),
+            })
+            .collect(),
+        version_probes: part.version_probe.into_iter().collect(),
+        endpoint_probes: Vec::new(),
+    };
     problems.extend(translate(&config).problems);
     let id = format!("{namespace}/{name}");
     match problems.into_iter().find(|p| p.virtual_host == id) {
-        Some(problem) => Err(ResolveError::Rejected {
+        Some(problem) => Err(RouteError::Rejected {
             message: problem.message,
         }),
         None => Ok(resolved),
@@ -884,7 +898,7 @@ async fn refuse(
     if !matches!(status.code, 400 | 413 | 422) {
         return Err(error);
     }
-    let refused = ResolveError::WriteRefused {
+    let refused = RouteError::WriteRefused {
         name: name.clone(),
         message: status.message.clone(),
     };
@@ -971,7 +985,7 @@ impl Report {
         self.progressing.2 = detail;
     }
 
-    fn rejected(&mut self, error: &ResolveError, live: Option<&ProxyConfig>) {
+    fn rejected(&mut self, error: &RouteError, live: Option<&ProxyConfig>) {
         let reason = error.reason();
         let mut message = error.to_string();
         if let Some(live) = live {

@@ -1,59 +1,31 @@
-//! Step 1 of a rollout, "Resolve" (see DESIGN.md): a TrafficRoute's spec is checked and its
-//! backends are mapped, through the Services of its namespace, to concrete clusters. The
-//! result is what the route's ProxyConfigs carry; [`proxy_config_spec`] builds them.
+//! Step 1 of a rollout, "Resolve" (see DESIGN.md), for a TrafficRoute: its spec resolved
+//! through the Services of its namespace by the core's one resolution step, and the
+//! route's two ProxyConfigs built from the result ([`proxy_config_spec`]).
 //!
 //! Pure and deterministic (I6): the same spec and the same Services give the same
 //! [`ResolvedRoute`] and version, whatever the order of the Services. Nothing here writes
-//! anything (I7). Whatever the API server's schema and CEL rules should have refused but
-//! did not (an older CRD, a disabled validation) is checked again here and reported as
-//! [`ResolveError::InvalidSpec`], so that a bad route stays out of the configuration and
-//! says why in its own status, and every other route keeps serving (I8).
+//! anything (I7).
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use regex::Regex;
 
-use crate::api::proxy_config::{
-    ProxyConfigRole, ProxyConfigSpec, ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedTls,
-    ResolvedVirtualHost,
-};
-use crate::api::traffic_route::{Backend, RouteRule, RouteTls, RuleMatch, TrafficRoute};
-use crate::duration;
+use crate::api::proxy_config::{ProxyConfigRole, ProxyConfigSpec, ResolvedCluster};
+use crate::api::traffic_route::{Backend, TrafficRoute};
 use crate::hash;
+use switchyard_core::route::check::{self, SpecError};
+pub use switchyard_core::route::resolve::sorted_unique;
+pub use switchyard_core::route::{ResolveError, ResolvedRoute, ServiceLookup};
 
-/// What resolving a TrafficRoute's spec against the Services of its namespace gives.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ResolvedRoute {
-    pub virtual_host: ResolvedVirtualHost,
-    /// Every cluster the rules reference, sorted and deduplicated.
-    pub clusters: Vec<ResolvedCluster>,
-    /// [`hash::digest_of`] the virtual host: the version the live config announces.
-    pub version: String,
-    /// When the route was created: the oldest route asking for a host gets it.
-    pub created: Option<Time>,
-}
-
-/// Why a TrafficRoute could not be resolved. [`ResolveError::reason`] is the Kubernetes
-/// condition reason; the Display form is the condition message.
+/// Why a TrafficRoute is not served. [`RouteError::reason`] is the Kubernetes condition
+/// reason; the Display form is the condition message.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum ResolveError {
-    /// A backend names a Service that does not exist in the route's namespace.
-    #[error("Service {service:?} does not exist in the route's namespace")]
-    ServiceNotFound { service: String },
-    /// The Service exists but has no such port. `port` is the number or the name asked for.
-    #[error("Service {service:?} has no {}", port_label(port))]
-    PortNotFound { service: String, port: String },
-    /// The Service or its port cannot carry HTTP through Envoy (an ExternalName Service, a
-    /// UDP or SCTP port).
-    #[error("Service {service:?} cannot be a backend: {message}")]
-    UnsupportedBackend { service: String, message: String },
-    /// Something the API server's schema should have refused.
-    #[error("invalid spec: {message}")]
-    InvalidSpec { message: String },
+pub enum RouteError {
+    /// Its spec, or a Service it names, does not resolve.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     /// Another route already serves one of the hosts; the route that was there first keeps it.
     #[error("host {host:?} is already served by route {route}")]
     HostConflict { host: String, route: String },
@@ -65,14 +37,11 @@ pub enum ResolveError {
     WriteRefused { name: String, message: String },
 }
 
-impl ResolveError {
+impl RouteError {
     /// Short CamelCase reason, for the `Ready`/`Accepted` conditions.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::ServiceNotFound { .. } => "ServiceNotFound",
-            Self::PortNotFound { .. } => "PortNotFound",
-            Self::UnsupportedBackend { .. } => "UnsupportedBackend",
-            Self::InvalidSpec { .. } => "InvalidSpec",
+            Self::Resolve(e) => e.reason(),
             Self::HostConflict { .. } => "HostConflict",
             Self::Rejected { .. } => "Rejected",
             Self::WriteRefused { .. } => "WriteRefused",
@@ -80,91 +49,51 @@ impl ResolveError {
     }
 }
 
-/// "port 8080" or "port named \"http\"". Service port names are IANA service names, which
-/// always hold a letter, so an all-digit `port` is a number.
-fn port_label(port: &str) -> String {
-    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
-        format!("port {port}")
-    } else {
-        format!("port named {port:?}")
-    }
-}
-
-fn invalid(message: impl Into<String>) -> ResolveError {
-    ResolveError::InvalidSpec {
-        message: message.into(),
-    }
-}
-
 /// Resolves a TrafficRoute's spec against `services`, the Services of its namespace (any
 /// Service of another namespace is ignored). The spec is checked in full before any
-/// Service is looked up, so a spec that can never work says so even while a Service is
-/// missing; within each pass, the first problem in spec order is reported.
+/// Service is looked up; within each pass, the first problem in spec order is reported.
 pub fn resolve_route(
     route: &TrafficRoute,
     services: &[&Service],
-) -> Result<ResolvedRoute, ResolveError> {
-    let spec = &route.spec;
-    let hosts = resolve_hosts(&spec.hosts)?;
-    let tls = spec.tls.as_ref().map(resolve_tls).transpose()?;
-    if let Some(rollout) = &spec.rollout {
-        check_duration("spec.rollout.drainPeriod", rollout.drain_period.as_deref())?;
-        check_duration(
+) -> Result<ResolvedRoute, RouteError> {
+    if let Some(rollout) = &route.spec.rollout {
+        let invalid = |e: SpecError| RouteError::from(ResolveError::from(e));
+        check::duration_field("spec.rollout.drainPeriod", rollout.drain_period.as_deref())
+            .map_err(invalid)?;
+        check::duration_field(
             "spec.rollout.probeDeadline",
             rollout.probe_deadline.as_deref(),
-        )?;
+        )
+        .map_err(invalid)?;
     }
-    if spec.rules.is_empty() {
-        return Err(invalid("spec.rules: a route needs at least one rule"));
-    }
-    let names = rule_names(&spec.rules)?;
-    for (index, rule) in spec.rules.iter().enumerate() {
-        check_rule(&format!("spec.rules[{index}]"), rule)?;
-    }
-
     let services = ServiceIndex::new(route.metadata.namespace.as_deref(), services);
-    let rules = spec
-        .rules
-        .iter()
-        .zip(names)
-        .map(|(rule, name)| resolve_rule(rule, name, &services))
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let virtual_host = ResolvedVirtualHost { hosts, tls, rules };
-    let clusters = sorted_unique(
-        virtual_host
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
-    );
-    let version = hash::digest_of(&virtual_host);
-    Ok(ResolvedRoute {
-        created: route.metadata.creation_timestamp.clone(),
-        virtual_host,
-        clusters,
-        version,
-    })
+    Ok(switchyard_core::route::resolve(
+        "spec",
+        &route.spec.route,
+        &services,
+    )?)
 }
 
 /// The spec of one of a route's two ProxyConfigs.
 ///
 /// - `Live`: the routes (`virtual_host`) and the clusters they reference; `version` is
-///   `resolved.version`. `live_clusters` is not used.
-/// - `Probe`: no routes; the clusters that must be on every Envoy: those of `resolved`
-///   and `live_clusters` (the clusters live now, so that nothing live is dropped), sorted
-///   and deduplicated. The live ones are `kept_clusters`: the probe proves only that
-///   they exist, and ready endpoints for the others only. `version` is a digest of both
-///   lists.
+///   `resolved.version`; `created` is the route's creation time. `live_clusters` is not
+///   used.
+/// - `Probe`: the routes on trial, and the clusters that must be on every Envoy: those of
+///   `resolved` and `live_clusters` (the clusters live now, so that nothing live is
+///   dropped), sorted and deduplicated. The live ones are `kept_clusters`: the probe
+///   proves only that they exist, and ready endpoints for the others only. `version` is a
+///   digest of both lists and the trial.
 pub fn proxy_config_spec(
     route_name: &str,
     generation: i64,
     role: ProxyConfigRole,
     resolved: &ResolvedRoute,
     live_clusters: &[ResolvedCluster],
+    created: Option<&Time>,
 ) -> ProxyConfigSpec {
-    let (virtual_host, clusters, kept_clusters, version) = match role {
+    let (clusters, kept_clusters, version) = match role {
         ProxyConfigRole::Live => (
-            Some(resolved.virtual_host.clone()),
             sorted_unique(resolved.clusters.iter().cloned()),
             Vec::new(),
             resolved.version.clone(),
@@ -172,231 +101,27 @@ pub fn proxy_config_spec(
         ProxyConfigRole::Probe => {
             let clusters = sorted_unique(resolved.clusters.iter().chain(live_clusters).cloned());
             let kept = sorted_unique(live_clusters.iter().cloned());
-            // The routes go on trial with the clusters: every Envoy accepts them before
-            // they are promoted.
-            let trial = resolved.virtual_host.clone();
-            let version = hash::digest_of(&(&clusters, &kept, &trial));
-            (Some(trial), clusters, kept, version)
+            let version = hash::digest_of(&(&clusters, &kept, &resolved.virtual_host));
+            (clusters, kept, version)
         }
     };
     ProxyConfigSpec {
         route_created: match role {
-            ProxyConfigRole::Live => resolved.created.clone(),
+            ProxyConfigRole::Live => created.cloned(),
             ProxyConfigRole::Probe => None,
         },
         role,
         route: route_name.to_owned(),
         generation,
         version,
-        virtual_host,
+        virtual_host: Some(resolved.virtual_host.clone()),
         clusters,
         kept_clusters,
     }
 }
 
-fn sorted_unique(clusters: impl IntoIterator<Item = ResolvedCluster>) -> Vec<ResolvedCluster> {
-    let mut clusters: Vec<_> = clusters.into_iter().collect();
-    clusters.sort();
-    clusters.dedup();
-    clusters
-}
-
 // ---------------------------------------------------------------------------------------
-// Checks of the spec alone (mirroring the CRD's schema and CEL rules).
-
-/// The CRD's host pattern (checked after lower-casing).
-static HOST: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-        .expect("host pattern compiles")
-});
-
-/// The CRD's rule-name pattern.
-static RULE_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").expect("name pattern"));
-
-/// Lower-cased, in the given order; duplicates (ignoring case) and malformed names refused.
-fn resolve_hosts(hosts: &[String]) -> Result<Vec<String>, ResolveError> {
-    if hosts.is_empty() {
-        return Err(invalid("spec.hosts: a route needs at least one host"));
-    }
-    let mut resolved: Vec<String> = Vec::with_capacity(hosts.len());
-    for (index, host) in hosts.iter().enumerate() {
-        let host = host.to_ascii_lowercase();
-        if host.len() > 253 || !HOST.is_match(&host) {
-            return Err(invalid(format!(
-                "spec.hosts[{index}]: {host:?} is not a host name (or \"*.\" and a host name)"
-            )));
-        }
-        if let Some(first) = resolved.iter().position(|h| *h == host) {
-            return Err(invalid(format!(
-                "spec.hosts[{index}]: {host:?} repeats spec.hosts[{first}]"
-            )));
-        }
-        resolved.push(host);
-    }
-    Ok(resolved)
-}
-
-fn resolve_tls(tls: &RouteTls) -> Result<ResolvedTls, ResolveError> {
-    if tls.secret_name.is_empty() {
-        return Err(invalid("spec.tls.secretName: must not be empty"));
-    }
-    Ok(ResolvedTls {
-        secret_name: tls.secret_name.clone(),
-        redirect_http: tls.redirect_http.unwrap_or(true),
-    })
-}
-
-/// Each rule's name (given, or `rule-<index>`), unique across the route, generated names
-/// included.
-fn rule_names(rules: &[RouteRule]) -> Result<Vec<String>, ResolveError> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut names = Vec::with_capacity(rules.len());
-    for (index, rule) in rules.iter().enumerate() {
-        let name = match &rule.name {
-            Some(name) => {
-                if name.len() > 63 || !RULE_NAME.is_match(name) {
-                    return Err(invalid(format!(
-                        "spec.rules[{index}].name: {name:?} is not a lower-case DNS label"
-                    )));
-                }
-                name.clone()
-            }
-            None => format!("rule-{index}"),
-        };
-        if let Some(first) = seen.insert(name.clone(), index) {
-            return Err(invalid(format!(
-                "spec.rules[{index}]: the rule name {name:?} is already used by spec.rules[{first}] \
-                 (an unnamed rule is named \"rule-<index>\")"
-            )));
-        }
-        names.push(name);
-    }
-    Ok(names)
-}
-
-fn check_rule(at: &str, rule: &RouteRule) -> Result<(), ResolveError> {
-    let redirect = rule.redirect_https.unwrap_or(false);
-    if redirect && !rule.backends.is_empty() {
-        return Err(invalid(format!(
-            "{at}: a rule with redirectHttps has no backends"
-        )));
-    }
-    if !redirect && rule.backends.is_empty() {
-        return Err(invalid(format!(
-            "{at}: a rule needs backends, or redirectHttps without backends"
-        )));
-    }
-    for (index, backend) in rule.backends.iter().enumerate() {
-        check_backend(&format!("{at}.backends[{index}]"), backend)?;
-    }
-    if !rule.backends.is_empty() && rule.backends.iter().all(|b| b.weight == Some(0)) {
-        return Err(invalid(format!("{at}.backends: the weights are all zero")));
-    }
-    if let Some(m) = &rule.matches {
-        check_match(&format!("{at}.match"), m)?;
-    }
-    check_duration(&format!("{at}.timeout"), rule.timeout.as_deref())?;
-    check_duration(&format!("{at}.idleTimeout"), rule.idle_timeout.as_deref())?;
-    if let Some(retries) = &rule.retries {
-        if !(0..=10).contains(&retries.attempts) {
-            return Err(invalid(format!(
-                "{at}.retries.attempts: {} is not within 0..10",
-                retries.attempts
-            )));
-        }
-        check_duration(
-            &format!("{at}.retries.perTryTimeout"),
-            retries.per_try_timeout.as_deref(),
-        )?;
-    }
-    if let Some(prefix) = &rule.rewrite_prefix
-        && !prefix.starts_with('/')
-    {
-        return Err(invalid(format!(
-            "{at}.rewritePrefix: {prefix:?} does not start with \"/\""
-        )));
-    }
-    Ok(())
-}
-
-fn check_backend(at: &str, backend: &Backend) -> Result<(), ResolveError> {
-    if backend.service.is_empty() {
-        return Err(invalid(format!("{at}.service: must not be empty")));
-    }
-    match (backend.port, &backend.port_name) {
-        (Some(port), None) if !(1..=65535).contains(&port) => {
-            return Err(invalid(format!("{at}.port: {port} is not within 1..65535")));
-        }
-        (None, Some(name)) if name.is_empty() => {
-            return Err(invalid(format!("{at}.portName: must not be empty")));
-        }
-        (Some(_), None) | (None, Some(_)) => {}
-        _ => {
-            return Err(invalid(format!("{at}: give exactly one of port, portName")));
-        }
-    }
-    if let Some(weight) = backend.weight
-        && !(0..=10000).contains(&weight)
-    {
-        return Err(invalid(format!(
-            "{at}.weight: {weight} is not within 0..10000"
-        )));
-    }
-    Ok(())
-}
-
-fn check_match(at: &str, m: &RuleMatch) -> Result<(), ResolveError> {
-    let paths = [&m.path_prefix, &m.path_exact, &m.path_regex];
-    if paths.iter().filter(|p| p.is_some()).count() > 1 {
-        return Err(invalid(format!(
-            "{at}: give at most one of pathPrefix, pathExact, pathRegex"
-        )));
-    }
-    for (field, path) in [("pathPrefix", &m.path_prefix), ("pathExact", &m.path_exact)] {
-        if let Some(path) = path
-            && !path.starts_with('/')
-        {
-            return Err(invalid(format!(
-                "{at}.{field}: {path:?} does not start with \"/\""
-            )));
-        }
-    }
-    if m.path_regex.as_deref() == Some("") {
-        return Err(invalid(format!("{at}.pathRegex: must not be empty")));
-    }
-    for (index, h) in m.headers.iter().enumerate() {
-        if h.name.is_empty() {
-            return Err(invalid(format!(
-                "{at}.headers[{index}].name: must not be empty"
-            )));
-        }
-        let given = [
-            h.exact.is_some(),
-            h.prefix.is_some(),
-            h.regex.is_some(),
-            h.present == Some(true),
-        ];
-        if given.iter().filter(|g| **g).count() != 1 {
-            return Err(invalid(format!(
-                "{at}.headers[{index}] ({:?}): give exactly one of exact, prefix, regex, present",
-                h.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The spec keeps duration strings as written; they must parse as the translator parses them.
-fn check_duration(at: &str, text: Option<&str>) -> Result<(), ResolveError> {
-    match text.map(duration::parse) {
-        Some(Err(e)) => Err(invalid(format!("{at}: {e}"))),
-        _ => Ok(()),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Resolution against Services.
+// The Services of a namespace, as the core's lookup.
 
 /// The Services of the route's namespace, by name.
 struct ServiceIndex<'a> {
@@ -429,10 +154,6 @@ impl<'a> ServiceIndex<'a> {
         }
         Self { by_name }
     }
-
-    fn get(&self, name: &str) -> Option<&'a Service> {
-        self.by_name.get(name).copied()
-    }
 }
 
 fn tie_key(service: &Service) -> (Option<&str>, Option<&str>) {
@@ -442,92 +163,65 @@ fn tie_key(service: &Service) -> (Option<&str>, Option<&str>) {
     )
 }
 
-fn resolve_rule(
-    rule: &RouteRule,
-    name: String,
-    services: &ServiceIndex<'_>,
-) -> Result<ResolvedRule, ResolveError> {
-    let backends = rule
-        .backends
-        .iter()
-        .map(|b| {
-            Ok(ResolvedBackend {
-                cluster: resolve_backend(b, services)?,
-                weight: b.weight.unwrap_or(1),
-            })
-        })
-        .collect::<Result<Vec<_>, ResolveError>>()?;
-    Ok(ResolvedRule {
-        name,
-        matches: rule.matches.clone(),
-        backends,
-        redirect_https: rule.redirect_https.unwrap_or(false),
-        timeout: rule.timeout.clone(),
-        idle_timeout: rule.idle_timeout.clone(),
-        retries: rule.retries.clone(),
-        rewrite_prefix: rule.rewrite_prefix.clone(),
-        request_headers: rule.request_headers.clone(),
-        response_headers: rule.response_headers.clone(),
-    })
-}
-
-fn resolve_backend(
-    backend: &Backend,
-    services: &ServiceIndex<'_>,
-) -> Result<ResolvedCluster, ResolveError> {
-    let name = &backend.service;
-    let service = services
-        .get(name)
-        .ok_or_else(|| ResolveError::ServiceNotFound {
+impl ServiceLookup for ServiceIndex<'_> {
+    fn cluster(&self, backend: &Backend) -> Result<ResolvedCluster, ResolveError> {
+        let name = &backend.service;
+        let service =
+            self.by_name
+                .get(name.as_str())
+                .ok_or_else(|| ResolveError::ServiceNotFound {
+                    service: name.clone(),
+                })?;
+        let unsupported = |message: String| ResolveError::UnsupportedBackend {
             service: name.clone(),
-        })?;
-    let unsupported = |message: String| ResolveError::UnsupportedBackend {
-        service: name.clone(),
-        message,
-    };
-    let spec = service.spec.as_ref();
-    if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
-        return Err(unsupported(
-            "an ExternalName Service has no endpoints to route to".to_owned(),
-        ));
+            message,
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return Err(unsupported(
+                "an ExternalName Service has no endpoints to route to".to_owned(),
+            ));
+        }
+        let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+        let not_found = |port: String| ResolveError::PortNotFound {
+            service: name.clone(),
+            port,
+        };
+        let port = match (backend.port, &backend.port_name) {
+            (Some(number), None) => {
+                // A number may appear twice, once per protocol (53/TCP and 53/UDP).
+                let mut same_number = ports.iter().filter(|p| p.port == number).peekable();
+                let first = same_number
+                    .peek()
+                    .copied()
+                    .ok_or_else(|| not_found(number.to_string()))?;
+                match same_number.find(|p| is_tcp(p)) {
+                    Some(p) => p,
+                    None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
+                }
+            }
+            (None, Some(port_name)) => {
+                let p = ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(port_name.as_str()))
+                    .ok_or_else(|| not_found(port_name.clone()))?;
+                if !is_tcp(p) {
+                    return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
+                }
+                p
+            }
+            // The spec's check refused every other combination before.
+            _ => {
+                return Err(unsupported("give exactly one of port, portName".to_owned()));
+            }
+        };
+        Ok(ResolvedCluster {
+            service: name.clone(),
+            port: port.port,
+            port_name: port.name.clone().unwrap_or_default(),
+            http2: is_http2(port.app_protocol.as_deref()),
+        })
     }
-    let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
-    let not_found = |port: String| ResolveError::PortNotFound {
-        service: name.clone(),
-        port,
-    };
-    let port = match (backend.port, &backend.port_name) {
-        (Some(number), None) => {
-            // A number may appear twice, once per protocol (53/TCP and 53/UDP).
-            let mut same_number = ports.iter().filter(|p| p.port == number).peekable();
-            let first = same_number
-                .peek()
-                .copied()
-                .ok_or_else(|| not_found(number.to_string()))?;
-            match same_number.find(|p| is_tcp(p)) {
-                Some(p) => p,
-                None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
-            }
-        }
-        (None, Some(port_name)) => {
-            let p = ports
-                .iter()
-                .find(|p| p.name.as_deref() == Some(port_name.as_str()))
-                .ok_or_else(|| not_found(port_name.clone()))?;
-            if !is_tcp(p) {
-                return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
-            }
-            p
-        }
-        // check_backend refused every other combination before.
-        _ => return Err(invalid("give exactly one of port, portName")),
-    };
-    Ok(ResolvedCluster {
-        service: name.clone(),
-        port: port.port,
-        port_name: port.name.clone().unwrap_or_default(),
-        http2: is_http2(port.app_protocol.as_deref()),
-    })
 }
 
 fn is_tcp(port: &ServicePort) -> bool {
@@ -558,8 +252,10 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+    use crate::api::proxy_config::{ResolvedBackend, ResolvedTls};
     use crate::api::traffic_route::{
-        HeaderEdits, HeaderMatch, Retries, RolloutSettings, TrafficRouteSpec,
+        HeaderEdits, HeaderMatch, Retries, RolloutSettings, RouteRule, RouteSpec, RouteTls,
+        RuleMatch, TrafficRouteSpec,
     };
 
     const NS: &str = "shop";
@@ -655,8 +351,11 @@ mod tests {
         let mut route = TrafficRoute::new(
             "web",
             TrafficRouteSpec {
-                hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
-                rules,
+                route: RouteSpec {
+                    hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+                    rules,
+                    ..RouteSpec::default()
+                },
                 ..TrafficRouteSpec::default()
             },
         );
@@ -691,14 +390,18 @@ mod tests {
         ]
     }
 
+    /// [`resolve_route`] gives nothing but resolution errors.
     fn resolve(route: &TrafficRoute, services: &[Service]) -> Result<ResolvedRoute, ResolveError> {
         let refs: Vec<&Service> = services.iter().collect();
-        resolve_route(route, &refs)
+        resolve_route(route, &refs).map_err(|e| match e {
+            RouteError::Resolve(e) => e,
+            other => panic!("not a resolution error: {other:?}"),
+        })
     }
 
     fn invalid_message(result: Result<ResolvedRoute, ResolveError>) -> String {
         match result {
-            Err(ResolveError::InvalidSpec { message }) => message,
+            Err(ResolveError::InvalidSpec(e)) => e.to_string(),
             other => panic!("expected InvalidSpec, got {other:?}"),
         }
     }
@@ -872,7 +575,7 @@ mod tests {
                 },
             ],
         );
-        r.spec.tls = Some(RouteTls {
+        r.spec.route.tls = Some(RouteTls {
             secret_name: "shop-cert".into(),
             redirect_http: None,
         });
@@ -889,10 +592,10 @@ mod tests {
         let names: Vec<_> = vh.rules.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["api", "rule-1", "rule-2"]);
         let api = &vh.rules[0];
-        assert_eq!(api.matches, r.spec.rules[0].matches);
-        assert_eq!(api.timeout.as_deref(), Some("1.5s"));
-        assert_eq!(api.retries, r.spec.rules[0].retries);
-        assert_eq!(api.rewrite_prefix.as_deref(), Some("/"));
+        assert_eq!(api.matches, r.spec.route.rules[0].matches);
+        assert_eq!(api.options.timeout.as_deref(), Some("1.5s"));
+        assert_eq!(api.options.retries, r.spec.route.rules[0].retries);
+        assert_eq!(api.options.rewrite_prefix.as_deref(), Some("/"));
         assert!(!api.redirect_https);
         let weights: Vec<_> = api.backends.iter().map(|b| b.weight).collect();
         assert_eq!(weights, [90, 1]);
@@ -935,7 +638,7 @@ mod tests {
     #[test]
     fn bad_duration_is_invalid() {
         let mut r = one_backend(by_number("web", 80));
-        r.spec.rules[0].timeout = Some("5x".into());
+        r.spec.route.rules[0].timeout = Some("5x".into());
         let err = resolve(&r, &services()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSpec");
         let msg = err.to_string();
@@ -952,7 +655,7 @@ mod tests {
         assert!(invalid_message(resolve(&r, &services())).contains("spec.rollout.drainPeriod"));
 
         let mut r = one_backend(by_number("web", 80));
-        r.spec.rules[0].retries = Some(Retries {
+        r.spec.route.rules[0].retries = Some(Retries {
             attempts: 1,
             on: vec![],
             per_try_timeout: Some("fast".into()),
@@ -985,7 +688,7 @@ mod tests {
         assert!(msg.contains("needs backends"), "{msg}");
 
         let mut r = one_backend(by_number("web", 80));
-        r.spec.rules[0].redirect_https = Some(true);
+        r.spec.route.rules[0].redirect_https = Some(true);
         invalid_message(resolve(&r, &services()));
 
         let r = route(&["a.example.com"], vec![]);
@@ -1053,7 +756,7 @@ mod tests {
         ];
         for (expected, edit) in cases {
             let mut r = one_backend(by_number("web", 80));
-            edit(&mut r.spec.rules[0]);
+            edit(&mut r.spec.route.rules[0]);
             let msg = invalid_message(resolve(&r, &services()));
             assert!(
                 msg.contains(expected),
@@ -1081,7 +784,7 @@ mod tests {
     #[test]
     fn an_invalid_spec_is_reported_before_a_missing_service() {
         let mut r = one_backend(by_number("cart", 80));
-        r.spec.rules[0].idle_timeout = Some("5x".into());
+        r.spec.route.rules[0].idle_timeout = Some("5x".into());
         assert_eq!(
             resolve(&r, &services()).unwrap_err().reason(),
             "InvalidSpec"
@@ -1157,15 +860,16 @@ mod tests {
         );
 
         let mut edited = busy_route();
-        if let Some(edits) = edited.spec.rules[0].request_headers.as_mut() {
+        if let Some(edits) = edited.spec.route.rules[0].request_headers.as_mut() {
             edits.set.insert("x-env".into(), "staging".into());
         }
         let changed = resolve(&edited, &services).unwrap();
         assert_ne!(changed.version, base.version);
         assert_eq!(changed.clusters, base.clusters);
 
-        let live =
-            |r: &ResolvedRoute| proxy_config_spec("web", 3, ProxyConfigRole::Live, r, &[]).version;
+        let live = |r: &ResolvedRoute| {
+            proxy_config_spec("web", 3, ProxyConfigRole::Live, r, &[], None).version
+        };
         assert_eq!(live(&base), base.version);
         assert_ne!(live(&changed), live(&base));
     }
@@ -1179,6 +883,7 @@ mod tests {
             ProxyConfigRole::Live,
             &resolved,
             &[cluster("old", 80, "", false)],
+            None,
         );
         assert_eq!(spec.role, ProxyConfigRole::Live);
         assert_eq!(spec.route, "web");
@@ -1197,7 +902,7 @@ mod tests {
             old.clone(),
             old.clone(),
         ];
-        let spec = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &extra);
+        let spec = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &extra, None);
         assert_eq!(spec.role, ProxyConfigRole::Probe);
         assert_eq!(spec.generation, 4);
         assert_eq!(
@@ -1221,11 +926,11 @@ mod tests {
         // The order of the extra clusters does not matter.
         let mut shuffled = extra.clone();
         shuffled.reverse();
-        let again = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &shuffled);
+        let again = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &shuffled, None);
         assert_eq!(again, spec);
 
         // Without extras, the probe covers exactly the new clusters.
-        let bare = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &[]);
+        let bare = proxy_config_spec("web", 4, ProxyConfigRole::Probe, &resolved, &[], None);
         assert_eq!(bare.clusters, resolved.clusters);
         assert!(bare.kept_clusters.is_empty());
         assert_ne!(bare.version, spec.version);
@@ -1245,9 +950,10 @@ mod tests {
                 service: "a".into(),
                 message: "m".into(),
             },
-            ResolveError::InvalidSpec {
+            ResolveError::InvalidSpec(SpecError {
+                at: "a".into(),
                 message: "m".into(),
-            },
+            }),
         ];
         let reasons: Vec<_> = errors.iter().map(ResolveError::reason).collect();
         assert_eq!(

@@ -8,15 +8,17 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::api::{ProxyConfigRole, ProxyConfigSpec};
 
-use super::resolve::{ResolveError, ResolvedRoute, proxy_config_spec};
+use super::resolve::{ResolvedRoute, RouteError, proxy_config_spec};
 
 /// What the API server holds for one route.
 pub struct Observed<'a> {
     pub route: &'a str,
     pub generation: i64,
-    pub resolved: &'a Result<ResolvedRoute, ResolveError>,
+    pub resolved: &'a Result<ResolvedRoute, RouteError>,
     pub live: Option<&'a ProxyConfigSpec>,
     pub probe: Option<&'a ProxyConfigSpec>,
     /// Time since the live config was last promoted (None if unknown).
@@ -24,6 +26,8 @@ pub struct Observed<'a> {
     pub drain_period: Duration,
     /// Two-phase rollout; off only for tests that prove it matters.
     pub two_phase: bool,
+    /// When the route was created: the live config carries it.
+    pub created: Option<&'a Time>,
 }
 
 /// What was proven in this reconcile pass.
@@ -38,7 +42,7 @@ pub struct Verified {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// The spec cannot be served: live stays as it is.
-    Reject(ResolveError),
+    Reject(RouteError),
     /// Write the probe config: the new clusters together with every live one.
     Stage(ProxyConfigSpec),
     /// Ask every Envoy whether the probe config's clusters are ready.
@@ -64,6 +68,7 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         ProxyConfigRole::Live,
         resolved,
         &[],
+        observed.created,
     );
     let is_live = observed
         .live
@@ -104,6 +109,7 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         ProxyConfigRole::Probe,
         resolved,
         &live_clusters,
+        observed.created,
     );
     let staged = observed
         .probe
@@ -123,6 +129,7 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
 mod tests {
     use super::*;
     use crate::api::proxy_config::{ResolvedCluster, ResolvedVirtualHost};
+    use crate::k8s::resolve::ResolveError;
 
     fn cluster(service: &str) -> ResolvedCluster {
         ResolvedCluster {
@@ -133,14 +140,13 @@ mod tests {
         }
     }
 
-    fn resolved(services: &[&str], header: &str) -> Result<ResolvedRoute, ResolveError> {
+    fn resolved(services: &[&str], header: &str) -> Result<ResolvedRoute, RouteError> {
         let virtual_host = ResolvedVirtualHost {
             hosts: vec![format!("web.test/{header}")],
             tls: None,
             rules: vec![],
         };
         Ok(ResolvedRoute {
-            created: None,
             version: crate::hash::digest_of(&(services, header)),
             virtual_host,
             clusters: services.iter().map(|s| cluster(s)).collect(),
@@ -148,7 +154,7 @@ mod tests {
     }
 
     fn observed<'a>(
-        resolved: &'a Result<ResolvedRoute, ResolveError>,
+        resolved: &'a Result<ResolvedRoute, RouteError>,
         live: Option<&'a ProxyConfigSpec>,
         probe: Option<&'a ProxyConfigSpec>,
     ) -> Observed<'a> {
@@ -161,12 +167,13 @@ mod tests {
             since_promoted: Some(Duration::from_secs(1)),
             drain_period: Duration::from_secs(10),
             two_phase: true,
+            created: None,
         }
     }
 
     fn spec(
         role: ProxyConfigRole,
-        r: &Result<ResolvedRoute, ResolveError>,
+        r: &Result<ResolvedRoute, RouteError>,
         generation: i64,
         extra: &[ResolvedCluster],
     ) -> ProxyConfigSpec {
@@ -176,6 +183,7 @@ mod tests {
             role,
             r.as_ref().expect("resolved"),
             extra,
+            None,
         )
     }
 
@@ -183,7 +191,7 @@ mod tests {
     fn walk(
         mut live: Option<ProxyConfigSpec>,
         mut probe: Option<ProxyConfigSpec>,
-        r: &Result<ResolvedRoute, ResolveError>,
+        r: &Result<ResolvedRoute, RouteError>,
     ) -> Vec<String> {
         let mut verified = Verified::default();
         let mut steps = Vec::new();
@@ -287,7 +295,7 @@ mod tests {
         let other = resolved(&["blue"], "z");
         let mut changed = other.clone().expect("resolved");
         changed.virtual_host.hosts.push("other.example.com".into());
-        let other_probe = proxy_config_spec("web", 2, ProxyConfigRole::Probe, &changed, &[]);
+        let other_probe = proxy_config_spec("web", 2, ProxyConfigRole::Probe, &changed, &[], None);
         assert_ne!(
             probe.version, other_probe.version,
             "the routes on trial are part of the probe's version"
@@ -377,9 +385,10 @@ mod tests {
 
     #[test]
     fn an_unresolvable_spec_leaves_live_alone() {
-        let err: Result<ResolvedRoute, ResolveError> = Err(ResolveError::ServiceNotFound {
-            service: "gone".into(),
-        });
+        let err: Result<ResolvedRoute, RouteError> =
+            Err(RouteError::Resolve(ResolveError::ServiceNotFound {
+                service: "gone".into(),
+            }));
         let live = spec(ProxyConfigRole::Live, &resolved(&["blue"], "x"), 1, &[]);
         assert!(matches!(
             next_step(&observed(&err, Some(&live), None), &Verified::default()),

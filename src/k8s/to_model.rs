@@ -10,16 +10,13 @@ use kube::ResourceExt;
 
 use super::address_map::AddressMap;
 pub use crate::api::proxy_config::ResolvedCluster;
-use crate::api::proxy_config::ResolvedRule;
-use crate::api::traffic_route::{HeaderEdits as ApiHeaderEdits, HeaderMatch as ApiHeaderMatch};
 use crate::api::{ProxyConfig, ProxyConfigRole};
-use crate::duration;
-use crate::model::{
-    self, ClusterSettings, EndpointCondition, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
-    HeaderValueMatch, ListenerSettings, PathMatch, RetryPolicy, Route, RouteAction, ServiceRef,
-    VersionProbe, VirtualHost, VirtualHostTls, trial_id,
-};
+use crate::model::{self, EndpointCondition, ListenerSettings};
 use crate::translate::Problem;
+use switchyard_core::route::lower;
+pub use switchyard_core::route::lower::{
+    Contribution, cluster as model_cluster, cluster_name, endpoint_probe_id, secret_name,
+};
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// Set by the snapshot builder on the copy it keeps of a deleted live ProxyConfig (see
@@ -59,102 +56,37 @@ pub struct Built {
     pub endpoint_sources: BTreeMap<String, EndpointsKey>,
 }
 
-/// What one ProxyConfig adds to the model.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Contribution {
-    /// Its clusters: name, namespace, and the resolved cluster.
-    pub clusters: Vec<(String, String, ResolvedCluster)>,
-    pub virtual_host: Option<VirtualHost>,
-    pub version_probe: Option<VersionProbe>,
-    pub endpoint_probe: Option<EndpointProbe>,
-    /// (namespace, name) of the TLS Secret its virtual host serves.
-    pub secret: Option<(String, String)>,
-    pub problems: Vec<Problem>,
-}
-
+/// What one ProxyConfig adds to the model: its role lowered by the core.
 pub fn contribution(pc: &ProxyConfig) -> Contribution {
     let namespace = pc.namespace().unwrap_or_default();
     let spec = &pc.spec;
-    let id = format!("{namespace}/{}", spec.route);
-    let mut out = Contribution {
-        clusters: spec
-            .clusters
-            .iter()
-            .map(|c| (cluster_name(&namespace, c), namespace.clone(), c.clone()))
-            .collect(),
-        ..Contribution::default()
-    };
-    match spec.role {
-        ProxyConfigRole::Probe => {
-            // The routes to be promoted, on trial: Envoy has to accept them first.
-            if let Some(vh) = &spec.virtual_host {
-                let routes: Result<Vec<Route>, String> =
-                    vh.rules.iter().map(|r| route(&namespace, r)).collect();
-                match routes {
-                    Ok(routes) => {
-                        out.version_probe = Some(VersionProbe {
-                            id: trial_id(&id),
-                            version: spec.version.clone(),
-                            routes,
-                        });
-                    }
-                    Err(e) => out.problems.push(Problem::new(&id, e)),
-                }
-            }
-            out.endpoint_probe = Some(EndpointProbe {
-                id: endpoint_probe_id(&namespace, &spec.route, &spec.version),
-                clusters: spec
-                    .clusters
-                    .iter()
-                    .map(|c| {
-                        // A kept cluster must exist; only a new one must have a ready
-                        // endpoint (I3).
-                        let pct = u32::from(!spec.kept_clusters.contains(c));
-                        (cluster_name(&namespace, c), pct)
-                    })
-                    .collect(),
-            })
-        }
-        ProxyConfigRole::Live => {
-            let Some(vh) = &spec.virtual_host else {
-                out.problems.push(Problem::new(
-                    &id,
-                    format!("live ProxyConfig {} has no virtual host", pc.name_any()),
-                ));
-                return out;
-            };
-            let routes: Result<Vec<Route>, String> =
-                vh.rules.iter().map(|r| route(&namespace, r)).collect();
-            let routes = match routes {
-                Ok(routes) => routes,
-                Err(e) => {
-                    out.problems.push(Problem::new(&id, e));
-                    return out;
-                }
-            };
-            let tls = vh.tls.as_ref().map(|t| {
-                out.secret = Some((namespace.clone(), t.secret_name.clone()));
-                VirtualHostTls {
-                    secret: secret_name(&namespace, &t.secret_name),
-                    redirect_http: t.redirect_http,
-                }
-            });
-            out.virtual_host = Some(VirtualHost {
-                created: spec.route_created.as_ref().map(|t| t.0.as_second()),
-                leaving: pc.annotations().contains_key(LEAVING),
-                name: id.clone(),
-                hosts: vh.hosts.clone(),
-                tls,
-                routes,
-            });
-            out.version_probe = Some(VersionProbe {
-                id,
-                version: spec.version.clone(),
-                ..Default::default()
-            });
-        }
+    match (spec.role, &spec.virtual_host) {
+        (ProxyConfigRole::Probe, trial) => lower::probe(&lower::Probe {
+            namespace: &namespace,
+            route: &spec.route,
+            version: &spec.version,
+            trial: trial.as_ref(),
+            clusters: &spec.clusters,
+            kept: &spec.kept_clusters,
+        }),
+        (ProxyConfigRole::Live, Some(virtual_host)) => lower::live(&lower::Live {
+            namespace: &namespace,
+            route: &spec.route,
+            version: &spec.version,
+            virtual_host,
+            clusters: &spec.clusters,
+            created: spec.route_created.as_ref().map(|t| t.0.as_second()),
+            leaving: pc.annotations().contains_key(LEAVING),
+        }),
+        (ProxyConfigRole::Live, None) => Contribution {
+            clusters: lower::named_clusters(&namespace, &spec.clusters),
+            problems: vec![Problem::new(
+                lower::route_id(&namespace, &spec.route),
+                format!("live ProxyConfig {} has no virtual host", pc.name_any()),
+            )],
+            ..Contribution::default()
+        },
     }
-    out
 }
 
 pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
@@ -228,29 +160,6 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     }
 }
 
-/// The id of the endpoint probe of a probe ProxyConfig; the prober sends it.
-pub fn endpoint_probe_id(namespace: &str, route: &str, version: &str) -> String {
-    format!("{namespace}/{route}/{version}")
-}
-
-pub fn cluster_name(namespace: &str, cluster: &ResolvedCluster) -> String {
-    model::cluster_name(&service_ref(namespace, cluster), &settings(cluster))
-}
-
-pub fn model_cluster(
-    name: String,
-    namespace: &str,
-    cluster: &ResolvedCluster,
-    endpoints: Vec<model::Endpoint>,
-) -> model::Cluster {
-    model::Cluster {
-        name,
-        service: service_ref(namespace, cluster),
-        settings: settings(cluster),
-        endpoints,
-    }
-}
-
 /// Where the endpoints of `cluster` in `namespace` come from.
 pub fn endpoints_key(namespace: &str, cluster: &ResolvedCluster) -> EndpointsKey {
     (
@@ -258,26 +167,6 @@ pub fn endpoints_key(namespace: &str, cluster: &ResolvedCluster) -> EndpointsKey
         cluster.service.clone(),
         cluster.port_name.clone(),
     )
-}
-
-fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {
-    ServiceRef {
-        namespace: namespace.to_string(),
-        name: cluster.service.clone(),
-        // The schema bounds ports to 1..=65535.
-        port: u16::try_from(cluster.port).unwrap_or(0),
-    }
-}
-
-fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
-    ClusterSettings {
-        http2: cluster.http2,
-        ..ClusterSettings::default()
-    }
-}
-
-fn secret_name(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
 }
 
 /// The (namespace, Service) whose endpoints a slice lists, from its label.
@@ -329,97 +218,13 @@ pub fn endpoints_by_service(
     out
 }
 
-fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
-    let m = rule.matches.clone().unwrap_or_default();
-    let path = match (m.path_prefix, m.path_exact, m.path_regex) {
-        (Some(p), None, None) => PathMatch::Prefix(p),
-        (None, Some(p), None) => PathMatch::Exact(p),
-        (None, None, Some(p)) => PathMatch::Regex(p),
-        (None, None, None) => PathMatch::Prefix("/".into()),
-        _ => return Err(format!("rule {}: more than one path match", rule.name)),
-    };
-    let headers = m
-        .headers
-        .iter()
-        .map(header_match)
-        .collect::<Result<_, _>>()?;
-    let action = if rule.redirect_https {
-        RouteAction::RedirectHttps
-    } else {
-        let duration = |d: &Option<String>| {
-            d.as_deref()
-                .map(duration::parse)
-                .transpose()
-                .map_err(|e| format!("rule {}: {e}", rule.name))
-        };
-        let retry = match &rule.retries {
-            Some(r) => Some(RetryPolicy {
-                retry_on: if r.on.is_empty() {
-                    vec!["connect-failure".into(), "refused-stream".into()]
-                } else {
-                    r.on.clone()
-                },
-                num_retries: u32::try_from(r.attempts).unwrap_or(0),
-                per_try_timeout: duration(&r.per_try_timeout)?,
-            }),
-            None => None,
-        };
-        RouteAction::Forward(Forward {
-            backends: rule
-                .backends
-                .iter()
-                .map(|b| model::WeightedCluster {
-                    cluster: cluster_name(namespace, &b.cluster),
-                    weight: u32::try_from(b.weight).unwrap_or(0),
-                })
-                .collect(),
-            timeout: duration(&rule.timeout)?,
-            idle_timeout: duration(&rule.idle_timeout)?,
-            retry,
-            prefix_rewrite: rule.rewrite_prefix.clone(),
-        })
-    };
-    Ok(Route {
-        name: rule.name.clone(),
-        path,
-        headers,
-        action,
-        request_headers: header_edits(rule.request_headers.as_ref()),
-        response_headers: header_edits(rule.response_headers.as_ref()),
-    })
-}
-
-fn header_match(h: &ApiHeaderMatch) -> Result<HeaderMatch, String> {
-    let value = match (&h.exact, &h.prefix, &h.regex, h.present.unwrap_or(false)) {
-        (Some(v), None, None, false) => HeaderValueMatch::Exact(v.clone()),
-        (None, Some(v), None, false) => HeaderValueMatch::Prefix(v.clone()),
-        (None, None, Some(v), false) => HeaderValueMatch::Regex(v.clone()),
-        (None, None, None, true) => HeaderValueMatch::Present,
-        _ => return Err(format!("header match {:?}: give exactly one kind", h.name)),
-    };
-    Ok(HeaderMatch {
-        name: h.name.to_ascii_lowercase(),
-        value,
-        invert: h.invert.unwrap_or(false),
-    })
-}
-
-fn header_edits(edits: Option<&ApiHeaderEdits>) -> HeaderEdits {
-    let Some(e) = edits else {
-        return HeaderEdits::default();
-    };
-    HeaderEdits {
-        set: e.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        add: e.add.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        remove: e.remove.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::ProxyConfigSpec;
+    use crate::api::proxy_config::ResolvedRule;
     use crate::api::proxy_config::{ResolvedBackend, ResolvedTls, ResolvedVirtualHost};
+    use crate::api::traffic_route::RuleOptions;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
     use kube::api::ObjectMeta;
 
@@ -450,7 +255,10 @@ mod tests {
                             cluster: cluster(service),
                             weight: 1,
                         }],
-                        timeout: Some("5s".into()),
+                        options: RuleOptions {
+                            timeout: Some("5s".into()),
+                            ..RuleOptions::default()
+                        },
                         ..Default::default()
                     }],
                 }),

@@ -1,26 +1,28 @@
 //! The standalone configuration format: YAML files in one directory.
 //!
 //! Every `*.yaml`/`*.yml` file may hold any of the top-level keys; lists are merged.
-//! Field names follow the TrafficRoute spec so a configuration can move to Kubernetes.
+//! A route is written in the vocabulary of the TrafficRoute spec (the same type), so a
+//! configuration can move to Kubernetes; services and secrets stand in for the Services,
+//! EndpointSlices and Secrets of a cluster.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-#[derive(Debug, Default, Deserialize)]
+pub use switchyard_core::route::RouteSpec;
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct File {
     pub listeners: Option<Listeners>,
     #[serde(default)]
-    pub routes: Vec<RouteSpec>,
+    pub routes: Vec<FileRoute>,
     #[serde(default)]
     pub services: Vec<ServiceSpec>,
     #[serde(default)]
     pub secrets: Vec<SecretSpec>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Listeners {
     pub address: Option<String>,
@@ -29,102 +31,17 @@ pub struct Listeners {
     pub probe_port: Option<u16>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// A route: its name and namespace, and its spec: the TrafficRoute's, the same type.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RouteSpec {
+pub struct FileRoute {
     pub name: String,
     #[serde(default = "default_namespace")]
     pub namespace: String,
-    pub hosts: Vec<String>,
-    pub tls: Option<TlsSpec>,
-    pub rules: Vec<RuleSpec>,
+    pub spec: RouteSpec,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TlsSpec {
-    pub secret: String,
-    #[serde(default = "yes")]
-    pub redirect_http: bool,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RuleSpec {
-    pub name: Option<String>,
-    #[serde(default, rename = "match")]
-    pub matches: MatchSpec,
-    #[serde(default)]
-    pub backends: Vec<BackendSpec>,
-    /// Answer with a redirect to HTTPS instead of forwarding.
-    #[serde(default)]
-    pub redirect_https: bool,
-    #[serde(default, with = "duration_text::option")]
-    pub timeout: Option<Duration>,
-    #[serde(default, with = "duration_text::option")]
-    pub idle_timeout: Option<Duration>,
-    pub retries: Option<RetrySpec>,
-    pub rewrite_prefix: Option<String>,
-    #[serde(default)]
-    pub request_headers: HeaderEditSpec,
-    #[serde(default)]
-    pub response_headers: HeaderEditSpec,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MatchSpec {
-    pub path_prefix: Option<String>,
-    pub path_exact: Option<String>,
-    pub path_regex: Option<String>,
-    #[serde(default)]
-    pub headers: Vec<HeaderMatchSpec>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HeaderMatchSpec {
-    pub name: String,
-    pub exact: Option<String>,
-    pub prefix: Option<String>,
-    pub regex: Option<String>,
-    #[serde(default)]
-    pub present: bool,
-    #[serde(default)]
-    pub invert: bool,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct BackendSpec {
-    pub service: String,
-    pub port: u16,
-    #[serde(default = "default_weight")]
-    pub weight: u32,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RetrySpec {
-    pub attempts: u32,
-    #[serde(default = "default_retry_on")]
-    pub on: Vec<String>,
-    #[serde(default, with = "duration_text::option")]
-    pub per_try_timeout: Option<Duration>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HeaderEditSpec {
-    #[serde(default)]
-    pub set: BTreeMap<String, String>,
-    #[serde(default)]
-    pub add: BTreeMap<String, String>,
-    #[serde(default)]
-    pub remove: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceSpec {
     pub name: String,
@@ -137,7 +54,7 @@ pub struct ServiceSpec {
     pub endpoints: Vec<EndpointSpec>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointSpec {
     pub address: String,
@@ -151,10 +68,13 @@ pub struct EndpointSpec {
     pub zone: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretSpec {
+    /// What a route's `tls.secretName` names, in the same namespace.
     pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
     /// PEM files, relative to the configuration directory.
     pub cert_file: String,
     pub key_file: String,
@@ -164,33 +84,6 @@ fn default_namespace() -> String {
     "default".into()
 }
 
-fn default_weight() -> u32 {
-    1
-}
-
-fn default_retry_on() -> Vec<String> {
-    vec!["connect-failure".into(), "refused-stream".into()]
-}
-
 fn yes() -> bool {
     true
-}
-
-/// Durations written as "250ms", "5s", "1m".
-pub use crate::duration as duration_text;
-
-#[cfg(test)]
-mod tests {
-    use super::duration_text::parse;
-    use std::time::Duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse("5").is_err());
-        assert!(parse("fast").is_err());
-        assert!(parse("5y").is_err());
-    }
 }

@@ -2,8 +2,9 @@
 //! directory, served over xDS without Kubernetes. The embedded default of the demo and of
 //! the tests that need no API server.
 
+pub mod build;
 pub mod file;
-pub mod resolve;
+mod unknown_fields;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,8 @@ use crate::hash;
 use crate::metrics::Metrics;
 use crate::translate::Translator;
 use crate::xds::Desired;
+use build::SecretPem;
 use file::File;
-use resolve::SecretPem;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -64,6 +65,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
     if paths.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
+    let schema = schemars::schema_for!(File);
     let mut merged = File::default();
     let mut contents = Vec::new();
     let mut seen_routes = BTreeSet::new();
@@ -83,6 +85,14 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
                 }
             })?
         };
+        if let Some(unknown) = unknown_fields::first_unknown(&text, &schema) {
+            return Err(LoadError::Parse {
+                path: path.clone(),
+                line: unknown.line,
+                column: unknown.column,
+                message: format!("unknown field {}", unknown.path),
+            });
+        }
         for route in &part.routes {
             if !seen_routes.insert((route.namespace.clone(), route.name.clone())) {
                 return Err(invalid(
@@ -121,12 +131,13 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
             std::fs::read_to_string(&path).map_err(io(&path))
         };
         let pem = SecretPem {
+            namespace: spec.namespace.clone(),
             name: spec.name.clone(),
             certificate_chain: read(&spec.cert_file)?,
             private_key: read(&spec.key_file)?,
         };
         contents.push((
-            spec.name.clone(),
+            format!("{}/{}", spec.namespace, spec.name),
             hash::digest(format!("{}{}", pem.certificate_chain, pem.private_key).as_bytes()),
         ));
         secrets.push(pem);
@@ -194,7 +205,7 @@ impl Watcher {
     /// what changed is rebuilt.
     fn apply(&self, loaded: &Loaded, translator: &mut Translator) {
         let started = Instant::now();
-        let resolved = resolve::resolve(&loaded.file, &loaded.secrets, &self.probe_token);
+        let resolved = build::build(&loaded.file, &loaded.secrets, &self.probe_token);
         let translation = translator.update(&resolved.config);
         let elapsed = started.elapsed();
         let problems: Vec<String> = resolved

@@ -347,10 +347,7 @@ mod tests {
                             cluster: "ns/a/80".into(),
                             weight: 1,
                         }],
-                        timeout: None,
-                        idle_timeout: None,
-                        retry: None,
-                        prefix_rewrite: None,
+                        ..Default::default()
                     }),
                     request_headers: Default::default(),
                     response_headers: Default::default(),

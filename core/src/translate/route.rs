@@ -4,8 +4,8 @@ use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendA
 use envoy_types::pb::envoy::config::route::v3::{
     self as envoy_route, HeaderMatcher, RedirectAction, RetryPolicy, RouteAction,
     RouteConfiguration, RouteMatch, WeightedCluster, header_matcher::HeaderMatchSpecifier,
-    redirect_action, route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
-    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::UpgradeConfig,
+    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -280,9 +280,20 @@ fn route_action(f: &model::Forward) -> RouteAction {
             ..Default::default()
         }),
         prefix_rewrite: f.prefix_rewrite.clone().unwrap_or_default(),
+        // On the route alone: the listener enables no upgrade, so no other route has one.
+        upgrade_configs: if f.websocket {
+            vec![UpgradeConfig {
+                upgrade_type: WEBSOCKET.to_owned(),
+                ..Default::default()
+            }]
+        } else {
+            Vec::new()
+        },
         ..Default::default()
     }
 }
+
+const WEBSOCKET: &str = "websocket";
 
 /// The route configuration from its virtual hosts, each already encoded, in order, so that
 /// a change re-encodes only the virtual hosts it touched. Protobuf reads a message written
@@ -345,10 +356,7 @@ mod tests {
                     weight: *w,
                 })
                 .collect(),
-            timeout: None,
-            idle_timeout: None,
-            retry: None,
-            prefix_rewrite: None,
+            ..Default::default()
         })
     }
 

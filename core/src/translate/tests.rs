@@ -38,10 +38,7 @@ fn forward_to(cluster: &str) -> model::Route {
                 cluster: cluster.into(),
                 weight: 1,
             }],
-            timeout: None,
-            idle_timeout: None,
-            retry: None,
-            prefix_rewrite: None,
+            ..Default::default()
         }),
         request_headers: Default::default(),
         response_headers: Default::default(),

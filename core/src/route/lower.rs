@@ -1,0 +1,286 @@
+//! Lowering: resolved routes (and the endpoints a front-end found for their clusters) →
+//! the routing model. Shared by every mode; pure.
+//!
+//! A route contributes in one of two roles (see DESIGN.md, two-phase rollout): `live`,
+//! its virtual host and the version probe that says it is served; or `probe`, the
+//! clusters that must be ready on every Envoy before a switch and the routes on trial.
+//! Standalone files serve every route live.
+
+use std::time::Duration;
+
+use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
+use super::spec::{
+    DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
+};
+use crate::duration;
+use crate::model::{
+    self, ClusterSettings, EndpointProbe, Forward, HeaderEdits, HeaderMatch, HeaderValueMatch,
+    PathMatch, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
+    VirtualHostTls, WeightedCluster, trial_id,
+};
+use crate::translate::Problem;
+
+/// What one role of one route adds to the model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Contribution {
+    /// Its clusters: model name, namespace, and the resolved cluster; the front-end adds
+    /// their endpoints.
+    pub clusters: Vec<(String, String, ResolvedCluster)>,
+    pub virtual_host: Option<VirtualHost>,
+    pub version_probe: Option<VersionProbe>,
+    pub endpoint_probe: Option<EndpointProbe>,
+    /// (namespace, name) of the TLS secret its virtual host serves.
+    pub secret: Option<(String, String)>,
+    pub problems: Vec<Problem>,
+}
+
+/// A route's identity in the model: `namespace/name`.
+pub fn route_id(namespace: &str, route: &str) -> String {
+    format!("{namespace}/{route}")
+}
+
+/// The live role: the virtual host, its clusters, and the version probe that answers
+/// `version` once an Envoy serves it. `created` (seconds since the Unix epoch) decides
+/// who gets a host that several routes ask for; a `leaving` virtual host yields it.
+pub struct Live<'a> {
+    pub namespace: &'a str,
+    pub route: &'a str,
+    pub version: &'a str,
+    pub virtual_host: &'a ResolvedVirtualHost,
+    pub clusters: &'a [ResolvedCluster],
+    pub created: Option<i64>,
+    pub leaving: bool,
+}
+
+pub fn live(live: &Live<'_>) -> Contribution {
+    let namespace = live.namespace;
+    let id = route_id(namespace, live.route);
+    let mut out = Contribution {
+        clusters: named_clusters(namespace, live.clusters),
+        ..Contribution::default()
+    };
+    let vh = live.virtual_host;
+    let routes = match routes(namespace, &vh.rules) {
+        Ok(routes) => routes,
+        Err(e) => {
+            out.problems.push(Problem::new(&id, e));
+            return out;
+        }
+    };
+    let tls = vh.tls.as_ref().map(|t| {
+        out.secret = Some((namespace.to_owned(), t.secret_name.clone()));
+        VirtualHostTls {
+            secret: secret_name(namespace, &t.secret_name),
+            redirect_http: t.redirect_http,
+        }
+    });
+    out.virtual_host = Some(VirtualHost {
+        created: live.created,
+        leaving: live.leaving,
+        name: id.clone(),
+        hosts: vh.hosts.clone(),
+        tls,
+        routes,
+    });
+    out.version_probe = Some(VersionProbe {
+        id,
+        version: live.version.to_owned(),
+        ..Default::default()
+    });
+    out
+}
+
+/// The probe role: every cluster in `clusters` must be on every Envoy, and those not in
+/// `kept` (the live ones, kept through the switch) must have a ready endpoint (I3). The
+/// routes to be promoted go on trial: every Envoy has to accept them first (I8).
+pub struct Probe<'a> {
+    pub namespace: &'a str,
+    pub route: &'a str,
+    pub version: &'a str,
+    pub trial: Option<&'a ResolvedVirtualHost>,
+    pub clusters: &'a [ResolvedCluster],
+    pub kept: &'a [ResolvedCluster],
+}
+
+pub fn probe(probe: &Probe<'_>) -> Contribution {
+    let namespace = probe.namespace;
+    let id = route_id(namespace, probe.route);
+    let mut out = Contribution {
+        clusters: named_clusters(namespace, probe.clusters),
+        ..Contribution::default()
+    };
+    if let Some(vh) = probe.trial {
+        match routes(namespace, &vh.rules) {
+            Ok(routes) => {
+                out.version_probe = Some(VersionProbe {
+                    id: trial_id(&id),
+                    version: probe.version.to_owned(),
+                    routes,
+                });
+            }
+            Err(e) => out.problems.push(Problem::new(&id, e)),
+        }
+    }
+    out.endpoint_probe = Some(EndpointProbe {
+        id: endpoint_probe_id(namespace, probe.route, probe.version),
+        clusters: probe
+            .clusters
+            .iter()
+            .map(|c| {
+                let pct = u32::from(!probe.kept.contains(c));
+                (cluster_name(namespace, c), pct)
+            })
+            .collect(),
+    });
+    out
+}
+
+/// The id of a probe role's endpoint probe; the prober sends it.
+pub fn endpoint_probe_id(namespace: &str, route: &str, version: &str) -> String {
+    format!("{namespace}/{route}/{version}")
+}
+
+/// Each cluster with its model name and namespace.
+pub fn named_clusters(
+    namespace: &str,
+    clusters: &[ResolvedCluster],
+) -> Vec<(String, String, ResolvedCluster)> {
+    clusters
+        .iter()
+        .map(|c| (cluster_name(namespace, c), namespace.to_owned(), c.clone()))
+        .collect()
+}
+
+/// The model's name of a resolved cluster in `namespace`.
+pub fn cluster_name(namespace: &str, cluster: &ResolvedCluster) -> String {
+    model::cluster_name(&service_ref(namespace, cluster), &settings(cluster))
+}
+
+/// The model's cluster, with the endpoints the front-end found for it.
+pub fn cluster(
+    name: String,
+    namespace: &str,
+    cluster: &ResolvedCluster,
+    endpoints: Vec<model::Endpoint>,
+) -> model::Cluster {
+    model::Cluster {
+        name,
+        service: service_ref(namespace, cluster),
+        settings: settings(cluster),
+        endpoints,
+    }
+}
+
+/// The model's name of the TLS secret `name` in `namespace`.
+pub fn secret_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {
+    ServiceRef {
+        namespace: namespace.to_owned(),
+        name: cluster.service.clone(),
+        // Resolution bounds ports to 1..=65535.
+        port: u16::try_from(cluster.port).unwrap_or(0),
+    }
+}
+
+fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
+    ClusterSettings {
+        http2: cluster.http2,
+        ..ClusterSettings::default()
+    }
+}
+
+/// The model's routes of resolved rules, in order.
+pub fn routes(namespace: &str, rules: &[ResolvedRule]) -> Result<Vec<Route>, String> {
+    rules.iter().map(|r| route(namespace, r)).collect()
+}
+
+fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
+    let m = rule.matches.clone().unwrap_or_default();
+    let path = match (m.path_prefix, m.path_exact, m.path_regex) {
+        (Some(p), None, None) => PathMatch::Prefix(p),
+        (None, Some(p), None) => PathMatch::Exact(p),
+        (None, None, Some(p)) => PathMatch::Regex(p),
+        (None, None, None) => PathMatch::Prefix("/".into()),
+        _ => return Err(format!("rule {}: more than one path match", rule.name)),
+    };
+    let headers = m
+        .headers
+        .iter()
+        .map(header_match)
+        .collect::<Result<_, _>>()?;
+    let options = &rule.options;
+    let duration = |d: &Option<String>| -> Result<Option<Duration>, String> {
+        d.as_deref()
+            .map(duration::parse)
+            .transpose()
+            .map_err(|e| format!("rule {}: {e}", rule.name))
+    };
+    let action = if rule.redirect_https {
+        RouteAction::RedirectHttps
+    } else {
+        let retry = match &options.retries {
+            Some(r) => Some(RetryPolicy {
+                retry_on: if r.on.is_empty() {
+                    DEFAULT_RETRY_ON.map(str::to_owned).to_vec()
+                } else {
+                    r.on.clone()
+                },
+                num_retries: u32::try_from(r.attempts).unwrap_or(0),
+                per_try_timeout: duration(&r.per_try_timeout)?,
+            }),
+            None => None,
+        };
+        RouteAction::Forward(Forward {
+            backends: rule
+                .backends
+                .iter()
+                .map(|b| WeightedCluster {
+                    cluster: cluster_name(namespace, &b.cluster),
+                    weight: u32::try_from(b.weight).unwrap_or(0),
+                })
+                .collect(),
+            timeout: duration(&options.timeout)?,
+            idle_timeout: duration(&options.idle_timeout)?,
+            retry,
+            prefix_rewrite: options.rewrite_prefix.clone(),
+            websocket: options.websocket.unwrap_or(false),
+        })
+    };
+    Ok(Route {
+        name: rule.name.clone(),
+        path,
+        headers,
+        action,
+        request_headers: header_edits(options.request_headers.as_ref()),
+        response_headers: header_edits(options.response_headers.as_ref()),
+    })
+}
+
+fn header_match(h: &SpecHeaderMatch) -> Result<HeaderMatch, String> {
+    let value = match (&h.exact, &h.prefix, &h.regex, h.present.unwrap_or(false)) {
+        (Some(v), None, None, false) => HeaderValueMatch::Exact(v.clone()),
+        (None, Some(v), None, false) => HeaderValueMatch::Prefix(v.clone()),
+        (None, None, Some(v), false) => HeaderValueMatch::Regex(v.clone()),
+        (None, None, None, true) => HeaderValueMatch::Present,
+        _ => return Err(format!("header match {:?}: give exactly one kind", h.name)),
+    };
+    Ok(HeaderMatch {
+        name: h.name.to_ascii_lowercase(),
+        value,
+        invert: h.invert.unwrap_or(false),
+    })
+}
+
+fn header_edits(edits: Option<&SpecHeaderEdits>) -> HeaderEdits {
+    let Some(e) = edits else {
+        return HeaderEdits::default();
+    };
+    HeaderEdits {
+        set: e.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        add: e.add.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        remove: e.remove.clone(),
+    }
+}

@@ -1,0 +1,81 @@
+//! A route resolved: rules named, defaults applied, and each backend mapped to the cluster
+//! of a concrete service port. This is what the Kubernetes front-end stores in its
+//! ProxyConfigs (the JSON shape is that CRD's), and what [`super::lower`] turns into the
+//! model in every mode.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::spec::{RuleMatch, RuleOptions};
+
+/// What resolving a route's spec against its services gives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedRoute {
+    pub virtual_host: ResolvedVirtualHost,
+    /// Every cluster the rules reference, sorted and deduplicated.
+    pub clusters: Vec<ResolvedCluster>,
+    /// [`crate::hash::digest_of`] the virtual host: the version the live config announces.
+    pub version: String,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedVirtualHost {
+    /// The route's hosts, lower-cased (at most 16 in the spec, so here).
+    #[schemars(length(max = 16))]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ResolvedTls>,
+    /// One per rule of the spec (at most 32 there, so here). The bound also keeps the
+    /// cost of the CEL rules of `match` (shared with the spec) within the API server's
+    /// budget: without it, the CRD is refused.
+    #[schemars(length(max = 32))]
+    pub rules: Vec<ResolvedRule>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedTls {
+    pub secret_name: String,
+    pub redirect_http: bool,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedRule {
+    pub name: String,
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<RuleMatch>,
+    /// The rule's backends (at most 8 in the spec, so here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub backends: Vec<ResolvedBackend>,
+    #[serde(default)]
+    pub redirect_https: bool,
+    /// As the spec gives them.
+    #[serde(flatten)]
+    pub options: RuleOptions,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedBackend {
+    pub cluster: ResolvedCluster,
+    pub weight: i32,
+}
+
+/// A service port, resolved: the port number, and the name its endpoints use for it.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCluster {
+    pub service: String,
+    pub port: i32,
+    /// The service port's name ("" when unnamed): Kubernetes EndpointSlice ports carry it.
+    #[serde(default)]
+    pub port_name: String,
+    /// Upstream HTTP/2 (appProtocol h2c or kubernetes.io/h2c).
+    #[serde(default)]
+    pub http2: bool,
+}

@@ -1,0 +1,400 @@
+//! What a user writes about a route: hosts, TLS, and HTTP rules with weighted backends.
+//!
+//! One vocabulary for every front-end: the TrafficRoute CRD embeds [`RouteSpec`] as its
+//! spec, standalone files write it inline, and a Gateway API HTTPRoute lowers into it. The
+//! JSON schema (with the CEL rules the API server enforces) is derived from these types;
+//! what no schema can say is checked once, in [`super::check`].
+//!
+//! Every field is optional where the CRD makes it optional, and no type denies unknown
+//! fields: an older replica must still read a route written for a newer CRD. Standalone
+//! files are checked for unknown fields against the schema instead.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The route a user asks for: its hosts, TLS, and rules in match order.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteSpec {
+    /// Host names this route serves (exact, or "*.example.com").
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+            )
+        ),
+        extend("x-kubernetes-validations" = [{
+            "rule": "self.all(h, self.exists_one(o, o == h))",
+            "messageExpression": "'hosts must be unique: ' + self.filter(h, !self.exists_one(o, o == h))[0] + ' is repeated'"
+        }])
+    )]
+    pub hosts: Vec<String>,
+
+    /// Serve these hosts over HTTPS with the certificate in this Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RouteTls>,
+
+    /// HTTP rules, in match order: the first that matches a request wins.
+    #[schemars(
+        length(min = 1, max = 32),
+        extend("x-kubernetes-validations" = [{
+            "rule": "self.all(r, !has(r.name) || self.exists_one(o, has(o.name) && o.name == r.name))",
+            "message": "rule names must be unique"
+        }])
+    )]
+    pub rules: Vec<RouteRule>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteTls {
+    /// A `kubernetes.io/tls` Secret in the route's namespace.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub secret_name: String,
+    /// Redirect plain-HTTP requests for these hosts to HTTPS (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_http: Option<bool>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) > 0",
+        "message": "a rule needs backends, or redirectHttps without backends"
+    },
+    {
+        "rule": "!(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) == 0",
+        "message": "a rule with redirectHttps must not have backends"
+    },
+    {
+        "rule": "size(self.backends) == 0 || self.backends.exists(b, !has(b.weight) || b.weight > 0)",
+        "message": "backend weights must not all be zero"
+    }
+]))]
+pub struct RouteRule {
+    /// Unique within the route; shown in status and metrics. An unnamed rule is called
+    /// `rule-<index>`, so names of that form are reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        extend("x-kubernetes-validations" = [{
+            "rule": "!self.matches('^rule-[0-9]+$')",
+            "message": "names of the form rule-<number> are reserved for unnamed rules"
+        }])
+    )]
+    pub name: Option<String>,
+
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<RuleMatch>,
+
+    /// Where matching requests go, split by weight.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub backends: Vec<Backend>,
+
+    /// Answer with a redirect to HTTPS instead of forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_https: Option<bool>,
+
+    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub timeout: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub idle_timeout: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Retries>,
+
+    /// Replace the matched path prefix before forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub rewrite_prefix: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderEdits>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<HeaderEdits>,
+
+    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<bool>,
+}
+
+impl RouteRule {
+    /// What the rule does to the requests it forwards, as written: resolution carries it
+    /// whole into the resolved rule.
+    pub fn options(&self) -> RuleOptions {
+        RuleOptions {
+            timeout: self.timeout.clone(),
+            idle_timeout: self.idle_timeout.clone(),
+            retries: self.retries.clone(),
+            rewrite_prefix: self.rewrite_prefix.clone(),
+            request_headers: self.request_headers.clone(),
+            response_headers: self.response_headers.clone(),
+            websocket: self.websocket,
+        }
+    }
+}
+
+// A rule's options as the resolved rule keeps them (flattened into it): the fields of
+// `RouteRule` beyond its name, match and destination. A rule option is added to both, and
+// to `RouteRule::options`; nothing between the spec and the lowering copies it. (A plain
+// comment: flattened, a doc comment would become the resolved rule's description.)
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleOptions {
+    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub timeout: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub idle_timeout: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Retries>,
+
+    /// Replace the matched path prefix before forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub rewrite_prefix: Option<String>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderEdits>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<HeaderEdits>,
+
+    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<bool>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.pathPrefix), has(self.pathExact), has(self.pathRegex)].filter(x, x).size() <= 1",
+    "message": "give at most one of pathPrefix, pathExact, pathRegex"
+}]))]
+pub struct RuleMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub path_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub path_exact: Option<String>,
+    /// RE2 syntax.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub path_regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<HeaderMatch>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.exact), has(self.prefix), has(self.regex), has(self.present) && self.present].filter(x, x).size() == 1",
+    "message": "give exactly one of exact, prefix, regex, present"
+}]))]
+pub struct HeaderMatch {
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    )]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096), regex(pattern = r"^[^\r\n\x00]*$"))]
+    pub exact: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096), regex(pattern = r"^[^\r\n\x00]*$"))]
+    pub prefix: Option<String>,
+    /// RE2 syntax.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+    /// Match requests that do NOT match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invert: Option<bool>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.port) != has(self.portName)",
+    "message": "give exactly one of port, portName"
+}]))]
+pub struct Backend {
+    /// A Service in the route's namespace.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub service: String,
+    /// The Service port, by number...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// ...or by name. A Service port's name is a DNS label (up to 63 characters; the
+    /// 15-character limit is for container ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub port_name: Option<String>,
+    /// Relative share of traffic (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub weight: Option<i32>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Retries {
+    #[schemars(range(min = 0, max = 10))]
+    pub attempts: i32,
+    /// Envoy retry conditions, one per item (default: connect-failure, refused-stream).
+    /// Quote the key in YAML: a bare `on` is read as `true` by YAML 1.1 parsers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9-]+$"))
+    )]
+    pub on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub per_try_timeout: Option<String>,
+}
+
+/// Retry conditions when a rule names none.
+pub const DEFAULT_RETRY_ON: [&str; 2] = ["connect-failure", "refused-stream"];
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderEdits {
+    /// Replace or add: header name (an RFC 9110 token, not `host`) → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(
+        schema_with = "header_map",
+        extend("x-kubernetes-validations" = [
+            { "rule": HEADER_NAMES_ARE_TOKENS, "message": HEADER_NAMES_MESSAGE },
+            { "rule": NOT_HOST, "message": NOT_HOST_MESSAGE }
+        ])
+    )]
+    pub set: BTreeMap<String, String>,
+    /// Append, keeping existing values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(
+        schema_with = "header_map",
+        extend("x-kubernetes-validations" = [
+            { "rule": HEADER_NAMES_ARE_TOKENS, "message": HEADER_NAMES_MESSAGE },
+            { "rule": NOT_HOST, "message": NOT_HOST_MESSAGE }
+        ])
+    )]
+    pub add: BTreeMap<String, String>,
+    /// Header names to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+        ),
+        extend("x-kubernetes-validations" = [{ "rule": NOT_HOST, "message": NOT_HOST_MESSAGE }])
+    )]
+    pub remove: Vec<String>,
+}
+
+/// Header name → value, at most 32; values of at most 4096 bytes without CR, LF or NUL.
+fn header_map(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 32,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 4096,
+            "pattern": "^[^\\r\\n\\x00]*$"
+        }
+    })
+}
+
+/// Map keys have no schema of their own: their rule is CEL on the map.
+const HEADER_NAMES_ARE_TOKENS: &str =
+    "self.all(k, k.matches('^[A-Za-z0-9!#$%&\\x27*+.^_`|~-]{1,256}$'))";
+const HEADER_NAMES_MESSAGE: &str = "header names must be RFC 9110 tokens (letters, digits, !#$%&'*+.^_`|~-) of 1 to 256 characters";
+/// Envoy refuses to edit `host` (and pseudo-headers, which are not tokens).
+const NOT_HOST: &str = "self.all(k, k.lowerAscii() != 'host')";
+const NOT_HOST_MESSAGE: &str = "the host header cannot be edited: it chose the route";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn properties<T: JsonSchema>() -> Vec<String> {
+        let schema = schemars::schema_for!(T);
+        let mut keys: Vec<String> = schema
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn every_rule_option_is_a_field_of_the_rule() {
+        let rule = properties::<RouteRule>();
+        for option in properties::<RuleOptions>() {
+            assert!(rule.contains(&option), "RouteRule lacks {option}");
+        }
+    }
+
+    #[test]
+    fn a_rule_hands_over_every_option_as_written() {
+        let options = RuleOptions {
+            timeout: Some("1s".into()),
+            idle_timeout: Some("2m".into()),
+            retries: Some(Retries {
+                attempts: 2,
+                on: vec!["5xx".into()],
+                per_try_timeout: Some("250ms".into()),
+            }),
+            rewrite_prefix: Some("/v2".into()),
+            request_headers: Some(HeaderEdits {
+                remove: vec!["x-a".into()],
+                ..HeaderEdits::default()
+            }),
+            response_headers: Some(HeaderEdits {
+                set: BTreeMap::from([("x-b".into(), "1".into())]),
+                ..HeaderEdits::default()
+            }),
+            websocket: Some(true),
+        };
+        let json = serde_json::to_value(&options).expect("serializes");
+        assert_eq!(
+            json.as_object().map(|o| o.len()),
+            Some(properties::<RuleOptions>().len()),
+            "the test sets every option"
+        );
+        let rule: RouteRule = serde_json::from_value(json).expect("a rule");
+        assert_eq!(rule.options(), options);
+    }
+}

@@ -1,0 +1,171 @@
+//! Standalone files → the routing model, through the core's one resolution and lowering
+//! step: each route's spec is resolved against the files' services, lowered as live, and
+//! its clusters get the endpoints the files list. Pure: every file was read before.
+
+use std::collections::BTreeMap;
+
+use super::file::{File, ServiceSpec};
+use crate::model::{
+    self, Config, Endpoint, EndpointCondition, EndpointProbe, ListenerSettings, TlsSecret,
+};
+use switchyard_core::route::lower;
+use switchyard_core::route::spec::Backend;
+use switchyard_core::route::{ResolveError, ResolvedCluster, ServiceLookup, resolve};
+
+/// PEM contents of a secret, read from its files.
+#[derive(Clone, Debug)]
+pub struct SecretPem {
+    pub namespace: String,
+    pub name: String,
+    pub certificate_chain: String,
+    pub private_key: String,
+}
+
+#[derive(Debug)]
+pub struct Built {
+    pub config: Config,
+    /// Routes left out, with the reason. Every other route is served.
+    pub problems: Vec<String>,
+}
+
+pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
+    let services: Services<'_> = file
+        .services
+        .iter()
+        .map(|s| ((s.namespace.as_str(), s.name.as_str()), s))
+        .collect();
+    let mut problems = Vec::new();
+    let mut clusters: BTreeMap<String, model::Cluster> = BTreeMap::new();
+    let mut config = Config {
+        listeners: listeners(file, probe_token),
+        ..Config::default()
+    };
+    for route in &file.routes {
+        let namespace = route.namespace.as_str();
+        let id = lower::route_id(namespace, &route.name);
+        let lookup = FileServices {
+            namespace,
+            services: &services,
+        };
+        let resolved = match resolve("", &route.spec, &lookup) {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                problems.push(format!("route {id}: {e}"));
+                continue;
+            }
+        };
+        let part = lower::live(&lower::Live {
+            namespace,
+            route: &route.name,
+            version: &resolved.version,
+            virtual_host: &resolved.virtual_host,
+            clusters: &resolved.clusters,
+            created: None,
+            leaving: false,
+        });
+        if !part.problems.is_empty() {
+            problems.extend(
+                part.problems
+                    .iter()
+                    .map(|p| format!("route {id}: {}", p.message)),
+            );
+            continue;
+        }
+        // Without a rollout, a route's endpoint probe asks for every cluster it uses.
+        config.endpoint_probes.push(EndpointProbe {
+            id,
+            clusters: part
+                .clusters
+                .iter()
+                .map(|(name, _, _)| (name.clone(), 1))
+                .collect(),
+        });
+        for (name, namespace, cluster) in part.clusters {
+            let endpoints = endpoints(&services, &namespace, &cluster);
+            clusters
+                .entry(name.clone())
+                .or_insert_with(|| lower::cluster(name, &namespace, &cluster, endpoints));
+        }
+        config.virtual_hosts.extend(part.virtual_host);
+        config.version_probes.extend(part.version_probe);
+    }
+    config.clusters = clusters.into_values().collect();
+    config.secrets = secrets
+        .iter()
+        .map(|s| TlsSecret {
+            name: lower::secret_name(&s.namespace, &s.name),
+            certificate_chain: s.certificate_chain.clone(),
+            private_key: s.private_key.clone(),
+        })
+        .collect();
+    Built { config, problems }
+}
+
+fn listeners(file: &File, probe_token: &str) -> ListenerSettings {
+    let mut listeners = ListenerSettings {
+        probe_token: probe_token.to_string(),
+        ..ListenerSettings::default()
+    };
+    if let Some(l) = &file.listeners {
+        listeners.address = l.address.clone().unwrap_or(listeners.address);
+        listeners.http_port = l.http_port.unwrap_or(listeners.http_port);
+        listeners.https_port = l.https_port.unwrap_or(listeners.https_port);
+        listeners.probe_port = l.probe_port.unwrap_or(listeners.probe_port);
+    }
+    listeners
+}
+
+/// (namespace, name) → service.
+type Services<'a> = BTreeMap<(&'a str, &'a str), &'a ServiceSpec>;
+
+/// The services of one namespace of the files, as the core's lookup. A file service has
+/// no port list: a backend's port number is the port its endpoints listen on.
+struct FileServices<'a> {
+    namespace: &'a str,
+    services: &'a Services<'a>,
+}
+
+impl ServiceLookup for FileServices<'_> {
+    fn cluster(&self, backend: &Backend) -> Result<ResolvedCluster, ResolveError> {
+        let service = self
+            .services
+            .get(&(self.namespace, backend.service.as_str()))
+            .ok_or_else(|| ResolveError::ServiceNotFound {
+                service: backend.service.clone(),
+            })?;
+        match backend.port {
+            Some(port) => Ok(ResolvedCluster {
+                service: backend.service.clone(),
+                port,
+                port_name: String::new(),
+                http2: service.http2,
+            }),
+            None => Err(ResolveError::UnsupportedBackend {
+                service: backend.service.clone(),
+                message: "a service of the files has no named ports: give `port`".into(),
+            }),
+        }
+    }
+}
+
+/// The endpoints the files list for `cluster`: those on its port.
+fn endpoints(services: &Services<'_>, namespace: &str, cluster: &ResolvedCluster) -> Vec<Endpoint> {
+    let Some(service) = services.get(&(namespace, cluster.service.as_str())) else {
+        return Vec::new();
+    };
+    service
+        .endpoints
+        .iter()
+        .filter(|e| i32::from(e.port) == cluster.port)
+        .map(|e| Endpoint {
+            address: e.address.clone(),
+            port: e.port,
+            condition: EndpointCondition {
+                ready: e.ready,
+                serving: e.serving,
+                terminating: e.terminating,
+            },
+            zone: e.zone.clone(),
+        })
+        .collect()
+}

@@ -8,6 +8,7 @@ pub mod certgen;
 pub mod k8s;
 pub mod prober;
 pub mod proxy_status;
+pub mod serving;
 pub mod standalone;
 
 // The Kubernetes-free core: model, translator, xDS server (crate switchyard-core).

@@ -12,14 +12,16 @@ use tracing_subscriber::EnvFilter;
 use switchyard::admin::Admin;
 use switchyard::k8s::address_map::AddressMap;
 use switchyard::k8s::builder::Builder;
-use switchyard::k8s::controller;
+use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
 use switchyard::k8s::index::{Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
+use switchyard::k8s::rollout;
 use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
 use switchyard::prober::Prober;
+use switchyard::serving::Serving;
 use switchyard::standalone;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering, Protocol};
 
@@ -493,6 +495,11 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let metrics = Metrics::register(&mut registry);
     let desired = Arc::new(Desired::new());
     let nodes = Nodes::default();
+    // The Kubernetes side sees the xDS server only as the Envoys it serves.
+    let envoys: Arc<dyn Envoys> = Arc::new(Serving {
+        desired: desired.clone(),
+        nodes: nodes.clone(),
+    });
     let problems = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
     let builder = Builder {
         index: Index::start(&client, &scope),
@@ -505,17 +512,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             probe_port: args.listeners.probe_port,
             probe_token: args.serve.probe_token.clone(),
         },
-        desired: desired.clone(),
         metrics: metrics.clone(),
         problems: problems.clone(),
-        nodes: nodes.clone(),
+        envoys: envoys.clone(),
     };
     tokio::spawn(builder.run());
     // Every replica: the Envoys connected here are drained when their Pods terminate.
     tokio::spawn(fleet_drain::run(
         client.clone(),
         args.envoy_service.clone(),
-        nodes.clone(),
+        envoys.clone(),
     ));
 
     let prober = Prober::new(args.listeners.probe_port, args.serve.probe_token.clone())
@@ -540,11 +546,11 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let two_phase = !args.one_phase;
         let status_qps = args.status_qps;
         let problems = problems.clone();
-        let nodes = nodes.clone();
+        let envoys = envoys.clone();
         move || {
-            controller::run(
+            rollout::run(
                 client.clone(),
-                controller::Settings {
+                rollout::Settings {
                     scope: scope.clone(),
                     envoy_service: envoy_service.clone(),
                     address_map,
@@ -552,7 +558,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     status_qps,
                     two_phase,
                     problems: problems.subscribe(),
-                    nodes: nodes.clone(),
+                    envoys: envoys.clone(),
                 },
             )
         }

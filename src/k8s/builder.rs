@@ -13,6 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::address_map::AddressMap;
 use super::departed::{Departed, DepartedConfigs};
+use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
 use super::tls_secrets::{SECRET_KEPT, TlsSecrets, tls_secret_of};
@@ -21,7 +22,6 @@ use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
 use crate::translate::{Problem, Quarantine, Translator};
-use crate::xds::{Desired, Nodes, RouteVerdict, Snapshot};
 
 /// At most one build per this interval: changes arriving within it are built together.
 const DEBOUNCE: Duration = Duration::from_millis(10);
@@ -33,13 +33,12 @@ pub struct Builder {
     /// How long the endpoints of a deleted Service, and the live configuration of a
     /// deleted route, keep serving (see [`Departed`], [`DepartedConfigs`]).
     pub hold: Duration,
-    pub desired: Arc<Desired>,
     pub metrics: Metrics,
     /// What was left out of the last snapshot, for status and logs.
     pub problems: Arc<watch::Sender<Vec<Problem>>>,
-    /// The Envoys connected here: what they answer to route configurations decides which
-    /// routes on trial are left out (see [`Quarantine`]).
-    pub nodes: Nodes,
+    /// The Envoys connected here: they get the snapshots, and what they answer to route
+    /// configurations decides which routes on trial are left out (see [`Quarantine`]).
+    pub envoys: Arc<dyn Envoys>,
 }
 
 /// The last translation, before the quarantine: a verdict republishes it.
@@ -68,7 +67,7 @@ impl Builder {
             slices: Departed::new(self.hold),
             configs: DepartedConfigs::new(self.hold),
         };
-        let mut verdicts = self.nodes.verdicts();
+        let mut verdicts = self.envoys.verdicts();
         let mut quarantine = Quarantine::default();
         loop {
             changes.borrow_and_update();
@@ -131,7 +130,7 @@ impl Builder {
             .trials_left_out
             .set(quarantine.left_out() as i64);
         self.problems.send_replace(problems);
-        if self.desired.publish_and_open(snapshot) {
+        if self.envoys.publish(snapshot) {
             info!("first full snapshot built: serving xDS");
         }
     }

@@ -13,9 +13,9 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::info;
 
+use super::envoys::Envoys;
 use super::index::Watched;
 use super::to_model::SERVICE_NAME_LABEL;
-use crate::xds::Nodes;
 
 /// The Pods behind terminating endpoints of these slices.
 pub fn terminating_pods<'a>(
@@ -31,9 +31,9 @@ pub fn terminating_pods<'a>(
         .collect()
 }
 
-/// Keeps `nodes`' draining set equal to the fleet's terminating Pods, until the program
+/// Keeps the Envoys' draining set equal to the fleet's terminating Pods, until the program
 /// ends.
-pub async fn run(client: Client, fleet: (String, String), nodes: Nodes) {
+pub async fn run(client: Client, fleet: (String, String), envoys: Arc<dyn Envoys>) {
     let (namespace, name) = fleet;
     let changes = Arc::new(watch::channel(0u64).0);
     let mut changed = changes.subscribe();
@@ -48,7 +48,7 @@ pub async fn run(client: Client, fleet: (String, String), nodes: Nodes) {
         if now != draining {
             info!(envoys = ?now, "draining the Envoys of terminating Pods");
             draining = now.clone();
-            nodes.set_draining(now);
+            envoys.set_draining(now);
         }
         if changed.changed().await.is_err() {
             return;

@@ -1,11 +1,15 @@
-//! Kubernetes mode: watchers feed an index; every replica translates the ProxyConfigs in it
-//! and serves them over xDS; the leader resolves TrafficRoutes into ProxyConfigs and writes
-//! their status.
+//! Kubernetes mode, by concern. Watching: `index` (every replica's stores), `fleet_drain`.
+//! Building, on every replica: `to_model` and `model_cache` (ProxyConfigs, EndpointSlices
+//! and TLS Secrets → model), `departed`, `tls_secrets`, `builder` (→ translator → the
+//! Envoys). Rolling out, on the leader: `resolve` (TrafficRoute + Services → ProxyConfig
+//! specs), `rollout` (decision, reconcile, admission, verification, status report).
+//! Writing status: `status`. Leader election: `leader`. The Envoys are reached only
+//! through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod address_map;
 pub mod builder;
-pub mod controller;
 pub mod departed;
+pub mod envoys;
 pub mod fleet_drain;
 pub mod index;
 pub mod leader;
@@ -13,7 +17,7 @@ pub mod model_cache;
 pub mod rate_limit;
 pub mod rbac;
 pub mod resolve;
-pub mod shift;
+pub mod rollout;
 pub mod status;
 pub mod tls_secrets;
 pub mod to_model;

@@ -13,7 +13,7 @@ pub mod snapshot;
 pub mod wire;
 
 pub use desired::Desired;
-pub use nodes::{NodeReport, Nodes, RouteVerdict};
+pub use nodes::{BlockingNack, NodeReport, Nodes, RouteVerdict};
 pub use server::AdsServer;
 pub use session::{Ordering, Protocol};
 pub use snapshot::{Resource, Snapshot};

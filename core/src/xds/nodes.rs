@@ -33,6 +33,28 @@ pub struct Nodes {
     draining: Arc<watch::Sender<BTreeSet<String>>>,
 }
 
+/// A NACK that holds its node back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockingNack {
+    pub node: String,
+    /// The type's short name, e.g. "Cluster".
+    pub kind: String,
+    pub error: String,
+}
+
+fn converged_version(nodes: &[NodeReport]) -> Option<String> {
+    let mut versions = nodes.iter().map(|n| {
+        n.status
+            .desired_version
+            .clone()
+            .filter(|_| n.status.synced && !n.status.blocked_by_nack)
+    });
+    let first = versions.next()??;
+    versions
+        .all(|v| v.as_deref() == Some(first.as_str()))
+        .then_some(first)
+}
+
 /// What an Envoy answered to a route configuration it was sent.
 #[derive(Clone, Debug)]
 pub enum RouteVerdict {
@@ -81,6 +103,30 @@ impl Nodes {
         self.changes.subscribe()
     }
 
+    /// The snapshot version every node holds and acknowledged, if they all agree on one.
+    pub fn converged_version(&self) -> Option<String> {
+        converged_version(&self.list())
+    }
+
+    /// What blocks nodes: each node held back by a NACK, with the NACKed type (short name)
+    /// and Envoy's message.
+    pub fn blocking_nacks(&self) -> Vec<BlockingNack> {
+        self.list()
+            .into_iter()
+            .filter(|n| n.status.blocked_by_nack)
+            .flat_map(|n| {
+                let node = n.node_id.clone();
+                n.status.types.into_iter().filter_map(move |(kind, t)| {
+                    t.last_nack.map(|nack| BlockingNack {
+                        node: node.clone(),
+                        kind,
+                        error: nack.error,
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// Every verdict from now on. Unbounded: verdicts come one per response, and a
     /// lost refusal would leave its Envoy stuck until the next change.
     pub fn verdicts(&self) -> mpsc::UnboundedReceiver<RouteVerdict> {
@@ -112,5 +158,43 @@ mod unix_seconds {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         s.serialize_f64(secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::Protocol;
+
+    fn node(stream: u64, version: &str, synced: bool) -> NodeReport {
+        NodeReport {
+            stream,
+            node_id: format!("envoy-{stream}"),
+            cluster: "fleet".into(),
+            peer: "127.0.0.1:1".into(),
+            connected_at: std::time::SystemTime::UNIX_EPOCH,
+            status: SessionStatus {
+                protocol: Protocol::Delta,
+                desired_version: Some(version.into()),
+                synced,
+                blocked_by_nack: false,
+                types: Default::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_fleet_converges_only_when_every_node_holds_the_same_snapshot() {
+        assert_eq!(converged_version(&[]), None, "no node, nothing to wake on");
+        let both = [node(1, "v2", true), node(2, "v2", true)];
+        assert_eq!(converged_version(&both).as_deref(), Some("v2"));
+        let moving = [node(1, "v2", true), node(2, "v2", false)];
+        assert_eq!(converged_version(&moving), None, "one still moving");
+        let apart = [node(1, "v2", true), node(2, "v1", true)];
+        assert_eq!(
+            converged_version(&apart),
+            None,
+            "synced to different snapshots"
+        );
     }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{ProxyConfigRole, ProxyConfigSpec};
 
-use super::resolve::{ResolvedRoute, RouteError, proxy_config_spec};
+use crate::k8s::resolve::{ResolvedRoute, RouteError, proxy_config_spec};
 
 /// What the API server holds for one route.
 pub struct Observed<'a> {

@@ -1,0 +1,164 @@
+//! What a route needs beyond its own spec: no host an older route asks for, and nothing
+//! Envoy would refuse.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::Context;
+use crate::api::ProxyConfigRole;
+use crate::api::TrafficRoute;
+use crate::k8s::resolve::{ResolvedRoute, RouteError, resolve_route};
+use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret};
+use crate::translate::translate;
+use switchyard_core::route::lower;
+
+/// The oldest route asking for one of this route's hosts, if it is older than this one:
+/// (host, "namespace/name"). Age is creationTimestamp, then namespace/name, as the Gateway
+/// API orders conflicts: the same answer on every replica, whatever came first. Creation
+/// times count in seconds, so between routes created in the same second the one serving
+/// the host keeps it before names decide: a route created right after another never takes
+/// its host for its name. A route being deleted, or one whose spec does not resolve, asks
+/// for nothing.
+pub(super) fn older_claimant(
+    ctx: &Context,
+    route: &TrafficRoute,
+    resolved: &ResolvedRoute,
+) -> Option<(String, String)> {
+    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+    let name = route.metadata.name.as_deref().unwrap_or_default();
+    let live = ctx.proxy_configs.state();
+    let serves = |ns: &str, route: &str, host: &str| {
+        live.iter().any(|pc| {
+            pc.spec.role == ProxyConfigRole::Live
+                && pc.spec.route == route
+                && pc.namespace().as_deref() == Some(ns)
+                && pc
+                    .spec
+                    .virtual_host
+                    .as_ref()
+                    .is_some_and(|vh| vh.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+        })
+    };
+    let services = ctx.services.state();
+    let mut claimants: Vec<(Seniority<'_>, String, &TrafficRoute)> = Vec::new();
+    let routes = ctx.routes.state();
+    for other in &routes {
+        let other_ns = other.metadata.namespace.as_deref().unwrap_or_default();
+        let other_name = other.metadata.name.as_deref().unwrap_or_default();
+        if (other_ns == namespace && other_name == name)
+            || other.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let Some(host) = resolved.virtual_host.hosts.iter().find(|h| {
+            other
+                .spec
+                .route
+                .hosts
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(h))
+        }) else {
+            continue;
+        };
+        let me = seniority(
+            route.metadata.creation_timestamp.as_ref(),
+            serves(namespace, name, host),
+            namespace,
+            name,
+        );
+        let age = seniority(
+            other.metadata.creation_timestamp.as_ref(),
+            serves(other_ns, other_name, host),
+            other_ns,
+            other_name,
+        );
+        if age < me {
+            claimants.push((age, host.clone(), other.as_ref()));
+        }
+    }
+    claimants.sort_by(|a, b| a.0.cmp(&b.0));
+    claimants.into_iter().find_map(|(_, host, other)| {
+        let other_ns = other.namespace().unwrap_or_default();
+        let in_namespace: Vec<&Service> = services
+            .iter()
+            .filter(|s| s.namespace().as_deref() == Some(other_ns.as_str()))
+            .map(Arc::as_ref)
+            .collect();
+        resolve_route(other, &in_namespace)
+            .is_ok()
+            .then(|| (host, format!("{other_ns}/{}", other.name_any())))
+    })
+}
+
+/// Older first: creation time (unknown counts as newest), then serving the host, then
+/// namespace, then name.
+pub(super) type Seniority<'a> = (bool, Option<&'a Time>, bool, &'a str, &'a str);
+
+pub(super) fn seniority<'a>(
+    created: Option<&'a Time>,
+    serves: bool,
+    namespace: &'a str,
+    name: &'a str,
+) -> Seniority<'a> {
+    (created.is_none(), created, !serves, namespace, name)
+}
+
+/// Checks that need more than the route's own spec: no host taken from another route, and
+/// nothing Envoy would refuse (the translator's verdict on the route alone).
+pub(super) fn admit(
+    ctx: &Context,
+    route: &TrafficRoute,
+    resolved: ResolvedRoute,
+) -> Result<ResolvedRoute, RouteError> {
+    if let Some((host, route)) = older_claimant(ctx, route, &resolved) {
+        return Err(RouteError::HostConflict { host, route });
+    }
+    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+    let name = route.metadata.name.as_deref().unwrap_or_default();
+    // The translator's verdict on the route alone, lowered as it would serve live. TLS
+    // Secrets are checked where they are read; here only the spec is judged.
+    let part = lower::live(&lower::Live {
+        namespace,
+        route: name,
+        version: &resolved.version,
+        virtual_host: &resolved.virtual_host,
+        clusters: &resolved.clusters,
+        created: None,
+        leaving: false,
+    });
+    let mut problems = part.problems.clone();
+    let config = ModelConfig {
+        listeners: ListenerSettings {
+            probe_token: "admission".into(),
+            ..ListenerSettings::default()
+        },
+        virtual_hosts: part.virtual_host.into_iter().collect(),
+        clusters: part
+            .clusters
+            .into_iter()
+            .map(|(name, namespace, cluster)| lower::cluster(name, &namespace, &cluster, vec![]))
+            .collect(),
+        secrets: part
+            .secret
+            .iter()
+            .map(|(namespace, secret)| TlsSecret {
+                name: lower::secret_name(namespace, secret),
+                certificate_chain: "-".into(),
+                private_key: "-".into(),
+            })
+            .collect(),
+        version_probes: part.version_probe.into_iter().collect(),
+        endpoint_probes: Vec::new(),
+    };
+    problems.extend(translate(&config).problems);
+    let id = format!("{namespace}/{name}");
+    match problems.into_iter().find(|p| p.virtual_host == id) {
+        Some(problem) => Err(RouteError::Rejected {
+            message: problem.message,
+        }),
+        None => Ok(resolved),
+    }
+}

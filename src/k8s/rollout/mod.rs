@@ -1,0 +1,239 @@
+//! Rolling routes out, on the leader only. For each TrafficRoute the reconciler performs
+//! the steps [`shift::next_step`] decides: writes ProxyConfigs, has every Envoy probed, and
+//! hands the resulting status to the status writer.
+//!
+//! - [`shift`]: the pure decision, from what the API server holds;
+//! - `reconcile`: one pass, the effects of each step;
+//! - `admission`: what a route needs beyond its own spec (its hosts, Envoy's verdict);
+//! - `verify`: asking the fleet, with the backoff between attempts;
+//! - `report`: the status and its conditions;
+//! - `triggers`: what else wakes a route (the fleet converging, Secrets, orphans).
+
+mod admission;
+mod reconcile;
+mod report;
+pub mod shift;
+mod triggers;
+mod verify;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::address_map::AddressMap;
+use super::envoys::Envoys;
+use super::index::{Scope, WatchBackoff, Watched};
+use super::status::StatusWriter;
+use super::to_model::SERVICE_NAME_LABEL;
+use crate::api::{ProxyConfig, TrafficRoute};
+use crate::prober::Prober;
+use crate::translate::Problem;
+use reconcile::reconcile;
+use triggers::{
+    collect_orphans, shares_a_host, track_convergence, wake_on_secret_troubles, wake_waiting,
+};
+
+pub const FIELD_MANAGER: &str = "switchyard";
+
+pub(super) const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+
+pub(super) const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// The Ready reason (and Event reason) while an Envoy rejects the route's configuration.
+pub(super) const ENVOY_REJECTED: &str = "EnvoyRejected";
+
+/// The route configuration's type, as NACKs name it: its NACKs are blamed on routes on
+/// trial by the builder, not on every route.
+pub(super) const ROUTE_CONFIGURATION: &str = "RouteConfiguration";
+
+/// How long one reconcile keeps re-probing before it hands the wait to the controller's
+/// requeue (and publishes why it waits): long enough for Envoys to take a configuration
+/// push, short enough that a stuck rollout reports promptly.
+pub(super) const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
+
+/// How the leader rolls routes out.
+pub struct Settings {
+    pub scope: Scope,
+    /// The Service whose ready endpoints are the Envoy fleet: (namespace, name).
+    pub envoy_service: (String, String),
+    pub address_map: Option<AddressMap>,
+    pub prober: Prober,
+    /// Status writes per second at most.
+    pub status_qps: f64,
+    /// Off only for tests that prove the two phases matter.
+    pub two_phase: bool,
+    /// What this replica's snapshot builder left out, to explain stuck rollouts.
+    pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
+    /// Envoys connected to this replica: when they converge, and their NACKs.
+    pub envoys: Arc<dyn Envoys>,
+}
+
+pub(super) struct Context {
+    pub(super) client: Client,
+    /// Every ProxyConfig, to keep a route from taking a host another route serves.
+    pub(super) proxy_configs: Watched<ProxyConfig>,
+    pub(super) settings: Settings,
+    pub(super) status: StatusWriter,
+    pub(super) services: Watched<Service>,
+    pub(super) fleet: Watched<EndpointSlice>,
+    pub(super) recorder: Recorder,
+    /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
+    /// are the routes waiting on the fleet.
+    pub(super) attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+    /// The controller's own view of TrafficRoutes, to notice a newer generation.
+    pub(super) routes: Store<TrafficRoute>,
+    /// The snapshot version every Envoy connected here has acknowledged, see
+    /// [`track_convergence`].
+    pub(super) converged: watch::Receiver<Option<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing ProxyConfig {name}: {source}")]
+    Write { name: String, source: kube::Error },
+    #[error("reading ProxyConfigs of {route}: {source}")]
+    Read { route: String, source: kube::Error },
+}
+
+/// Runs until the returned future is dropped (when leadership is lost).
+pub async fn run(client: Client, settings: Settings) {
+    let changes = Arc::new(tokio::sync::watch::channel(0).0);
+    let services = Watched::start(
+        settings.scope.apis(&client),
+        watcher::Config::default(),
+        &changes,
+    );
+    let proxy_configs = Watched::start(
+        settings.scope.apis(&client),
+        watcher::Config::default(),
+        &changes,
+    );
+    let (fleet_ns, fleet_name) = settings.envoy_service.clone();
+    let fleet = Watched::start(
+        vec![Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns)],
+        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
+        &changes,
+    );
+    // Deciding on empty stores would resolve against no Services and verify against no
+    // Envoys: wait for every initial list first.
+    if !(services.ready().await && proxy_configs.ready().await && fleet.ready().await) {
+        warn!("a watcher stopped before its initial list; not reconciling");
+        return;
+    }
+    let routes: Api<TrafficRoute> = match &settings.scope {
+        Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
+        // One controller for several namespaces watches them all; the list is short.
+        _ => Api::all(client.clone()),
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "switchyard".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let controller = Controller::new(routes, watcher::Config::default());
+    let route_store = controller.store();
+    let (converged_tx, converged) = watch::channel(None);
+    let tracker = track_convergence(settings.envoys.clone(), converged_tx);
+    let context = Arc::new(Context {
+        proxy_configs,
+        status: StatusWriter::start(client.clone(), settings.status_qps),
+        client: client.clone(),
+        settings,
+        services,
+        fleet,
+        recorder,
+        attempts: Arc::default(),
+        routes: route_store.clone(),
+        converged,
+    });
+    let orphans = context.clone();
+    let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
+    let secrets = wake_on_secret_troubles(context.settings.problems.clone());
+    let reconciling = controller
+        // A watch that failed (the API server restarted, say) retries within a second, so
+        // rollouts go on as soon as the API is back.
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_on(waiting)
+        // A TLS Secret deleted, broken or back changes what its routes' status says, and
+        // nothing else would reconcile them.
+        .reconcile_on(secrets)
+        // A ProxyConfig event reconciles its route, and every route asking for one of its
+        // hosts: when a route goes, or comes, which of them gets a host may change.
+        .watches(
+            Api::<ProxyConfig>::all(client.clone()),
+            watcher::Config::default(),
+            {
+                let route_store = route_store.clone();
+                move |pc| {
+                    let namespace = pc.namespace().unwrap_or_default();
+                    let owner = ObjectRef::new(&pc.spec.route).within(&namespace);
+                    let hosts = pc
+                        .spec
+                        .virtual_host
+                        .as_ref()
+                        .map(|vh| vh.hosts.clone())
+                        .unwrap_or_default();
+                    let sharing = route_store
+                        .state()
+                        .into_iter()
+                        .filter(|r| shares_a_host(r, &hosts))
+                        .map(|r| ObjectRef::from_obj(r.as_ref()));
+                    std::iter::once(owner).chain(sharing).collect::<Vec<_>>()
+                }
+            },
+        )
+        // A Service change may resolve (or break) every route of its namespace.
+        .watches(
+            Api::<Service>::all(client),
+            watcher::Config::default(),
+            move |service| {
+                let namespace = service.namespace();
+                route_store
+                    .state()
+                    .into_iter()
+                    .filter(move |r| r.namespace() == namespace)
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "reconcile failed");
+            }
+        });
+    // The tracker only ends if the xDS server is gone; reconciling goes on without it
+    // (the backoff timer alone then paces verification).
+    let tracker = async {
+        tracker.await;
+        std::future::pending::<()>().await;
+    };
+    // Nor does collecting orphans end reconciling, should it stop.
+    let orphans = async {
+        collect_orphans(orphans).await;
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = reconciling => {}
+        () = tracker => {}
+        () = orphans => {}
+    }
+}
+
+fn error_policy(_route: Arc<TrafficRoute>, error: &Error, _context: Arc<Context>) -> Action {
+    warn!(%error, "will retry");
+    Action::requeue(Duration::from_secs(2))
+}

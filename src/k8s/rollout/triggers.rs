@@ -1,0 +1,152 @@
+//! What wakes a route besides its own changes: the fleet converging on a snapshot, a TLS
+//! Secret going bad or coming back, a ProxyConfig left without its route.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::DeleteParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::Context;
+use crate::api::{ProxyConfig, TrafficRoute};
+use crate::k8s::envoys::Envoys;
+use crate::translate::Problem;
+
+/// Whether the route asks for one of `hosts`.
+pub(super) fn shares_a_host(route: &TrafficRoute, hosts: &[String]) -> bool {
+    route
+        .spec
+        .route
+        .hosts
+        .iter()
+        .any(|h| hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
+}
+
+/// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
+/// does (and where it does not run, as on a node-less test rig): the snapshot builders
+/// keep a deleted live one for a while as leaving, so another route can take its hosts
+/// over without a gap. Runs until dropped.
+pub(super) async fn collect_orphans(ctx: Arc<Context>) {
+    // An empty route store would make every ProxyConfig look orphaned.
+    if ctx.routes.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        for pc in ctx.proxy_configs.state() {
+            let namespace = pc.namespace().unwrap_or_default();
+            let route = ObjectRef::<TrafficRoute>::new(&pc.spec.route).within(&namespace);
+            if ctx.routes.get(&route).is_some() || pc.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+            let params = DeleteParams {
+                preconditions: pc.uid().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&pc.name_any(), &params).await {
+                Ok(_) => {
+                    info!(%namespace, proxy_config = %pc.name_any(), "route gone: ProxyConfig deleted")
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(error) => {
+                    warn!(%namespace, proxy_config = %pc.name_any(), %error, "cannot delete an orphaned ProxyConfig")
+                }
+            }
+        }
+    }
+}
+
+/// The routes waiting on the fleet, each time the Envoys connected here converge on a new
+/// snapshot: new endpoints, a new probe or live config may be what they wait for, and
+/// their requeue timer may be seconds away.
+pub(super) fn wake_waiting(
+    converged: watch::Receiver<Option<String>>,
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    futures::stream::unfold(converged, move |mut converged| {
+        let attempts = attempts.clone();
+        async move {
+            converged.changed().await.ok()?;
+            let waiting: Vec<ObjectRef<TrafficRoute>> = attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .collect();
+            Some((futures::stream::iter(waiting), converged))
+        }
+    })
+    .flatten()
+}
+
+/// The routes whose TLS Secret troubles (as this replica's snapshot builder sees them)
+/// appeared, changed or went, each time the builder's problems change.
+pub(super) fn wake_on_secret_troubles(
+    problems: watch::Receiver<Vec<Problem>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    use std::collections::BTreeSet;
+    let troubles = |problems: &[Problem]| -> BTreeSet<(String, String)> {
+        problems
+            .iter()
+            .filter(|p| {
+                p.message
+                    .starts_with(crate::k8s::tls_secrets::SECRET_PROBLEM)
+            })
+            .map(|p| (p.virtual_host.clone(), p.message.clone()))
+            .collect()
+    };
+    let before = troubles(&problems.borrow());
+    futures::stream::unfold(
+        (problems, before),
+        move |(mut problems, before)| async move {
+            problems.changed().await.ok()?;
+            let now = troubles(&problems.borrow_and_update());
+            let routes: BTreeSet<String> = before
+                .symmetric_difference(&now)
+                .map(|(route, _)| route.clone())
+                .collect();
+            let refs: Vec<ObjectRef<TrafficRoute>> = routes
+                .iter()
+                .filter_map(|id| id.split_once('/'))
+                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .collect();
+            Some((futures::stream::iter(refs), (problems, now)))
+        },
+    )
+    .flatten()
+}
+
+/// Publishes the snapshot version once every Envoy connected to this replica holds it,
+/// acknowledged: the moment a probe of those Envoys can change its answer. Envoys
+/// connected to other replicas are not seen here; for them the backoff timer stands in.
+pub(super) async fn track_convergence(
+    envoys: Arc<dyn Envoys>,
+    converged: watch::Sender<Option<String>>,
+) {
+    let mut changes = envoys.changes();
+    loop {
+        if let Some(version) = envoys.converged_version() {
+            converged.send_if_modified(|current| {
+                if current.as_deref() == Some(version.as_str()) {
+                    return false;
+                }
+                debug!(%version, "every Envoy connected here holds the snapshot");
+                *current = Some(version);
+                true
+            });
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}

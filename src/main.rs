@@ -547,6 +547,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let status_qps = args.status_qps;
         let problems = problems.clone();
         let envoys = envoys.clone();
+        let metrics = metrics.clone();
         move || {
             rollout::run(
                 client.clone(),
@@ -559,6 +560,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     two_phase,
                     problems: problems.subscribe(),
                     envoys: envoys.clone(),
+                    metrics: metrics.clone(),
                 },
             )
         }

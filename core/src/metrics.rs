@@ -20,6 +20,12 @@ impl TypeLabel {
     }
 }
 
+/// Why a reconcile failed, by kind (e.g. "read", "write", "conflict").
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub error: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub connected_nodes: Gauge,
@@ -31,6 +37,7 @@ pub struct Metrics {
     pub snapshot_resources: Family<TypeLabel, Gauge>,
     pub config_errors: Counter,
     pub trials_left_out: Gauge,
+    pub reconcile_failures: Family<ErrorLabel, Counter>,
 }
 
 impl Metrics {
@@ -47,6 +54,7 @@ impl Metrics {
             snapshot_resources: Family::default(),
             config_errors: Counter::default(),
             trials_left_out: Gauge::default(),
+            reconcile_failures: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
         r.register(
@@ -89,6 +97,11 @@ impl Metrics {
             "trials_left_out",
             "Routes on trial left out of the route configuration because an Envoy rejected it",
             metrics.trials_left_out.clone(),
+        );
+        r.register(
+            "reconcile_failures",
+            "Rollout passes that failed and are retried, by the kind of error",
+            metrics.reconcile_failures.clone(),
         );
         metrics
     }

@@ -37,6 +37,7 @@ use super::index::{Scope, WatchBackoff, Watched};
 use super::status::StatusWriter;
 use super::to_model::SERVICE_NAME_LABEL;
 use crate::api::{ProxyConfig, TrafficRoute};
+use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::translate::Problem;
 use reconcile::reconcile;
@@ -77,6 +78,7 @@ pub struct Settings {
     pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
     /// Envoys connected to this replica: when they converge, and their NACKs.
     pub envoys: Arc<dyn Envoys>,
+    pub metrics: Metrics,
 }
 
 pub(super) struct Context {
@@ -233,7 +235,77 @@ pub async fn run(client: Client, settings: Settings) {
     }
 }
 
-fn error_policy(_route: Arc<TrafficRoute>, error: &Error, _context: Arc<Context>) -> Action {
-    warn!(%error, "will retry");
-    Action::requeue(Duration::from_secs(2))
+impl Error {
+    fn source(&self) -> &kube::Error {
+        match self {
+            Self::Write { source, .. } | Self::Read { source, .. } => source,
+        }
+    }
+
+    /// What went wrong, as the failure metric counts it, and how soon to try again.
+    fn policy(&self) -> (&'static str, Duration) {
+        let status = match self.source() {
+            kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        };
+        match status {
+            // Another writer got there first: the next pass reads what it wrote.
+            Some(409) => ("conflict", Duration::from_millis(100)),
+            // The API server (or our own client-side limit) asks to slow down.
+            Some(429) => ("throttled", Duration::from_secs(5)),
+            // Missing permissions are fixed by a person: retry, but not in a hurry.
+            Some(401 | 403) => ("forbidden", Duration::from_secs(30)),
+            Some(code) if code >= 500 => ("unavailable", Duration::from_secs(1)),
+            Some(_) => ("refused", Duration::from_secs(2)),
+            // The API server is unreachable: rollouts go on as soon as it is back.
+            None => ("unavailable", Duration::from_secs(1)),
+        }
+    }
+}
+
+fn error_policy(route: Arc<TrafficRoute>, error: &Error, ctx: Arc<Context>) -> Action {
+    let (kind, after) = error.policy();
+    ctx.settings
+        .metrics
+        .reconcile_failures
+        .get_or_create(&ErrorLabel { error: kind })
+        .inc();
+    warn!(route = %route.name_any(), %error, kind, ?after, "will retry");
+    Action::requeue(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> Error {
+        Error::Write {
+            name: "web-live".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("refused", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_error_has_its_own_retry() {
+        let kinds: Vec<_> = [409, 429, 403, 503, 422]
+            .into_iter()
+            .map(|code| api_error(code).policy().0)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "conflict",
+                "throttled",
+                "forbidden",
+                "unavailable",
+                "refused"
+            ]
+        );
+        assert!(api_error(409).policy().1 < api_error(503).policy().1);
+        assert!(api_error(503).policy().1 < api_error(403).policy().1);
+    }
 }

@@ -12,197 +12,254 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
-use super::report::Report;
+use super::report::{ConditionType, Report};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::verify::{Verification, verify};
 use super::{Context, DEFAULT_DRAIN, ENVOY_REJECTED, Error, FIELD_MANAGER, PROMOTED_AT};
 use crate::api::ProxyConfigSpec;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::duration;
-use crate::k8s::resolve::{RouteError, resolve_route};
+use crate::k8s::resolve::{ResolvedRoute, RouteError, resolve_route};
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::model::trial_id;
 use crate::prober::FleetResult;
 use crate::translate::REFUSED_BY_ENVOY;
 
+/// Steps one pass takes at most before it hands over to the next (a pass normally ends
+/// sooner: Ready, waiting on the fleet, or refused).
+const MAX_STEPS: usize = 8;
+
 pub(super) async fn reconcile(
     route: Arc<TrafficRoute>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let namespace = route.namespace().unwrap_or_default();
-    let name = route.name_any();
-    let generation = route.metadata.generation.unwrap_or(0);
-    debug!(route = %format!("{namespace}/{name}"), generation, "reconcile");
-    let services = ctx.services.state();
-    let in_namespace: Vec<&Service> = services
-        .iter()
-        .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
-        .map(Arc::as_ref)
-        .collect();
-    let resolved = resolve_route(&route, &in_namespace).and_then(|r| admit(&ctx, &route, r));
-
-    let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    let read = |e| Error::Read {
-        route: format!("{namespace}/{name}"),
-        source: e,
-    };
-    let (live_pc, probe_pc) = (live_name(&name), probe_name(&name));
-    let (live, probe) = tokio::join!(api.get_opt(&live_pc), api.get_opt(&probe_pc));
-    let (mut live, mut probe) = (live.map_err(read)?, probe.map_err(read)?);
-    let drain = route
-        .spec
-        .rollout
-        .as_ref()
-        .and_then(|r| r.drain_period.as_deref())
-        .and_then(|d| duration::parse(d).ok())
-        .unwrap_or(DEFAULT_DRAIN);
-    let mut verified = Verified::default();
-    let mut report = Report::new(&route, generation);
-
-    for _ in 0..8 {
-        let since_promoted = live.as_ref().and_then(promoted_ago);
-        let step = next_step(
-            &Observed {
-                route: &name,
-                generation,
-                resolved: &resolved,
-                live: live.as_ref().map(|p| &p.spec),
-                probe: probe.as_ref().map(|p| &p.spec),
-                since_promoted,
-                drain_period: drain,
-                two_phase: ctx.settings.two_phase,
-                created: route.metadata.creation_timestamp.as_ref(),
-            },
-            &verified,
-        );
-        match step {
-            Step::Reject(error) => {
-                report.rejected(&error, live.as_ref());
-                publish(
-                    &ctx,
-                    &route,
-                    &report,
-                    Some((error.reason(), error.to_string())),
-                )
-                .await;
-                return Ok(Action::requeue(Duration::from_secs(300)));
-            }
-            Step::Stage(spec) => {
-                let written = apply(&ctx, &route, &probe_pc, spec, None).await;
-                match written {
-                    Ok(pc) => probe = Some(pc),
-                    Err(error) => {
-                        return refuse(&ctx, &route, &mut report, live.as_ref(), error).await;
-                    }
-                }
-                debug!(route = %name, generation, "probe config written");
-                report.phase("Staging", "staging new clusters on every Envoy");
-            }
-            Step::VerifyEndpoints { probe_version } => {
-                let id = endpoint_probe_id(&namespace, &name, &probe_version);
-                let trial = trial_id(&format!("{namespace}/{name}"));
-                let prober = &ctx.settings.prober;
-                let check = |envoys: Vec<String>| {
-                    let (id, trial, version) = (&id, &trial, &probe_version);
-                    async move { prober.check_staged(&envoys, id, trial, version).await }
-                };
-                let (result, after) = match verify(&ctx, &route, check).await {
-                    Verification::Passed(_) => {
-                        verified.endpoints = Some(probe_version);
-                        continue;
-                    }
-                    Verification::Waiting(result, after) => (result, after),
-                    Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
-                };
-                let waiting = (
-                    "VerifyingEndpoints",
-                    "new clusters not ready, or routes on trial not accepted, on every Envoy",
-                );
-                return Ok(
-                    requeue_waiting(&ctx, &route, &mut report, waiting, &result, after).await,
-                );
-            }
-            Step::Promote(spec) => {
-                let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
-                // The promotion time starts the drain period; a metadata-only promotion keeps it.
-                let promoted_at = match (first, live.as_ref()) {
-                    (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
-                    _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
-                };
-                let written = apply(&ctx, &route, &live_pc, spec, promoted_at).await;
-                match written {
-                    Ok(pc) => live = Some(pc),
-                    Err(error) => {
-                        return refuse(&ctx, &route, &mut report, live.as_ref(), error).await;
-                    }
-                }
-                debug!(route = %name, generation, "live config written");
-                report.phase("VerifyingLive", "new routes sent to every Envoy");
-                if first {
-                    info!(route = %format!("{namespace}/{name}"), generation, "promoted");
-                }
-            }
-            Step::VerifyLive { version } => {
-                let id = format!("{namespace}/{name}");
-                let prober = &ctx.settings.prober;
-                let check = |envoys: Vec<String>| {
-                    let (id, version) = (&id, &version);
-                    async move { prober.check_version(&envoys, id, version).await }
-                };
-                let (result, after) = match verify(&ctx, &route, check).await {
-                    Verification::Passed(result) => {
-                        report.ready(live.as_ref(), &result);
-                        verified.live = Some(version);
-                        continue;
-                    }
-                    Verification::Waiting(result, after) => (result, after),
-                    Verification::Superseded => return Ok(Action::requeue(Duration::ZERO)),
-                };
-                let waiting = ("VerifyingLive", "new routes not served by every Envoy yet");
-                return Ok(
-                    requeue_waiting(&ctx, &route, &mut report, waiting, &result, after).await,
-                );
-            }
-            Step::Collect { after } => {
-                if !after.is_zero() {
-                    report.draining();
-                    report.secrets(&ctx.secret_troubles(&route));
-                    publish(
-                        &ctx,
-                        &route,
-                        &report,
-                        Some(("Ready", "served by every Envoy".into())),
-                    )
-                    .await;
-                    return Ok(Action::requeue(after));
-                }
-                let deleted = api.delete(&probe_pc, &DeleteParams::default()).await;
-                if let Err(e) = deleted
-                    && !matches!(&e, kube::Error::Api(s) if s.code == 404)
-                {
-                    return Err(Error::Write {
-                        name: probe_pc.clone(),
-                        source: e,
-                    });
-                }
-                probe = None;
-            }
-            Step::Done => {
-                report.done();
-                report.secrets(&ctx.secret_troubles(&route));
-                publish(
-                    &ctx,
-                    &route,
-                    &report,
-                    Some(("Ready", "served by every Envoy".into())),
-                )
-                .await;
-                return Ok(Action::requeue(Duration::from_secs(300)));
-            }
+    let mut pass = Pass::read(&ctx, &route).await?;
+    for _ in 0..MAX_STEPS {
+        let step = next_step(&pass.observed(), &pass.verified);
+        let next = match step {
+            Step::Reject(error) => pass.reject(error).await,
+            Step::Stage(spec) => pass.stage(spec).await?,
+            Step::VerifyEndpoints { probe_version } => pass.verify_endpoints(probe_version).await,
+            Step::Promote(spec) => pass.promote(spec).await?,
+            Step::VerifyLive { version } => pass.verify_live(version).await,
+            Step::Collect { after } => pass.collect(after).await?,
+            Step::Done => pass.done().await,
+        };
+        if let Next::End(action) = next {
+            return Ok(action);
         }
     }
-    publish(&ctx, &route, &report, None).await;
+    publish(&ctx, &route, &pass.report, None).await;
     Ok(Action::requeue(Duration::from_millis(20)))
+}
+
+/// After a step: take the next one, or end the pass with this action.
+enum Next {
+    Step,
+    End(Action),
+}
+
+/// One pass over one route: what it read, what it proved, and the status it builds.
+struct Pass<'a> {
+    ctx: &'a Context,
+    route: &'a TrafficRoute,
+    namespace: String,
+    name: String,
+    generation: i64,
+    resolved: Result<ResolvedRoute, RouteError>,
+    live: Option<ProxyConfig>,
+    probe: Option<ProxyConfig>,
+    drain: Duration,
+    verified: Verified,
+    report: Report,
+}
+
+impl<'a> Pass<'a> {
+    /// Resolves and admits the route, and reads its two ProxyConfigs.
+    async fn read(ctx: &'a Context, route: &'a TrafficRoute) -> Result<Self, Error> {
+        let namespace = route.namespace().unwrap_or_default();
+        let name = route.name_any();
+        let generation = route.metadata.generation.unwrap_or(0);
+        debug!(route = %format!("{namespace}/{name}"), generation, "reconcile");
+        let services = ctx.services.state();
+        let in_namespace: Vec<&Service> = services
+            .iter()
+            .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
+            .map(Arc::as_ref)
+            .collect();
+        let resolved = resolve_route(route, &in_namespace).and_then(|r| admit(ctx, route, r));
+        let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+        let read = |source| Error::Read {
+            route: format!("{namespace}/{name}"),
+            source,
+        };
+        let (live_pc, probe_pc) = (live_name(&name), probe_name(&name));
+        let (live, probe) = tokio::join!(api.get_opt(&live_pc), api.get_opt(&probe_pc));
+        let drain = route
+            .spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.drain_period.as_deref())
+            .and_then(|d| duration::parse(d).ok())
+            .unwrap_or(DEFAULT_DRAIN);
+        Ok(Self {
+            ctx,
+            route,
+            live: live.map_err(read)?,
+            probe: probe.map_err(read)?,
+            namespace,
+            name,
+            generation,
+            resolved,
+            drain,
+            verified: Verified::default(),
+            report: Report::new(route, generation),
+        })
+    }
+
+    fn observed(&self) -> Observed<'_> {
+        Observed {
+            route: &self.name,
+            generation: self.generation,
+            resolved: &self.resolved,
+            live: self.live.as_ref().map(|p| &p.spec),
+            probe: self.probe.as_ref().map(|p| &p.spec),
+            since_promoted: self.live.as_ref().and_then(promoted_ago),
+            drain_period: self.drain,
+            two_phase: self.ctx.settings.two_phase,
+            created: self.route.metadata.creation_timestamp.as_ref(),
+        }
+    }
+
+    async fn reject(&mut self, error: RouteError) -> Next {
+        self.report.rejected(&error, self.live.as_ref());
+        let event = Some((error.reason(), error.to_string()));
+        publish(self.ctx, self.route, &self.report, event).await;
+        Next::End(Action::requeue(Duration::from_secs(300)))
+    }
+
+    async fn stage(&mut self, spec: ProxyConfigSpec) -> Result<Next, Error> {
+        let probe_name = probe_name(&self.name);
+        match apply(self.ctx, self.route, &probe_name, spec, None).await {
+            Ok(pc) => self.probe = Some(pc),
+            Err(error) => return self.refused(error).await,
+        }
+        debug!(route = %self.name, generation = self.generation, "probe config written");
+        self.report
+            .phase("Staging", "staging new clusters on every Envoy");
+        Ok(Next::Step)
+    }
+
+    async fn verify_endpoints(&mut self, probe_version: String) -> Next {
+        let (namespace, name) = (&self.namespace, &self.name);
+        let id = endpoint_probe_id(namespace, name, &probe_version);
+        let trial = trial_id(&format!("{namespace}/{name}"));
+        let prober = &self.ctx.settings.prober;
+        let check = |envoys: Vec<String>| {
+            let (id, trial, version) = (&id, &trial, &probe_version);
+            async move { prober.check_staged(&envoys, id, trial, version).await }
+        };
+        let (result, after) = match verify(self.ctx, self.route, check).await {
+            Verification::Passed(_) => {
+                self.verified.endpoints = Some(probe_version);
+                return Next::Step;
+            }
+            Verification::Waiting(result, after) => (result, after),
+            Verification::Superseded => return Next::End(Action::requeue(Duration::ZERO)),
+        };
+        let waiting = (
+            "VerifyingEndpoints",
+            "new clusters not ready, or routes on trial not accepted, on every Envoy",
+        );
+        let (ctx, route) = (self.ctx, self.route);
+        Next::End(requeue_waiting(ctx, route, &mut self.report, waiting, &result, after).await)
+    }
+
+    async fn promote(&mut self, spec: ProxyConfigSpec) -> Result<Next, Error> {
+        let live = self.live.as_ref();
+        let first = live.is_none_or(|l| l.spec.version != spec.version);
+        // The promotion time starts the drain period; a metadata-only promotion keeps it.
+        let promoted_at = match (first, live) {
+            (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
+            _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+        };
+        let live_name = live_name(&self.name);
+        match apply(self.ctx, self.route, &live_name, spec, promoted_at).await {
+            Ok(pc) => self.live = Some(pc),
+            Err(error) => return self.refused(error).await,
+        }
+        debug!(route = %self.name, generation = self.generation, "live config written");
+        self.report
+            .phase("VerifyingLive", "new routes sent to every Envoy");
+        if first {
+            let route = format!("{}/{}", self.namespace, self.name);
+            info!(%route, generation = self.generation, "promoted");
+        }
+        Ok(Next::Step)
+    }
+
+    async fn verify_live(&mut self, version: String) -> Next {
+        let id = format!("{}/{}", self.namespace, self.name);
+        let prober = &self.ctx.settings.prober;
+        let check = |envoys: Vec<String>| {
+            let (id, version) = (&id, &version);
+            async move { prober.check_version(&envoys, id, version).await }
+        };
+        let (result, after) = match verify(self.ctx, self.route, check).await {
+            Verification::Passed(result) => {
+                self.report.ready(self.live.as_ref(), &result);
+                self.verified.live = Some(version);
+                return Next::Step;
+            }
+            Verification::Waiting(result, after) => (result, after),
+            Verification::Superseded => return Next::End(Action::requeue(Duration::ZERO)),
+        };
+        let waiting = ("VerifyingLive", "new routes not served by every Envoy yet");
+        let (ctx, route) = (self.ctx, self.route);
+        Next::End(requeue_waiting(ctx, route, &mut self.report, waiting, &result, after).await)
+    }
+
+    /// Removes the probe config once the drain period is over (I4); until then, Ready.
+    async fn collect(&mut self, after: Duration) -> Result<Next, Error> {
+        if !after.is_zero() {
+            self.report.draining();
+            return Ok(self.ready(after).await);
+        }
+        let api: Api<ProxyConfig> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let probe_name = probe_name(&self.name);
+        let deleted = api.delete(&probe_name, &DeleteParams::default()).await;
+        if let Err(e) = deleted
+            && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+        {
+            return Err(Error::Write {
+                name: probe_name,
+                source: e,
+            });
+        }
+        self.probe = None;
+        Ok(Next::Step)
+    }
+
+    async fn done(&mut self) -> Next {
+        self.report.done();
+        self.ready(Duration::from_secs(300)).await
+    }
+
+    /// Publishes Ready (with what the route's TLS Secret says) and ends the pass.
+    async fn ready(&mut self, after: Duration) -> Next {
+        self.report.secrets(&self.ctx.secret_troubles(self.route));
+        let event = Some(("Ready", "served by every Envoy".into()));
+        publish(self.ctx, self.route, &self.report, event).await;
+        Next::End(Action::requeue(after))
+    }
+
+    /// A write that failed: refused for good (the route says so), or an error to retry.
+    async fn refused(&mut self, error: Error) -> Result<Next, Error> {
+        let (ctx, route, live) = (self.ctx, self.route, self.live.as_ref());
+        refuse(ctx, route, &mut self.report, live, error)
+            .await
+            .map(Next::End)
+    }
 }
 
 pub(super) fn live_name(route: &str) -> String {
@@ -297,8 +354,8 @@ pub(super) async fn requeue_waiting(
     let troubles = ctx.troubles(&key);
     report.explain(&troubles);
     // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
-    let event =
-        (report.ready.1 == ENVOY_REJECTED).then(|| (ENVOY_REJECTED, report.ready.2.clone()));
+    let event = (report.ready.reason == ENVOY_REJECTED)
+        .then(|| (ENVOY_REJECTED, report.ready.message.clone()));
     publish(ctx, route, report, event).await;
     // Routes on trial that Envoy refused wait for their own change, which reconciles them:
     // the fleet converging brings them nothing, and hundreds of them probing on every
@@ -323,9 +380,11 @@ pub(super) async fn publish(
 ) {
     let status = report.build();
     let was_ready = report.previous.iter().any(|c| {
-        c.type_ == "Ready" && c.status == "True" && c.observed_generation == Some(report.generation)
+        c.type_ == ConditionType::Ready.as_str()
+            && c.status == "True"
+            && c.observed_generation == Some(report.generation)
     });
-    let is_ready = report.ready.0;
+    let is_ready = report.ready.ok;
     ctx.status.set(
         &route.namespace().unwrap_or_default(),
         &route.name_any(),
@@ -335,18 +394,18 @@ pub(super) async fn publish(
         return;
     };
     let reason_changed = !report.previous.iter().any(|c| {
-        c.type_ == "Ready"
-            && c.reason == report.ready.1
+        c.type_ == ConditionType::Ready.as_str()
+            && c.reason == report.ready.reason
             && c.observed_generation == Some(report.generation)
     });
     if is_ready && was_ready && !reason_changed {
         return;
     }
-    if report.ready.1 == ENVOY_REJECTED && !reason_changed {
+    if report.ready.reason == ENVOY_REJECTED && !reason_changed {
         return;
     }
     let rejected_before = report.previous.iter().any(|c| {
-        c.type_ == "Accepted"
+        c.type_ == ConditionType::Accepted.as_str()
             && c.status == "False"
             && c.observed_generation == Some(report.generation)
     });
@@ -354,9 +413,12 @@ pub(super) async fn publish(
         return;
     }
     // A TLS Secret that went missing or bad is told under its own reason (Warning).
-    let secret = matches!(report.ready.1.as_str(), "SecretNotFound" | "InvalidSecret");
+    let secret = matches!(
+        report.ready.reason.as_str(),
+        "SecretNotFound" | "InvalidSecret"
+    );
     let (reason, note) = if secret {
-        (report.ready.1.as_str(), report.ready.2.clone())
+        (report.ready.reason.as_str(), report.ready.message.clone())
     } else {
         (reason, note)
     };

@@ -56,14 +56,53 @@ impl Context {
     }
 }
 
+/// The conditions of a TrafficRoute's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ConditionType {
+    /// The spec resolved and was admitted.
+    Accepted,
+    /// Every Envoy serves the current generation.
+    Ready,
+    /// A rollout is under way.
+    Progressing,
+}
+
+impl ConditionType {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "Accepted",
+            Self::Ready => "Ready",
+            Self::Progressing => "Progressing",
+        }
+    }
+}
+
+/// One condition as a pass builds it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Condition {
+    pub(super) ok: bool,
+    pub(super) reason: String,
+    pub(super) message: String,
+}
+
+impl Condition {
+    fn new(ok: bool, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            ok,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// The status being built during one reconcile.
 pub(super) struct Report {
     pub(super) previous: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
     pub(super) generation: i64,
     pub(super) status: TrafficRouteStatus,
-    pub(super) accepted: (bool, String, String),
-    pub(super) ready: (bool, String, String),
-    pub(super) progressing: (bool, String, String),
+    pub(super) accepted: Condition,
+    pub(super) ready: Condition,
+    pub(super) progressing: Condition,
 }
 
 impl Report {
@@ -82,16 +121,16 @@ impl Report {
             previous,
             generation,
             status,
-            accepted: (true, "Accepted".into(), "spec resolved".into()),
-            ready: (false, "Progressing".into(), "rolling out".into()),
-            progressing: (true, "Progressing".into(), "rolling out".into()),
+            accepted: Condition::new(true, "Accepted", "spec resolved"),
+            ready: Condition::new(false, "Progressing", "rolling out"),
+            progressing: Condition::new(true, "Progressing", "rolling out"),
         }
     }
 
     pub(super) fn phase(&mut self, phase: &str, message: &str) {
         self.status.phase = Some(phase.into());
-        self.ready = (false, phase.into(), message.into());
-        self.progressing = (true, phase.into(), message.into());
+        self.ready = Condition::new(false, phase, message);
+        self.progressing = Condition::new(true, phase, message);
     }
 
     pub(super) fn waiting(&mut self, phase: &str, message: &str, result: &FleetResult) {
@@ -118,13 +157,13 @@ impl Report {
         }
         // Envoy's own words come first: they say what to fix.
         let detail = if troubles.iter().any(|t| t.starts_with("Envoy ")) {
-            self.ready.1 = ENVOY_REJECTED.into();
-            format!("{}; {}", troubles.join("; "), self.ready.2)
+            self.ready.reason = ENVOY_REJECTED.into();
+            format!("{}; {}", troubles.join("; "), self.ready.message)
         } else {
-            format!("{}; {}", self.ready.2, troubles.join("; "))
+            format!("{}; {}", self.ready.message, troubles.join("; "))
         };
-        self.ready.2 = detail.clone();
-        self.progressing.2 = detail;
+        self.ready.message = detail.clone();
+        self.progressing.message = detail;
     }
 
     pub(super) fn rejected(&mut self, error: &RouteError, live: Option<&ProxyConfig>) {
@@ -137,9 +176,9 @@ impl Report {
             ));
         }
         self.status.phase = Some("Rejected".into());
-        self.accepted = (false, reason.into(), message.clone());
-        self.ready = (false, reason.into(), message.clone());
-        self.progressing = (false, reason.into(), message);
+        self.accepted = Condition::new(false, reason, message.clone());
+        self.ready = Condition::new(false, reason, message.clone());
+        self.progressing = Condition::new(false, reason, message);
     }
 
     pub(super) fn ready(&mut self, live: Option<&ProxyConfig>, result: &FleetResult) {
@@ -150,8 +189,8 @@ impl Report {
             result.ready.len(),
             result.total()
         );
-        self.ready = (true, "Ready".into(), message);
-        self.progressing = (true, "Draining".into(), "old clusters drain".into());
+        self.ready = Condition::new(true, "Ready", message);
+        self.progressing = Condition::new(true, "Draining", "old clusters drain");
         self.status.phase = Some("Draining".into());
     }
 
@@ -172,40 +211,37 @@ impl Report {
             "InvalidSecret"
         };
         let messages: Vec<&str> = troubles.iter().map(|t| t.message.as_str()).collect();
-        let served = self.ready.0 && troubles.iter().all(|t| t.kept);
-        self.ready = (
-            served,
-            reason.into(),
-            format!("{}; {}", self.ready.2, messages.join("; ")),
-        );
+        let served = self.ready.ok && troubles.iter().all(|t| t.kept);
+        let message = format!("{}; {}", self.ready.message, messages.join("; "));
+        self.ready = Condition::new(served, reason, message);
     }
 
     pub(super) fn done(&mut self) {
         self.status.phase = Some("Ready".into());
-        if !self.ready.0 {
-            self.ready = (true, "Ready".into(), "served by every Envoy".into());
+        if !self.ready.ok {
+            self.ready = Condition::new(true, "Ready", "served by every Envoy");
         }
-        self.progressing = (false, "Ready".into(), "rollout complete".into());
+        self.progressing = Condition::new(false, "Ready", "rollout complete");
     }
 
     pub(super) fn build(&self) -> TrafficRouteStatus {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut status = self.status.clone();
-        let make = |type_: &str, (ok, reason, message): &(bool, String, String)| {
+        let make = |type_: ConditionType, c: &Condition| {
             condition(
                 &self.previous,
-                type_,
-                *ok,
-                reason,
-                message,
+                type_.as_str(),
+                c.ok,
+                &c.reason,
+                &c.message,
                 self.generation,
                 &now,
             )
         };
         status.conditions = vec![
-            make("Accepted", &self.accepted),
-            make("Ready", &self.ready),
-            make("Progressing", &self.progressing),
+            make(ConditionType::Accepted, &self.accepted),
+            make(ConditionType::Ready, &self.ready),
+            make(ConditionType::Progressing, &self.progressing),
         ];
         status
     }
@@ -216,5 +252,49 @@ pub(super) fn progress(result: &FleetResult, lagging: Vec<String>) -> EnvoyProgr
         ready: i32::try_from(result.ready.len()).unwrap_or(i32::MAX),
         total: i32::try_from(result.total()).unwrap_or(i32::MAX),
         lagging,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_envoy_nack_becomes_the_reason_a_rollout_waits() {
+        let route = TrafficRoute::new("web", Default::default());
+        let mut report = Report::new(&route, 2);
+        let result = FleetResult {
+            ready: vec!["10.0.0.1".into()],
+            lagging: vec![("10.0.0.2".into(), "serves version \"old\"".into())],
+        };
+        report.waiting(
+            "VerifyingLive",
+            "new routes not served by every Envoy yet",
+            &result,
+        );
+        report.explain(&["Envoy envoy-b rejected RouteConfiguration: bad route".to_string()]);
+        let status = report.build();
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "EnvoyRejected")
+        );
+        assert!(
+            ready.message.contains("Envoys ready 1/2"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready
+                .message
+                .contains("envoy-b rejected RouteConfiguration: bad route"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(status.envoys.map(|e| (e.ready, e.total)), Some((1, 2)));
     }
 }

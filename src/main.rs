@@ -501,8 +501,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         nodes: nodes.clone(),
     });
     let problems = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
+    let index = Index::start(&client, &scope);
+    let proxy_configs = index.proxy_configs.clone();
     let builder = Builder {
-        index: Index::start(&client, &scope),
+        index,
         address_map: args.endpoint_address_map,
         hold: args.hold,
         listeners: ListenerSettings {
@@ -548,6 +550,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let problems = problems.clone();
         let envoys = envoys.clone();
         let metrics = metrics.clone();
+        let proxy_configs = proxy_configs.clone();
         move || {
             rollout::run(
                 client.clone(),
@@ -561,6 +564,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     problems: problems.subscribe(),
                     envoys: envoys.clone(),
                     metrics: metrics.clone(),
+                    proxy_configs: proxy_configs.clone(),
                 },
             )
         }

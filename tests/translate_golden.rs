@@ -4,10 +4,11 @@
 //! `UPDATE_GOLDEN=1 cargo test --test translate_golden` and review the diff.
 
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use switchyard::model::Config;
 use switchyard::translate::{check_consistency, render, translate};
+use switchyard_e2e::golden;
 
 const CASES: &[&str] = &[
     "basic_http",
@@ -19,7 +20,7 @@ const CASES: &[&str] = &[
 ];
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/xds")
+    golden::stage_dir("xds")
 }
 
 fn render_case(config: &Config) -> String {
@@ -41,49 +42,6 @@ fn render_case(config: &Config) -> String {
     out
 }
 
-/// A short diff: the first differing region with a few lines of context.
-fn diff(expected: &str, actual: &str) -> String {
-    let e: Vec<&str> = expected.lines().collect();
-    let a: Vec<&str> = actual.lines().collect();
-    let prefix = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
-    let suffix = e[prefix..]
-        .iter()
-        .rev()
-        .zip(a[prefix..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let mut out = String::new();
-    let start = prefix.saturating_sub(3);
-    let _ = writeln!(
-        out,
-        "@@ expected line {}, actual line {} @@",
-        prefix + 1,
-        prefix + 1
-    );
-    for line in &e[start..prefix] {
-        let _ = writeln!(out, "  {line}");
-    }
-    const MAX: usize = 40;
-    let removed = &e[prefix..e.len() - suffix];
-    let added = &a[prefix..a.len() - suffix];
-    for line in removed.iter().take(MAX) {
-        let _ = writeln!(out, "- {line}");
-    }
-    if removed.len() > MAX {
-        let _ = writeln!(out, "- ... {} more", removed.len() - MAX);
-    }
-    for line in added.iter().take(MAX) {
-        let _ = writeln!(out, "+ {line}");
-    }
-    if added.len() > MAX {
-        let _ = writeln!(out, "+ ... {} more", added.len() - MAX);
-    }
-    for line in e[e.len() - suffix..].iter().take(3) {
-        let _ = writeln!(out, "  {line}");
-    }
-    out
-}
-
 fn run_case(case: &str) {
     let dir = golden_dir().join(case);
     let yaml = std::fs::read_to_string(dir.join("config.yaml"))
@@ -98,19 +56,7 @@ fn run_case(case: &str) {
         "{case}: rendering is not deterministic"
     );
 
-    let expected_path = dir.join("expected.txt");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&expected_path, &actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-    if expected != actual {
-        panic!(
-            "{case}: translation differs from {}\n(rerun with UPDATE_GOLDEN=1 to accept)\n{}",
-            expected_path.display(),
-            diff(&expected, &actual)
-        );
-    }
+    golden::check(&dir.join("expected.txt"), &actual);
 }
 
 macro_rules! golden {

@@ -198,22 +198,7 @@ fn leaving_copy(mut pc: ProxyConfig) -> ProxyConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::to_model::SERVICE_NAME_LABEL;
-    use kube::api::ObjectMeta;
-
-    fn slice(name: &str, service: &str) -> EndpointSlice {
-        EndpointSlice {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("shop".into()),
-                labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
-                ..Default::default()
-            },
-            address_type: "IPv4".into(),
-            endpoints: None,
-            ports: None,
-        }
-    }
+    use crate::k8s::fixtures::slice;
 
     fn key(name: &str) -> ObjectKey {
         ("shop".into(), name.into())

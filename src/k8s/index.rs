@@ -55,7 +55,23 @@ where
     stores: Vec<Store<K>>,
     /// Which objects changed since [`Watched::take_touched`] was last called (when tracked).
     touched: Option<Arc<Mutex<Touches<K>>>>,
-    _reflectors: Vec<TaskGuard>,
+    /// Shared by every clone: the reflectors stop when the last one is dropped.
+    _reflectors: Arc<Vec<TaskGuard>>,
+}
+
+/// Another handle on the same stores: one watch, several readers (the snapshot builder and
+/// the leader read the same ProxyConfigs).
+impl<K: Resource + 'static> Clone for Watched<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn clone(&self) -> Self {
+        Self {
+            stores: self.stores.clone(),
+            touched: self.touched.clone(),
+            _reflectors: self._reflectors.clone(),
+        }
+    }
 }
 
 /// The objects of one kind that watch events named since they were last taken.
@@ -148,7 +164,7 @@ where
         Self {
             stores,
             touched,
-            _reflectors: reflectors,
+            _reflectors: Arc::new(reflectors),
         }
     }
 
@@ -323,19 +339,9 @@ impl Objects for Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::api::ObjectMeta;
 
     fn slice(name: &str) -> EndpointSlice {
-        EndpointSlice {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("shop".into()),
-                ..Default::default()
-            },
-            address_type: "IPv4".into(),
-            endpoints: None,
-            ports: None,
-        }
+        crate::k8s::fixtures::slice(name, "web")
     }
 
     #[test]

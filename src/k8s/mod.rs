@@ -10,6 +10,8 @@ pub mod address_map;
 pub mod builder;
 pub mod departed;
 pub mod envoys;
+#[cfg(test)]
+mod fixtures;
 pub mod fleet_drain;
 pub mod index;
 pub mod leader;

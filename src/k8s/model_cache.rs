@@ -595,21 +595,11 @@ impl Last {
 mod tests {
     use super::*;
     use crate::api::proxy_config::{
-        ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+        ResolvedBackend, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
     };
     use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};
+    use crate::k8s::fixtures::{self, cluster};
     use crate::translate::Translator;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
-    use kube::api::ObjectMeta;
-
-    fn cluster(service: &str) -> ResolvedCluster {
-        ResolvedCluster {
-            service: service.into(),
-            port: 80,
-            port_name: "http".into(),
-            http2: false,
-        }
-    }
 
     fn live(route: &str, services: &[&str], version: &str) -> ProxyConfig {
         let mut pc = ProxyConfig::new(
@@ -654,36 +644,11 @@ mod tests {
     }
 
     fn slice(name: &str, service: &str, addresses: &[&str], version: &str) -> EndpointSlice {
-        EndpointSlice {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("shop".into()),
-                resource_version: Some(version.into()),
-                labels: Some(
-                    [(
-                        to_model::SERVICE_NAME_LABEL.to_string(),
-                        service.to_string(),
-                    )]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            address_type: "IPv4".into(),
-            endpoints: Some(
-                addresses
-                    .iter()
-                    .map(|a| Endpoint {
-                        addresses: vec![a.to_string()],
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ports: Some(vec![EndpointPort {
-                name: Some("http".into()),
-                port: Some(8080),
-                ..Default::default()
-            }]),
-        }
+        let mut slice = fixtures::slice(name, service);
+        slice.metadata.resource_version = Some(version.into());
+        slice.endpoints = Some(addresses.iter().map(|a| fixtures::endpoint(a)).collect());
+        slice.ports = Some(vec![fixtures::port("http", 8080)]);
+        slice
     }
 
     fn listeners() -> ListenerSettings {

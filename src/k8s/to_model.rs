@@ -225,17 +225,8 @@ mod tests {
     use crate::api::proxy_config::ResolvedRule;
     use crate::api::proxy_config::{ResolvedBackend, ResolvedTls, ResolvedVirtualHost};
     use crate::api::traffic_route::RuleOptions;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
-    use kube::api::ObjectMeta;
-
-    fn cluster(service: &str) -> ResolvedCluster {
-        ResolvedCluster {
-            service: service.into(),
-            port: 80,
-            port_name: "http".into(),
-            http2: false,
-        }
-    }
+    use crate::k8s::fixtures::{self, cluster};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
 
     fn live(route: &str, service: &str) -> ProxyConfig {
         let mut pc = ProxyConfig::new(
@@ -275,35 +266,23 @@ mod tests {
         port_name: &str,
         addresses: &[(&str, Option<bool>, Option<bool>)],
     ) -> EndpointSlice {
-        EndpointSlice {
-            metadata: ObjectMeta {
-                name: Some(format!("{service}-abc")),
-                namespace: Some("shop".into()),
-                labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
-                ..Default::default()
-            },
-            address_type: "IPv4".into(),
-            endpoints: Some(
-                addresses
-                    .iter()
-                    .map(|(a, ready, terminating)| Endpoint {
-                        addresses: vec![a.to_string()],
-                        conditions: Some(EndpointConditions {
-                            ready: *ready,
-                            serving: None,
-                            terminating: *terminating,
-                        }),
-                        zone: Some("z1".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ports: Some(vec![EndpointPort {
-                name: Some(port_name.into()),
-                port: Some(8080),
-                ..Default::default()
-            }]),
-        }
+        let mut slice = fixtures::slice(&format!("{service}-abc"), service);
+        slice.endpoints = Some(
+            addresses
+                .iter()
+                .map(|(a, ready, terminating)| Endpoint {
+                    conditions: Some(EndpointConditions {
+                        ready: *ready,
+                        serving: None,
+                        terminating: *terminating,
+                    }),
+                    zone: Some("z1".into()),
+                    ..fixtures::endpoint(a)
+                })
+                .collect(),
+        );
+        slice.ports = Some(vec![fixtures::port(port_name, 8080)]);
+        slice
     }
 
     fn inputs<'a>(

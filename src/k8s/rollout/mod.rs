@@ -79,6 +79,8 @@ pub struct Settings {
     /// Envoys connected to this replica: when they converge, and their NACKs.
     pub envoys: Arc<dyn Envoys>,
     pub metrics: Metrics,
+    /// Every ProxyConfig: the snapshot builder's store, shared (one watch for both).
+    pub proxy_configs: Watched<ProxyConfig>,
 }
 
 pub(super) struct Context {
@@ -116,11 +118,7 @@ pub async fn run(client: Client, settings: Settings) {
         watcher::Config::default(),
         &changes,
     );
-    let proxy_configs = Watched::start(
-        settings.scope.apis(&client),
-        watcher::Config::default(),
-        &changes,
-    );
+    let proxy_configs = settings.proxy_configs.clone();
     let (fleet_ns, fleet_name) = settings.envoy_service.clone();
     let fleet = Watched::start(
         vec![Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns)],

@@ -129,16 +129,8 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
 mod tests {
     use super::*;
     use crate::api::proxy_config::{ResolvedCluster, ResolvedVirtualHost};
+    use crate::k8s::fixtures::cluster;
     use crate::k8s::resolve::ResolveError;
-
-    fn cluster(service: &str) -> ResolvedCluster {
-        ResolvedCluster {
-            service: service.into(),
-            port: 80,
-            port_name: "http".into(),
-            http2: false,
-        }
-    }
 
     fn resolved(services: &[&str], header: &str) -> Result<ResolvedRoute, RouteError> {
         let virtual_host = ResolvedVirtualHost {

@@ -1,0 +1,52 @@
+//! Builders shared by the Kubernetes side's unit tests: the objects they all need, in the
+//! namespace they all use.
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use kube::api::ObjectMeta;
+
+use super::to_model::SERVICE_NAME_LABEL;
+use crate::api::proxy_config::ResolvedCluster;
+
+pub const NS: &str = "shop";
+
+/// Port 80 of `service`, named "http", HTTP/1.
+pub fn cluster(service: &str) -> ResolvedCluster {
+    ResolvedCluster {
+        service: service.into(),
+        port: 80,
+        port_name: "http".into(),
+        http2: false,
+    }
+}
+
+/// An EndpointSlice `name` of `service` in [`NS`], with no endpoints or ports yet.
+pub fn slice(name: &str, service: &str) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: None,
+        ports: None,
+    }
+}
+
+/// An endpoint at `address`, its conditions unset (ready, as Kubernetes reads them).
+pub fn endpoint(address: &str) -> Endpoint {
+    Endpoint {
+        addresses: vec![address.to_string()],
+        ..Default::default()
+    }
+}
+
+/// A slice port `name` on `port`.
+pub fn port(name: &str, port: i32) -> EndpointPort {
+    EndpointPort {
+        name: Some(name.into()),
+        port: Some(port),
+        ..Default::default()
+    }
+}

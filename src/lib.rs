@@ -6,6 +6,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod certgen;
 pub mod k8s;
+pub mod offline;
 pub mod prober;
 pub mod proxy_status;
 pub mod serving;

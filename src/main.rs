@@ -61,6 +61,17 @@ enum Command {
     /// Print an Envoy bootstrap that points Envoy at Switchyard's ADS server (YAML, or
     /// JSON with --json): `envoy -c` it.
     Bootstrap(BootstrapArgs),
+    /// Print what would be served for some files, with no cluster and no Envoy: a
+    /// standalone configuration (directory or file), or Kubernetes manifests (TrafficRoutes,
+    /// Services, EndpointSlices, TLS Secrets). Problems go to stderr; exit status 1 if any.
+    Translate {
+        /// The directory or file.
+        #[arg(short = 'f', long = "file", value_name = "PATH")]
+        path: PathBuf,
+        /// What to print: the Envoy resources, or the routing model.
+        #[arg(long, value_enum, default_value = "xds")]
+        stage: switchyard::offline::Stage,
+    },
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {
         /// Directory to write into.
@@ -346,6 +357,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Standalone(args) => run_standalone(args).await,
         Command::Operator(args) => run_operator(*args).await,
         Command::Crdgen { out } => crdgen(&out),
+        Command::Translate { path, stage } => translate_offline(&path, stage),
         Command::Certgen(args) => certgen(args),
         Command::Bootstrap(args) => {
             print!("{}", bootstrap(&args)?);
@@ -432,6 +444,26 @@ fn certgen(args: CertgenArgs) -> anyhow::Result<()> {
             println!("wrote {}", path.display());
         }
         println!("server names: {}", names.join(", "));
+    }
+    Ok(())
+}
+
+/// `switchyard translate`: the rendering on stdout, the problems on stderr.
+fn translate_offline(
+    path: &std::path::Path,
+    stage: switchyard::offline::Stage,
+) -> anyhow::Result<()> {
+    let output = switchyard::offline::run(path, stage)?;
+    print!("{}", output.text);
+    for problem in &output.problems {
+        eprintln!("problem: {problem}");
+    }
+    if !output.problems.is_empty() {
+        eprintln!(
+            "{} problem(s): what they name is not served",
+            output.problems.len()
+        );
+        std::process::exit(1);
     }
     Ok(())
 }

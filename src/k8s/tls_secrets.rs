@@ -138,7 +138,7 @@ pub fn tls_secret_of(pc: &ProxyConfig) -> Option<(String, String)> {
 /// well formed): enough to keep what Envoy would reject at once out of the snapshot. A key
 /// that does not match its certificate is still Envoy's to reject (it keeps its last good
 /// one).
-fn tls_data(secret: &Secret) -> Result<TlsData, String> {
+pub fn tls_data(secret: &Secret) -> Result<TlsData, String> {
     let data = secret.data.as_ref();
     let bytes = |key: &str| {
         data.and_then(|d| d.get(key))

@@ -65,12 +65,27 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, LoadError> {
     if paths.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
+    load_paths(dir, &paths)
+}
+
+/// One file of the format; the paths it names are relative to its directory.
+pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    load_paths(dir, &[path.to_path_buf()])
+}
+
+/// `paths`, merged; `dir` is where secrets' files are found.
+fn load_paths(dir: &Path, paths: &[PathBuf]) -> Result<Loaded, LoadError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LoadError::Io { path, source }
+    };
     let schema = schemars::schema_for!(File);
     let mut merged = File::default();
     let mut contents = Vec::new();
     let mut seen_routes = BTreeSet::new();
     let mut seen_services = BTreeSet::new();
-    for path in &paths {
+    for path in paths {
         let text = std::fs::read_to_string(path).map_err(io(path))?;
         let part: File = if text.trim().is_empty() {
             File::default()

@@ -49,6 +49,20 @@ enum Command {
         /// Admin address of a replica (repeat for each), e.g. 127.0.0.1:9000.
         #[arg(long = "admin", default_value = "127.0.0.1:9000")]
         admins: Vec<String>,
+        /// Find the replicas through the Kubernetes API instead (kubeconfig, or in
+        /// cluster): the operator's Pods, each asked through the API server's Pod proxy,
+        /// as `kubectl` reaches them.
+        #[arg(long, conflicts_with = "admins")]
+        kubernetes: bool,
+        /// With --kubernetes: the operator's namespace.
+        #[arg(long, default_value = "switchyard-system")]
+        namespace: String,
+        /// With --kubernetes: the operator's Pods.
+        #[arg(
+            long,
+            default_value = "app.kubernetes.io/part-of=switchyard,app.kubernetes.io/component=operator"
+        )]
+        selector: String,
     },
     /// Print the ClusterRole the operator needs (YAML).
     Rbac {
@@ -363,7 +377,18 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", bootstrap(&args)?);
             Ok(())
         }
-        Command::Status { admins } => proxy_status(&admins).await,
+        Command::Status {
+            admins,
+            kubernetes,
+            namespace,
+            selector,
+        } => {
+            if kubernetes {
+                proxy_status_through_api(&namespace, &selector).await
+            } else {
+                proxy_status(&admins).await
+            }
+        }
         Command::Rbac { name } => {
             let role = switchyard::k8s::rbac::cluster_role(&name);
             print!("{}", serde_saphyr::to_string(&role)?);
@@ -394,6 +419,20 @@ async fn proxy_status(admins: &[String]) -> anyhow::Result<()> {
         let view: switchyard::proxy_status::NodesView =
             serde_json::from_str(&text).with_context(|| format!("reading {url}"))?;
         views.push((admin.clone(), view));
+    }
+    print!("{}", switchyard::proxy_status::render(&views));
+    Ok(())
+}
+
+/// `switchyard status --kubernetes`: every operator Pod's `/debug/nodes`, through the API
+/// server's Pod proxy (the caller needs `get` on `pods` and `pods/proxy`).
+async fn proxy_status_through_api(namespace: &str, selector: &str) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    let views = switchyard::proxy_status::from_kubernetes(&client, namespace, selector).await?;
+    if views.is_empty() {
+        anyhow::bail!("no running Pod in {namespace} matches {selector}");
     }
     print!("{}", switchyard::proxy_status::render(&views));
     Ok(())

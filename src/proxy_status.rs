@@ -1,7 +1,61 @@
 //! `switchyard status`: every Envoy connected to the given replicas, what it has ACKed
-//! against what it should have, and any NACK — read from each replica's `/debug/nodes`.
+//! against what it should have, and any NACK — read from each replica's `/debug/nodes`,
+//! by address or through the API server's Pod proxy.
 
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
 use serde::Deserialize;
+
+/// The admin port of the chart's operator container, when its Pod names none.
+const DEFAULT_ADMIN_PORT: i32 = 9000;
+
+/// Each running Pod of `selector` in `namespace`, by name, with its view, asked through
+/// the API server's Pod proxy on the container port named `admin`.
+pub async fn from_kubernetes(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+) -> anyhow::Result<Vec<(String, NodesView)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .with_context(|| format!("listing Pods {selector} in {namespace}"))?;
+    let mut views = Vec::new();
+    for pod in list.items {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if !running || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let name = pod.name_any();
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/pods/{name}:{}/proxy/debug/nodes",
+            admin_port(&pod)
+        );
+        let request = http::Request::get(&path)
+            .body(Vec::new())
+            .context("building the proxy request")?;
+        let text = client
+            .request_text(request)
+            .await
+            .with_context(|| format!("asking Pod {name} through the API server"))?;
+        let view: NodesView =
+            serde_json::from_str(&text).with_context(|| format!("reading Pod {name}'s answer"))?;
+        views.push((name, view));
+    }
+    Ok(views)
+}
+
+fn admin_port(pod: &Pod) -> i32 {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .find(|p| p.name.as_deref() == Some("admin"))
+        .map_or(DEFAULT_ADMIN_PORT, |p| p.container_port)
+}
 
 #[derive(Debug, Deserialize)]
 pub struct NodesView {

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use switchyard_e2e::Load;
 use switchyard_e2e::node::workloads::{backend_yaml, route_yaml};
 use switchyard_e2e::node::{Node, OPERATOR_SELECTOR, RELEASE, SWITCHYARD_NAMESPACE, netns};
+use switchyard_e2e::{Load, switchyard_binary};
 
 const APPS: &str = "apps";
 const HOST: &str = "web.example.com";
@@ -91,6 +91,37 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         "answers from elsewhere than blue's Pods: {:?}",
         report.by_backend
     );
+
+    // `switchyard status --kubernetes` finds both replicas through the API server (their
+    // Pods, asked through its Pod proxy) and shows both Envoys in sync.
+    let status = tokio::process::Command::new(switchyard_binary())
+        .args([
+            "status",
+            "--kubernetes",
+            "--namespace",
+            SWITCHYARD_NAMESPACE,
+        ])
+        .env("KUBECONFIG", &node.api().kubeconfig)
+        .output();
+    let status = tokio::time::timeout(Duration::from_secs(30), status)
+        .await
+        .expect("switchyard status answers within 30 s")
+        .expect("switchyard status runs");
+    let text = String::from_utf8_lossy(&status.stdout);
+    eprintln!("{text}");
+    assert!(
+        status.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    for (envoy, _) in &envoys {
+        let row = text.lines().find(|l| l.starts_with(envoy.as_str()));
+        assert!(
+            row.is_some_and(|r| r.contains("SYNCED")
+                && operators.iter().any(|(pod, _)| r.contains(pod.as_str()))),
+            "{envoy} is not shown in sync on an operator Pod:\n{text}"
+        );
+    }
 
     let (own, pods) = node.memory_mib();
     eprintln!(

@@ -22,7 +22,9 @@ paths are symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
 
   --only LIST   provision only these tools (comma-separated, may be repeated):
                 envoy, kubectl, node-packages, etcd, helm, coredns,
-                kube-apiserver (all five Kubernetes binaries), or all
+                argocd-health (Argo CD's Lua health code, from
+                e2e/argocd-health), kube-apiserver (all five Kubernetes
+                binaries), or all
   --force       rebuild/reinstall the selected tools even if cached
 
 Environment:
@@ -54,7 +56,9 @@ ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 PYTHON="${PYTHON:-python3}"
 NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
-ALL_TOOLS=(envoy kubectl node-packages etcd helm coredns kube-apiserver) # quick ones first
+ALL_TOOLS=(envoy kubectl node-packages etcd helm coredns argocd-health kube-apiserver) # quick ones first
+# Sources in the repository that a tool is built from (argocd-health).
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 
 log() { printf '[provision] %s\n' "$*"; }
 die() { # die LINE... : first line is the error, the rest explain what to do
@@ -676,6 +680,33 @@ provision_coredns() {
 	STATUS=built
 }
 
+# Argo CD's own Lua health code, to run docs/argocd/health.lua exactly as Argo CD does:
+# e2e/argocd-health is a small main over github.com/argoproj/argo-cd/v2/util/lua, its
+# dependencies pinned by its go.sum. Cached by the hash of its sources.
+provision_argocd_health() {
+	local src="$REPO/e2e/argocd-health" v dest tmp
+	v="$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)"
+	TOOL_VERSION="$(awk '$1 == "github.com/argoproj/argo-cd/v2" { print $2; exit }' "$src/go.mod")-$v"
+	dest="$CACHE/argocd-health-$v"
+	if ((!FORCE)) && [[ -x "$dest/bin/argocd-health" ]]; then
+		link_bin argocd-health "argocd-health-$v/bin/argocd-health"
+		STATUS=cached
+		return 0
+	fi
+	need_go "argocd-health"
+	check_go_version "$(go_directive "$src/go.mod")" "argocd-health"
+	new_tmp argocd-health
+	tmp="$NEW_TMP"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
+	cp "$src/go.mod" "$src/go.sum" "$src/main.go" "$tmp/src/"
+	log "argocd-health: building Argo CD's Lua health code (log: $LOGS/argocd-health-$v.log)"
+	go_build "$tmp/src" . "$tmp/out/bin/argocd-health" "$LOGS/argocd-health-$v.log" ""
+	[[ -x "$tmp/out/bin/argocd-health" ]] || die "the freshly built argocd-health is missing"
+	commit_dir "$tmp/out" "$dest"
+	link_bin argocd-health "argocd-health-$v/bin/argocd-health"
+	STATUS=built
+}
+
 write_env() {
 	local tmpf="$BIN/.env.sh.tmp" t var
 	{
@@ -713,6 +744,7 @@ for tool in "${SELECTED[@]}"; do
 	kube-apiserver) provision_kube_apiserver ;;
 	node-packages) provision_node_packages ;;
 	coredns) provision_coredns ;;
+	argocd-health) provision_argocd_health ;;
 	esac
 	took=$((SECONDS - start))
 	status="${STATUS:-?}"

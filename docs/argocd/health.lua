@@ -35,7 +35,8 @@ local function text(value)
   if value == nil then
     return "none"
   end
-  return string.format("%d", value)
+  -- Argo CD opens no string library: tostring, not string.format.
+  return tostring(value)
 end
 
 local function condition_message(condition)

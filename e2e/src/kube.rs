@@ -67,15 +67,15 @@ pub fn cache_bin_dir() -> PathBuf {
         .join("bin")
 }
 
-/// A provisioned tool (`etcd`, `kube-apiserver`, `kubectl`, `helm`), or a panic that says
-/// how to provision it.
+/// A provisioned tool (`etcd`, `kube-apiserver`, `kubectl`, `helm`, `argocd-health`...),
+/// or a panic that says how to provision it.
 pub fn tool(name: &str) -> PathBuf {
     let path = cache_bin_dir().join(name);
     assert!(
         path.exists(),
-        "no {name} at {}: run `e2e/provision.sh --only etcd,kube-apiserver,kubectl` \
-         (builds etcd and kube-apiserver from their Go modules; about 10 min the first time), \
-         or set SWITCHYARD_E2E_KUBECONFIG to use an existing cluster",
+        "no {name} at {}: run `e2e/provision.sh --only {name}` (or all of it: the first \
+         run builds the Go tools from their modules, about 20 min), or, for the API server \
+         tests, set SWITCHYARD_E2E_KUBECONFIG to use an existing cluster",
         path.display()
     );
     path

@@ -92,16 +92,25 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         report.by_backend
     );
 
-    // `switchyard status --kubernetes` finds both replicas through the API server (their
-    // Pods, asked through its Pod proxy) and shows both Envoys in sync.
-    let status = tokio::process::Command::new(switchyard_binary())
-        .args([
-            "status",
-            "--kubernetes",
-            "--namespace",
-            SWITCHYARD_NAMESPACE,
-        ])
+    // `kubectl switchyard status --kubernetes` (the binary as a kubectl plugin) finds both
+    // replicas through the API server (their Pods, asked through its Pod proxy) and shows
+    // both Envoys in sync.
+    let plugins = tempfile::tempdir().expect("a folder for the plugin");
+    std::os::unix::fs::symlink(
+        switchyard_binary(),
+        plugins.path().join("kubectl-switchyard"),
+    )
+    .expect("link the plugin");
+    let path = format!(
+        "{}:{}",
+        plugins.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let status = tokio::process::Command::new(switchyard_e2e::kube::tool("kubectl"))
+        .args(["switchyard", "status", "--kubernetes"])
+        .args(["--namespace", SWITCHYARD_NAMESPACE])
         .env("KUBECONFIG", &node.api().kubeconfig)
+        .env("PATH", path)
         .output();
     let status = tokio::time::timeout(Duration::from_secs(30), status)
         .await

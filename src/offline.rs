@@ -12,8 +12,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
-use crate::api::{ProxyConfig, ProxyConfigRole, TrafficRoute};
-use crate::k8s::resolve::{proxy_config_spec, resolve_route};
+use crate::api::TrafficRoute;
+use crate::k8s::resolve::{live_proxy_config, resolve_route};
 use crate::k8s::tls_secrets::tls_data;
 use crate::k8s::to_model::{self, Inputs, TlsData};
 use crate::model::{Config, ListenerSettings};
@@ -113,15 +113,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
             .collect();
         match resolve_route(route, &in_namespace) {
             Ok(resolved) => {
-                let spec = proxy_config_spec(
-                    &name,
-                    route.metadata.generation.unwrap_or(1),
-                    ProxyConfigRole::Live,
-                    &resolved,
-                    &[],
-                    route.metadata.creation_timestamp.as_ref(),
-                );
-                let mut pc = ProxyConfig::new(&format!("{name}-live"), spec);
+                let mut pc = live_proxy_config(route, &resolved);
                 pc.metadata.namespace = Some(namespace);
                 live.push(pc);
             }

@@ -7,8 +7,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use switchyard::api::{ProxyConfig, ProxyConfigRole, TrafficRoute};
-use switchyard::k8s::resolve::{proxy_config_spec, resolve_route};
+use switchyard::api::{ProxyConfig, TrafficRoute};
+use switchyard::k8s::resolve::{live_proxy_config, resolve_route};
 use switchyard_e2e::Envoy;
 use switchyard_e2e::rig::Rig;
 
@@ -142,15 +142,7 @@ async fn slow_status_writes_never_delay_xds() {
                     .await
                     .expect("create route");
                 let resolved = resolve_route(&route, &[&app]).expect("resolves");
-                let spec = proxy_config_spec(
-                    &name,
-                    route.metadata.generation.unwrap_or(1),
-                    ProxyConfigRole::Live,
-                    &resolved,
-                    &[],
-                    route.metadata.creation_timestamp.as_ref(),
-                );
-                let pc = ProxyConfig::new(&format!("{name}-live"), spec);
+                let pc = live_proxy_config(&route, &resolved);
                 configs
                     .patch(
                         &pc.name_any(),

@@ -12,6 +12,7 @@ use std::collections::btree_map::Entry;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::ProxyConfig;
 use crate::api::proxy_config::{ProxyConfigRole, ProxyConfigSpec, ResolvedCluster};
 use crate::api::traffic_route::{Backend, TrafficRoute};
 use crate::hash;
@@ -118,6 +119,33 @@ pub fn proxy_config_spec(
         clusters,
         kept_clusters,
     }
+}
+
+/// The name of a route's live ProxyConfig.
+pub fn live_name(route: &str) -> String {
+    format!("{route}-live")
+}
+
+/// The name of a route's probe ProxyConfig.
+pub fn probe_name(route: &str) -> String {
+    format!("{route}-probe")
+}
+
+/// The live ProxyConfig a route has once its current generation is rolled out (name,
+/// namespace and spec; the rollout adds its owner and labels when it writes it).
+pub fn live_proxy_config(route: &TrafficRoute, resolved: &ResolvedRoute) -> ProxyConfig {
+    let name = route.metadata.name.as_deref().unwrap_or_default();
+    let spec = proxy_config_spec(
+        name,
+        route.metadata.generation.unwrap_or(1),
+        ProxyConfigRole::Live,
+        resolved,
+        &[],
+        route.metadata.creation_timestamp.as_ref(),
+    );
+    let mut pc = ProxyConfig::new(&live_name(name), spec);
+    pc.metadata.namespace = route.metadata.namespace.clone();
+    pc
 }
 
 // ---------------------------------------------------------------------------------------

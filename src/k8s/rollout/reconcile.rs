@@ -19,7 +19,7 @@ use super::{Context, DEFAULT_DRAIN, ENVOY_REJECTED, Error, FIELD_MANAGER, PROMOT
 use crate::api::ProxyConfigSpec;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::duration;
-use crate::k8s::resolve::{ResolvedRoute, RouteError, resolve_route};
+use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, probe_name, resolve_route};
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::model::trial_id;
 use crate::prober::FleetResult;
@@ -260,14 +260,6 @@ impl<'a> Pass<'a> {
             .await
             .map(Next::End)
     }
-}
-
-pub(super) fn live_name(route: &str) -> String {
-    format!("{route}-live")
-}
-
-pub(super) fn probe_name(route: &str) -> String {
-    format!("{route}-probe")
 }
 
 pub(super) fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {

@@ -60,6 +60,7 @@ pub fn check(root: &str, spec: &RouteSpec) -> Result<Checked, SpecError> {
 }
 
 /// What [`check`] derives from a valid spec.
+#[derive(Debug)]
 pub struct Checked {
     pub hosts: Vec<String>,
     pub rule_names: Vec<String>,
@@ -261,5 +262,147 @@ pub fn duration_field(at: &str, text: Option<&str>) -> Result<(), SpecError> {
     match text.map(duration::parse) {
         Some(Err(e)) => Err(error(at, e)),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::spec::{HeaderMatch, Retries, RouteTls};
+
+    fn spec(rules: Vec<RouteRule>) -> RouteSpec {
+        RouteSpec {
+            hosts: vec!["Shop.Example.com".into(), "*.shop.example.com".into()],
+            tls: None,
+            rules,
+        }
+    }
+
+    fn backend(port: i32) -> Backend {
+        Backend {
+            service: "web".into(),
+            port: Some(port),
+            ..Backend::default()
+        }
+    }
+
+    fn rule() -> RouteRule {
+        RouteRule {
+            backends: vec![backend(80)],
+            ..RouteRule::default()
+        }
+    }
+
+    fn error_of(spec: &RouteSpec) -> String {
+        check("", spec)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_valid_spec_gives_lower_cased_hosts_and_every_rule_a_name() {
+        let named = RouteRule {
+            name: Some("api".into()),
+            ..rule()
+        };
+        let checked = check("spec", &spec(vec![named, rule()])).expect("valid");
+        assert_eq!(checked.hosts, ["shop.example.com", "*.shop.example.com"]);
+        assert_eq!(checked.rule_names, ["api", "rule-1"]);
+    }
+
+    #[test]
+    fn paths_start_at_the_root_the_front_end_gives() {
+        let mut bad = spec(vec![rule()]);
+        bad.rules[0].timeout = Some("5x".into());
+        let at = |root| check(root, &bad).expect_err("invalid").at;
+        assert_eq!(at("spec"), "spec.rules[0].timeout");
+        assert_eq!(at(""), "rules[0].timeout");
+    }
+
+    #[test]
+    fn each_rule_of_the_schema_is_checked_again() {
+        let cases: Vec<(&str, RouteSpec)> = vec![
+            ("hosts: a route needs at least one host", {
+                let mut s = spec(vec![rule()]);
+                s.hosts.clear();
+                s
+            }),
+            ("repeats hosts[0]", {
+                let mut s = spec(vec![rule()]);
+                s.hosts.push("SHOP.example.com".into());
+                s
+            }),
+            ("tls.secretName: must not be empty", {
+                let mut s = spec(vec![rule()]);
+                s.tls = Some(RouteTls::default());
+                s
+            }),
+            ("rules: a route needs at least one rule", spec(vec![])),
+            (
+                "rules[1]: the rule name \"rule-1\" is already used by rules[0]",
+                spec(vec![
+                    RouteRule {
+                        name: Some("rule-1".into()),
+                        ..rule()
+                    },
+                    rule(),
+                ]),
+            ),
+            (
+                "rules[0]: a rule with redirectHttps has no backends",
+                spec(vec![RouteRule {
+                    redirect_https: Some(true),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].backends[0].port: 0 is not within 1..65535",
+                spec(vec![RouteRule {
+                    backends: vec![backend(0)],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].backends: the weights are all zero",
+                spec(vec![RouteRule {
+                    backends: vec![Backend {
+                        weight: Some(0),
+                        ..backend(80)
+                    }],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].match.headers[0] (\"x\"): give exactly one of",
+                spec(vec![RouteRule {
+                    matches: Some(RuleMatch {
+                        headers: vec![HeaderMatch {
+                            name: "x".into(),
+                            ..HeaderMatch::default()
+                        }],
+                        ..RuleMatch::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].retries.attempts: 11 is not within 0..10",
+                spec(vec![RouteRule {
+                    retries: Some(Retries {
+                        attempts: 11,
+                        ..Retries::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+        ];
+        for (expected, spec) in cases {
+            let message = error_of(&spec);
+            assert!(
+                message.contains(expected),
+                "{message:?} should contain {expected:?}"
+            );
+        }
     }
 }

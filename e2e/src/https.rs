@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::{Failure, LoadReport, error_chain, traffic_runtime};
+use crate::load::{Answer, Turns, WORKERS};
+use crate::{LoadReport, error_chain, traffic_runtime};
 
 /// A short fingerprint of a certificate (DER): the first 16 hex digits of its SHA-256.
 pub fn certificate_fingerprint(der: &[u8]) -> String {
@@ -281,29 +282,18 @@ impl HttpsLoad {
     pub fn start(targets: Vec<SocketAddr>, host: &str, rate: u32, duration: Duration) -> HttpsLoad {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let report = Arc::new(Mutex::new(HttpsLoadReport::default()));
-        let workers = 8usize;
-        let per_worker = Duration::from_secs_f64(workers as f64 / rate.max(1) as f64);
         let started = Instant::now();
-        let max_requests = (rate as f64 * duration.as_secs_f64()).ceil() as usize + workers;
         let mut tasks = Vec::new();
-        for w in 0..workers {
-            let stop = stop.clone();
+        for w in 0..WORKERS {
+            let mut turns = Turns::new(w, rate, started, duration, stop.clone());
             let report = report.clone();
             let targets = targets.clone();
             let host = host.to_string();
             let fresh = w % 2 == 0;
             tasks.push(traffic_runtime().spawn(async move {
                 let mut kept: Vec<Option<HttpsConnection>> = targets.iter().map(|_| None).collect();
-                let mut ticker = tokio::time::interval(per_worker);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let mut i = w;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                    && started.elapsed() < duration
-                    && i < max_requests * workers
-                {
-                    ticker.tick().await;
+                while let Some(i) = turns.next().await {
                     let t = i % targets.len();
-                    i += workers;
                     let address = targets[t];
                     let target = format!("https://{address}");
                     let sent = Instant::now();
@@ -348,9 +338,6 @@ impl HttpsLoad {
                     let at = started.elapsed();
                     let mut report = report.lock().unwrap_or_else(|p| p.into_inner());
                     report.connections += opened;
-                    let requests = &mut report.requests;
-                    requests.sent += 1;
-                    *requests.by_target.entry(target.clone()).or_default() += 1;
                     let (status, backend, headers, body) = match result {
                         Ok(a) => {
                             let backend = a.header("x-backend").unwrap_or("-").to_string();
@@ -358,20 +345,15 @@ impl HttpsLoad {
                         }
                         Err(e) => (None, "-".to_string(), Vec::new(), e),
                     };
-                    let key = status.map_or("error".to_string(), |s| s.to_string());
-                    *requests.by_status.entry(key).or_default() += 1;
-                    *requests.by_backend.entry(backend).or_default() += 1;
-                    let ok = status.is_some_and(|s| (200..300).contains(&s));
-                    if !ok {
-                        requests.failures.push(Failure {
-                            at,
-                            took: sent.elapsed(),
-                            target: target.clone(),
-                            status,
-                            body,
-                            headers,
-                        });
-                    }
+                    let ok = report.requests.record(Answer {
+                        at,
+                        took: sent.elapsed(),
+                        target: target.clone(),
+                        status,
+                        backend,
+                        headers,
+                        body,
+                    });
                     if let Some(fingerprint) = certificate.filter(|_| ok) {
                         report
                             .certificates

@@ -73,6 +73,93 @@ impl LoadReport {
     pub fn non_2xx(&self) -> usize {
         self.failures.len()
     }
+
+    /// Counts one answer (`status` None: no answer, `body` says why); a non-2xx one is a
+    /// failure. True when it was 2xx.
+    pub(crate) fn record(&mut self, answer: Answer) -> bool {
+        self.sent += 1;
+        *self.by_target.entry(answer.target.clone()).or_default() += 1;
+        let key = answer.status.map_or("error".to_string(), |s| s.to_string());
+        *self.by_status.entry(key).or_default() += 1;
+        *self.by_backend.entry(answer.backend).or_default() += 1;
+        let ok = answer.status.is_some_and(|s| (200..300).contains(&s));
+        if !ok {
+            self.failures.push(Failure {
+                at: answer.at,
+                took: answer.took,
+                target: answer.target,
+                status: answer.status,
+                body: answer.body,
+                headers: answer.headers,
+            });
+        }
+        ok
+    }
+}
+
+/// What one request of a load got.
+pub(crate) struct Answer {
+    pub at: Duration,
+    pub took: Duration,
+    pub target: String,
+    pub status: Option<u16>,
+    /// The `x-backend` header, or "-".
+    pub backend: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// How many workers a bounded load spreads its requests over.
+pub(crate) const WORKERS: usize = 8;
+
+/// One worker's turns in a bounded load: `rate` requests per second in total over
+/// [`WORKERS`] workers, for at most `duration` and at most the requests that fit in it,
+/// until `stop`. Worker `w` takes requests w, w + WORKERS, ...
+pub(crate) struct Turns {
+    ticker: tokio::time::Interval,
+    next: usize,
+    limit: usize,
+    started: Instant,
+    duration: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Turns {
+    pub(crate) fn new(
+        worker: usize,
+        rate: u32,
+        started: Instant,
+        duration: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        let per_worker = Duration::from_secs_f64(WORKERS as f64 / rate.max(1) as f64);
+        let mut ticker = tokio::time::interval(per_worker);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let max_requests = (rate as f64 * duration.as_secs_f64()).ceil() as usize + WORKERS;
+        Self {
+            ticker,
+            next: worker,
+            limit: max_requests * WORKERS,
+            started,
+            duration,
+            stop,
+        }
+    }
+
+    /// Waits for this worker's next turn: the request's number, or None when the load is
+    /// over.
+    pub(crate) async fn next(&mut self) -> Option<usize> {
+        if self.stop.load(std::sync::atomic::Ordering::Relaxed)
+            || self.started.elapsed() >= self.duration
+            || self.next >= self.limit
+        {
+            return None;
+        }
+        self.ticker.tick().await;
+        let i = self.next;
+        self.next += WORKERS;
+        Some(i)
+    }
 }
 
 /// Bounded load: `rate` requests per second in total, spread over `targets`
@@ -88,13 +175,10 @@ impl Load {
     pub fn start(targets: Vec<String>, host: &str, rate: u32, duration: Duration) -> Load {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let report = Arc::new(Mutex::new(LoadReport::default()));
-        let workers = 8usize;
-        let per_worker = Duration::from_secs_f64(workers as f64 / rate.max(1) as f64);
         let started = Instant::now();
-        let max_requests = (rate as f64 * duration.as_secs_f64()).ceil() as usize + workers;
         let mut tasks = Vec::new();
-        for w in 0..workers {
-            let stop = stop.clone();
+        for w in 0..WORKERS {
+            let mut turns = Turns::new(w, rate, started, duration, stop.clone());
             let report = report.clone();
             let targets = targets.clone();
             let host = host.to_string();
@@ -103,16 +187,8 @@ impl Load {
                     .timeout(Duration::from_secs(2))
                     .build()
                     .expect("http client");
-                let mut ticker = tokio::time::interval(per_worker);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let mut i = w;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                    && started.elapsed() < duration
-                    && i < max_requests * workers
-                {
-                    ticker.tick().await;
+                while let Some(i) = turns.next().await {
                     let target = &targets[i % targets.len()];
-                    i += workers;
                     let sent = Instant::now();
                     let result = client
                         .get(format!("{target}/"))
@@ -145,22 +221,19 @@ impl Load {
                         }
                         Err(e) => (None, "-".to_string(), Vec::new(), error_chain(&e)),
                     };
-                    let mut report = report.lock().unwrap_or_else(|p| p.into_inner());
-                    report.sent += 1;
-                    let key = status.map_or("error".to_string(), |s| s.to_string());
-                    *report.by_status.entry(key).or_default() += 1;
-                    *report.by_backend.entry(backend).or_default() += 1;
-                    *report.by_target.entry(target.clone()).or_default() += 1;
-                    if !status.is_some_and(|s| (200..300).contains(&s)) {
-                        report.failures.push(Failure {
-                            at,
-                            took: sent.elapsed(),
-                            target: target.clone(),
-                            status,
-                            body,
-                            headers,
-                        });
-                    }
+                    let answer = Answer {
+                        at,
+                        took: sent.elapsed(),
+                        target: target.clone(),
+                        status,
+                        backend,
+                        headers,
+                        body,
+                    };
+                    report
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .record(answer);
                 }
             }));
         }

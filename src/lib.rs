@@ -5,6 +5,7 @@ pub mod admin;
 pub mod api;
 pub mod bootstrap;
 pub mod certgen;
+pub mod gateway;
 pub mod k8s;
 pub mod offline;
 pub mod prober;

@@ -1,0 +1,10 @@
+//! The Gateway API types (standard channel) Switchyard reads and writes status of, as
+//! kopium generates them from the CRDs of the release `e2e/provision.sh` downloads
+//! (GATEWAY_API_VERSION). Never edited by hand: `e2e/tests/gateway_types.rs` checks
+//! that regenerating changes nothing.
+#![allow(clippy::all, clippy::pedantic, missing_docs)]
+
+pub mod gatewayclasses;
+pub mod gateways;
+pub mod httproutes;
+pub mod referencegrants;

@@ -1,0 +1,8 @@
+//! The Gateway API front-end: GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants,
+//! lowered into Switchyard's one route vocabulary.
+//!
+//! - [`api`]: the generated types;
+//! - [`translate`]: the pure lowering, and the status every object gets.
+
+pub mod api;
+pub mod translate;

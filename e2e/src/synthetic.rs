@@ -107,6 +107,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
         .map(|c| (c.name.as_str(), c))
         .collect();
     let resolved = |cluster: &Cluster| ResolvedCluster {
+        namespace: None,
         service: cluster.service.name.clone(),
         port: i32::from(cluster.service.port),
         port_name: "http".into(),

@@ -12,6 +12,7 @@ pub const NS: &str = "shop";
 /// Port 80 of `service`, named "http", HTTP/1.
 pub fn cluster(service: &str) -> ResolvedCluster {
     ResolvedCluster {
+        namespace: None,
         service: service.into(),
         port: 80,
         port_name: "http".into(),

@@ -151,6 +151,16 @@ pub fn live_proxy_config(route: &TrafficRoute, resolved: &ResolvedRoute) -> Prox
 // ---------------------------------------------------------------------------------------
 // The Services of a namespace, as the core's lookup.
 
+/// The cluster of the Service port `backend` names among `services` of `namespace`: what
+/// a TrafficRoute's backend resolves to, for other front-ends (Gateway API backendRefs).
+pub fn service_cluster(
+    namespace: &str,
+    services: &[&Service],
+    backend: &Backend,
+) -> Result<ResolvedCluster, ResolveError> {
+    ServiceIndex::new(Some(namespace), services).cluster(backend)
+}
+
 /// The Services of the route's namespace, by name.
 struct ServiceIndex<'a> {
     by_name: BTreeMap<&'a str, &'a Service>,
@@ -244,6 +254,7 @@ impl ServiceLookup for ServiceIndex<'_> {
             }
         };
         Ok(ResolvedCluster {
+            namespace: None,
             service: name.clone(),
             port: port.port,
             port_name: port.name.clone().unwrap_or_default(),
@@ -397,6 +408,7 @@ mod tests {
 
     fn cluster(service: &str, port: i32, port_name: &str, http2: bool) -> ResolvedCluster {
         ResolvedCluster {
+            namespace: None,
             service: service.to_owned(),
             port,
             port_name: port_name.to_owned(),

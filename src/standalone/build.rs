@@ -135,6 +135,7 @@ impl ServiceLookup for FileServices<'_> {
             })?;
         match backend.port {
             Some(port) => Ok(ResolvedCluster {
+                namespace: None,
                 service: backend.service.clone(),
                 port,
                 port_name: String::new(),

@@ -147,7 +147,10 @@ pub fn named_clusters(
 ) -> Vec<(String, String, ResolvedCluster)> {
     clusters
         .iter()
-        .map(|c| (cluster_name(namespace, c), namespace.to_owned(), c.clone()))
+        .map(|c| {
+            let namespace = service_namespace(namespace, c);
+            (cluster_name(namespace, c), namespace.to_owned(), c.clone())
+        })
         .collect()
 }
 
@@ -176,9 +179,14 @@ pub fn secret_name(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// The namespace of the cluster's service: its own, or else the route's.
+fn service_namespace<'a>(route_namespace: &'a str, cluster: &'a ResolvedCluster) -> &'a str {
+    cluster.namespace.as_deref().unwrap_or(route_namespace)
+}
+
 fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {
     ServiceRef {
-        namespace: namespace.to_owned(),
+        namespace: service_namespace(namespace, cluster).to_owned(),
         name: cluster.service.clone(),
         // Resolution bounds ports to 1..=65535.
         port: u16::try_from(cluster.port).unwrap_or(0),

@@ -70,6 +70,11 @@ pub struct ResolvedBackend {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedCluster {
+    /// The service's namespace when it is not the route's (a Gateway API backendRef to
+    /// another namespace, allowed by a ReferenceGrant). Absent otherwise, so the versions
+    /// of same-namespace routes stay what they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     pub service: String,
     pub port: i32,
     /// The service port's name ("" when unnamed): Kubernetes EndpointSlice ports carry it.

@@ -1,1 +1,278 @@
-//! (filled next)
+//! The Gateway API, lowered into Switchyard's route vocabulary. Pure and deterministic:
+//! the GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants, with the Services,
+//! Secrets and Namespaces they name, give
+//!
+//! - for each Gateway of a class Switchyard controls, the ports it listens on and, per
+//!   port, its virtual hosts: one per hostname, holding the rules of every HTTPRoute
+//!   attached there as the core's [`ResolvedRule`]s, in the Gateway API's order of
+//!   precedence;
+//! - the status every object gets: the conditions with the specification's reasons.
+//!
+//! Nothing here reads or writes the API server; the controller does, and adds what only
+//! the fleet can tell (Programmed, Served). One file per kind: [`gateway_class`],
+//! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
+//!
+//! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): query
+//! parameter and method matches, redirects, mirrors, CORS, full-path and host rewrites,
+//! and per-backend filters. PathPrefix lowers to the vocabulary's `pathPrefix`, which
+//! matches a string prefix where the Gateway API matches whole path segments.
+
+pub mod gateway;
+pub mod gateway_class;
+pub mod hostname;
+pub mod http_route;
+pub mod reference_grant;
+pub mod virtual_host;
+
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use serde::Serialize;
+
+use super::api::gatewayclasses::GatewayClass;
+use super::api::gateways::Gateway;
+use super::api::httproutes::HttpRoute;
+use super::api::referencegrants::ReferenceGrant;
+use switchyard_core::route::ResolvedRule;
+
+/// The controllerName of the GatewayClasses Switchyard serves.
+pub const CONTROLLER_NAME: &str = "switchyard.dev/gateway-controller";
+
+/// The Gateway API release the types are of (the CRDs' bundle-version annotation).
+pub const GATEWAY_API_VERSION: &str = "v1.5.1";
+
+/// The group of every Gateway API kind.
+pub const GROUP: &str = "gateway.networking.k8s.io";
+
+/// Everything the translation reads.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    pub controller_name: &'a str,
+    /// The bundle version the installed Gateway API CRDs announce, when known.
+    pub crd_version: Option<&'a str>,
+    pub classes: &'a [GatewayClass],
+    pub gateways: &'a [Gateway],
+    pub routes: &'a [HttpRoute],
+    pub grants: &'a [ReferenceGrant],
+    pub services: &'a [Service],
+    /// For listeners that admit routes from namespaces by label.
+    pub namespaces: &'a [Namespace],
+    pub secrets: &'a [KnownSecret],
+}
+
+/// A Secret a listener may name, and whether it holds a usable certificate and key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KnownSecret {
+    pub namespace: String,
+    pub name: String,
+    /// Of type kubernetes.io/tls with a non-empty tls.crt and tls.key.
+    pub valid_tls: bool,
+}
+
+/// What the translation gives: a status for every object of Switchyard's, and what each
+/// Gateway serves.
+#[derive(Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Translation {
+    pub classes: Vec<ClassOutcome>,
+    pub gateways: Vec<GatewayOutcome>,
+    pub routes: Vec<RouteOutcome>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassOutcome {
+    pub name: String,
+    pub generation: i64,
+    pub conditions: Vec<Cond>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayOutcome {
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    /// Accepted (Programmed is the controller's: it needs the fleet).
+    pub conditions: Vec<Cond>,
+    pub listeners: Vec<ListenerOutcome>,
+    /// What the Gateway serves, by port; empty when it is not Accepted.
+    pub ports: Vec<PortConfig>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerOutcome {
+    pub name: String,
+    /// Accepted, ResolvedRefs, Conflicted.
+    pub conditions: Vec<Cond>,
+    /// The route kinds it admits that Switchyard supports.
+    pub supported_kinds: Vec<String>,
+    pub attached_routes: i32,
+    /// Whether routes attach and traffic flows: accepted, refs resolved, no conflict.
+    pub usable: bool,
+}
+
+/// One port of a Gateway, as the fleet is to serve it.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortConfig {
+    pub port: i32,
+    /// `HTTP` or `HTTPS`.
+    pub protocol: String,
+    /// HTTPS: the certificates, by the SNI name of the listener that names them (`*` for
+    /// a listener without a hostname).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<ListenerCertificate>,
+    pub virtual_hosts: Vec<GatewayVirtualHost>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerCertificate {
+    pub hostname: String,
+    /// (namespace, name) of each Secret.
+    pub secrets: Vec<(String, String)>,
+}
+
+/// The rules of every route attached to a port for one hostname, most precedent first.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayVirtualHost {
+    pub hostname: String,
+    pub rules: Vec<GatewayRule>,
+}
+
+/// One match of one rule of an HTTPRoute, in the core's vocabulary.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRule {
+    /// `namespace/route`.
+    pub route: String,
+    pub rule: ResolvedRule,
+    /// The total weight of backendRefs that cannot be used (the Gateway API answers their
+    /// share of requests with 500); all of it when the rule has no usable backend.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unavailable_weight: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteOutcome {
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    /// One per parentRef to a Gateway of Switchyard's.
+    pub parents: Vec<ParentOutcome>,
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentOutcome {
+    pub gateway_namespace: String,
+    pub gateway: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    /// Accepted, ResolvedRefs.
+    pub conditions: Vec<Cond>,
+}
+
+/// A condition as the translation decides it; the status writer adds
+/// observedGeneration and lastTransitionTime.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Cond {
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    /// `True` or `False`.
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Cond {
+    pub fn yes(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: "True",
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn no(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: "False",
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// Translates everything at once: a route's attachment depends on its Gateway's
+/// listeners, and a listener's attachedRoutes on every route.
+pub fn translate(inputs: &Inputs<'_>) -> Translation {
+    let classes = gateway_class::outcomes(inputs);
+    let accepted_classes: Vec<&str> = classes
+        .iter()
+        .filter(|c| c.conditions.first().is_some_and(Cond::is_true))
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut gateways: Vec<gateway::Listening<'_>> = inputs
+        .gateways
+        .iter()
+        .filter(|g| accepted_classes.contains(&g.spec.gateway_class_name.as_str()))
+        .map(|g| gateway::listening(inputs, g))
+        .collect();
+    let mut routes = Vec::new();
+    let mut attached = Vec::new();
+    for (seniority, route) in sorted_routes(inputs.routes).into_iter().enumerate() {
+        let (outcome, rules) = http_route::attach(inputs, route, seniority, &mut gateways);
+        if !outcome.parents.is_empty() {
+            routes.push(outcome);
+        }
+        attached.extend(rules);
+    }
+    let gateways = gateways
+        .into_iter()
+        .map(|g| {
+            let ports = virtual_host::ports(&g, &attached);
+            g.into_outcome(ports)
+        })
+        .collect();
+    Translation {
+        classes,
+        gateways,
+        routes,
+    }
+}
+
+/// Routes oldest first, then by namespace and name: the Gateway API's tie-break between
+/// routes, so that equal matches keep the order it prescribes.
+fn sorted_routes(routes: &[HttpRoute]) -> Vec<&HttpRoute> {
+    let mut sorted: Vec<&HttpRoute> = routes.iter().collect();
+    sorted.sort_by_key(|r| route_seniority(r));
+    sorted
+}
+
+pub(crate) fn route_seniority(route: &HttpRoute) -> (bool, Option<String>, String, String) {
+    let created = route
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string());
+    (
+        created.is_none(),
+        created,
+        route.metadata.namespace.clone().unwrap_or_default(),
+        route.metadata.name.clone().unwrap_or_default(),
+    )
+}

@@ -1,0 +1,361 @@
+//! Gateways: each listener checked (protocol, conflicts with its siblings, route kinds,
+//! certificates), and which routes it admits.
+
+use std::collections::BTreeMap;
+
+use super::reference_grant::{self, Side};
+use super::{Cond, GROUP, GatewayOutcome, Inputs, ListenerOutcome, PortConfig};
+use crate::gateway::api::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From,
+    GatewayListenersAllowedRoutesNamespacesSelector as Selector, GatewayListenersTlsMode,
+};
+
+/// The only route kind Switchyard serves.
+pub const HTTP_ROUTE: &str = "HTTPRoute";
+
+/// A Gateway of Switchyard's, its listeners checked, collecting the routes that attach.
+pub struct Listening<'a> {
+    pub gateway: &'a Gateway,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub conditions: Vec<Cond>,
+    pub listeners: Vec<Listener<'a>>,
+}
+
+pub struct Listener<'a> {
+    pub spec: &'a GatewayListeners,
+    pub conditions: Vec<Cond>,
+    pub supported_kinds: Vec<String>,
+    pub usable: bool,
+    pub attached_routes: i32,
+    /// HTTPS: the (namespace, name) of its certificate Secrets.
+    pub secrets: Vec<(String, String)>,
+}
+
+/// Checks the Gateway's listeners; routes attach later ([`super::http_route`]).
+pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a> {
+    let namespace = gateway.metadata.namespace.as_deref().unwrap_or_default();
+    let name = gateway.metadata.name.as_deref().unwrap_or_default();
+    let specs = &gateway.spec.listeners;
+    let conflicts = conflicts(specs);
+    let listeners: Vec<Listener<'a>> = specs
+        .iter()
+        .zip(conflicts)
+        .map(|(spec, conflict)| listener(inputs, namespace, spec, conflict))
+        .collect();
+    let conditions = vec![accepted(gateway, &listeners)];
+    Listening {
+        gateway,
+        namespace,
+        name,
+        conditions,
+        listeners,
+    }
+}
+
+impl Listening<'_> {
+    pub fn accepted(&self) -> bool {
+        self.conditions.first().is_some_and(Cond::is_true)
+    }
+
+    pub fn into_outcome(self, ports: Vec<PortConfig>) -> GatewayOutcome {
+        let ports = if self.accepted() { ports } else { Vec::new() };
+        GatewayOutcome {
+            namespace: self.namespace.to_owned(),
+            name: self.name.to_owned(),
+            generation: self.gateway.metadata.generation.unwrap_or(0),
+            conditions: self.conditions,
+            listeners: self
+                .listeners
+                .into_iter()
+                .map(|l| ListenerOutcome {
+                    name: l.spec.name.clone(),
+                    conditions: l.conditions,
+                    supported_kinds: l.supported_kinds,
+                    attached_routes: l.attached_routes,
+                    usable: l.usable,
+                })
+                .collect(),
+            ports,
+        }
+    }
+}
+
+fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
+    if gateway
+        .spec
+        .addresses
+        .as_ref()
+        .is_some_and(|a| !a.is_empty())
+    {
+        return Cond::no(
+            "Accepted",
+            "UnsupportedAddress",
+            "Switchyard assigns a Gateway's address itself; spec.addresses is not supported",
+        );
+    }
+    let invalid: Vec<&str> = listeners
+        .iter()
+        .filter(|l| !l.usable)
+        .map(|l| l.spec.name.as_str())
+        .collect();
+    if invalid.is_empty() {
+        Cond::yes("Accepted", "Accepted", "served by Switchyard")
+    } else {
+        let message = format!("listeners not valid: {}", invalid.join(", "));
+        if invalid.len() == listeners.len() {
+            Cond::no("Accepted", "ListenersNotValid", message)
+        } else {
+            Cond::yes("Accepted", "ListenersNotValid", message)
+        }
+    }
+}
+
+/// Why a listener conflicts with a sibling on its port, if it does: another protocol
+/// there, or the same hostname.
+fn conflicts(listeners: &[GatewayListeners]) -> Vec<Option<&'static str>> {
+    let mut protocols: BTreeMap<i32, Vec<&str>> = BTreeMap::new();
+    for l in listeners {
+        protocols
+            .entry(l.port)
+            .or_default()
+            .push(l.protocol.as_str());
+    }
+    listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let on_port = &protocols[&l.port];
+            if on_port.iter().any(|p| *p != l.protocol) {
+                return Some("ProtocolConflict");
+            }
+            let hostname = l.hostname.as_deref().map(str::to_ascii_lowercase);
+            let same = listeners.iter().enumerate().any(|(j, o)| {
+                j != i
+                    && o.port == l.port
+                    && o.hostname.as_deref().map(str::to_ascii_lowercase) == hostname
+            });
+            same.then_some("HostnameConflict")
+        })
+        .collect()
+}
+
+fn listener<'a>(
+    inputs: &Inputs<'a>,
+    namespace: &str,
+    spec: &'a GatewayListeners,
+    conflict: Option<&'static str>,
+) -> Listener<'a> {
+    let mut out = Listener {
+        spec,
+        conditions: Vec::new(),
+        supported_kinds: Vec::new(),
+        usable: false,
+        attached_routes: 0,
+        secrets: Vec::new(),
+    };
+    let https = match spec.protocol.as_str() {
+        "HTTP" => false,
+        "HTTPS" => true,
+        other => {
+            out.conditions = vec![
+                Cond::no(
+                    "Accepted",
+                    "UnsupportedProtocol",
+                    format!("protocol {other} is not supported; use HTTP or HTTPS"),
+                ),
+                Cond::no("ResolvedRefs", "UnsupportedProtocol", "not checked"),
+                Cond::no("Conflicted", "NoConflicts", "no conflict"),
+            ];
+            return out;
+        }
+    };
+    let (kinds, kinds_problem) = route_kinds(spec);
+    out.supported_kinds = kinds;
+    let refs_problem = if https {
+        certificates(inputs, namespace, spec, &mut out.secrets).err()
+    } else {
+        None
+    };
+    let accepted = match (https, spec.tls.as_ref().and_then(|t| t.mode.as_ref())) {
+        (true, Some(GatewayListenersTlsMode::Passthrough)) => Some(Cond::no(
+            "Accepted",
+            "UnsupportedProtocol",
+            "TLS passthrough is not supported on HTTPS listeners",
+        )),
+        _ => None,
+    };
+    let certificates_ok = refs_problem.is_none();
+    let resolved = match refs_problem.or(kinds_problem) {
+        Some((reason, message)) => Cond::no("ResolvedRefs", reason, message),
+        None => Cond::yes("ResolvedRefs", "ResolvedRefs", "all references resolved"),
+    };
+    let conflicted = match conflict {
+        Some(reason) => Cond::yes(
+            "Conflicted",
+            reason,
+            format!("another listener on port {} conflicts with it", spec.port),
+        ),
+        None => Cond::no("Conflicted", "NoConflicts", "no conflict"),
+    };
+    let accepted =
+        accepted.unwrap_or_else(|| Cond::yes("Accepted", "Accepted", "listener accepted"));
+    // A kind it cannot serve does not stop the kinds it can.
+    out.usable = accepted.is_true()
+        && certificates_ok
+        && !conflicted.is_true()
+        && !out.supported_kinds.is_empty();
+    out.conditions = vec![accepted, resolved, conflicted];
+    out
+}
+
+type Problem = (&'static str, String);
+
+/// The kinds the listener admits that Switchyard supports, and what it names that
+/// Switchyard does not.
+fn route_kinds(spec: &GatewayListeners) -> (Vec<String>, Option<Problem>) {
+    let Some(kinds) = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
+        return (vec![HTTP_ROUTE.to_owned()], None);
+    };
+    let mut supported = Vec::new();
+    let mut unsupported = Vec::new();
+    for k in kinds {
+        let group = k.group.as_deref().unwrap_or(GROUP);
+        if group == GROUP && k.kind == HTTP_ROUTE {
+            supported.push(HTTP_ROUTE.to_owned());
+        } else {
+            unsupported.push(format!("{group}/{}", k.kind));
+        }
+    }
+    supported.dedup();
+    let problem = (!unsupported.is_empty()).then(|| {
+        (
+            "InvalidRouteKinds",
+            format!("route kinds not supported: {}", unsupported.join(", ")),
+        )
+    });
+    (supported, problem)
+}
+
+/// The listener's certificate Secrets, each of kind Secret, permitted (a ReferenceGrant
+/// for another namespace's), present and holding a certificate and key.
+fn certificates(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    spec: &GatewayListeners,
+    secrets: &mut Vec<(String, String)>,
+) -> Result<(), Problem> {
+    let refs = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    if refs.is_empty() {
+        return Err((
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs".to_owned(),
+        ));
+    }
+    for r in refs {
+        let group = r.group.as_deref().unwrap_or("");
+        let kind = r.kind.as_deref().unwrap_or("Secret");
+        let target_ns = r.namespace.as_deref().unwrap_or(namespace);
+        if !group.is_empty() || kind != "Secret" {
+            return Err((
+                "InvalidCertificateRef",
+                format!("certificateRef {group}/{kind} {:?} is not a Secret", r.name),
+            ));
+        }
+        let from = Side {
+            group: GROUP,
+            kind: "Gateway",
+            namespace,
+        };
+        let to = Side {
+            group: "",
+            kind: "Secret",
+            namespace: target_ns,
+        };
+        if !reference_grant::permits(inputs.grants, from, to, &r.name) {
+            return Err((
+                "RefNotPermitted",
+                format!(
+                    "no ReferenceGrant in namespace {target_ns} lets this Gateway use Secret {:?}",
+                    r.name
+                ),
+            ));
+        }
+        let found = inputs
+            .secrets
+            .iter()
+            .find(|s| s.namespace == target_ns && s.name == r.name);
+        match found {
+            Some(s) if s.valid_tls => secrets.push((target_ns.to_owned(), r.name.clone())),
+            Some(_) => {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!(
+                        "Secret {target_ns}/{} holds no valid tls.crt and tls.key",
+                        r.name
+                    ),
+                ));
+            }
+            None => {
+                return Err((
+                    "InvalidCertificateRef",
+                    format!("Secret {target_ns}/{} does not exist", r.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the listener admits routes of `route_namespace`.
+pub fn admits_namespace(
+    inputs: &Inputs<'_>,
+    gateway_namespace: &str,
+    listener: &GatewayListeners,
+    route_namespace: &str,
+) -> bool {
+    let namespaces = listener
+        .allowed_routes
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref());
+    match namespaces.and_then(|n| n.from.as_ref()) {
+        None | Some(From::Same) => route_namespace == gateway_namespace,
+        Some(From::All) => true,
+        Some(From::Selector) => {
+            let labels = inputs
+                .namespaces
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(route_namespace))
+                .and_then(|n| n.metadata.labels.clone())
+                .unwrap_or_default();
+            namespaces
+                .and_then(|n| n.selector.as_ref())
+                .is_some_and(|s| selects(s, &labels))
+        }
+    }
+}
+
+/// A label selector, as Kubernetes evaluates it.
+fn selects(selector: &Selector, labels: &BTreeMap<String, String>) -> bool {
+    let by_label = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expression
+}

@@ -1,0 +1,533 @@
+//! HTTPRoutes: each parentRef attached to the listeners of a Gateway of Switchyard's that
+//! admit it, and each rule lowered into the core's vocabulary, one rule per match.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::gateway::{HTTP_ROUTE, Listening, admits_namespace};
+use super::hostname;
+use super::reference_grant::{self, Side};
+use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
+use crate::gateway::api::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
+    HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
+};
+use crate::k8s::resolve::service_cluster;
+use switchyard_core::route::spec::{Backend, HeaderEdits, HeaderMatch, RuleMatch, RuleOptions};
+use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
+
+/// A route's rules as attached to one listener of a Gateway, for the hostnames the two
+/// share.
+#[derive(Clone, Debug)]
+pub struct Attached {
+    pub gateway: (String, String),
+    pub listener: usize,
+    pub hostnames: Vec<String>,
+    pub rules: Vec<Ranked>,
+}
+
+/// How specific a match is, most significant first: the kind of path match (exact 2,
+/// regular expression 1, prefix 0), the path's length, whether it matches the method, and
+/// the numbers of header and query parameter matches.
+pub type Specificity = (u8, usize, bool, usize, usize);
+
+/// A lowered rule with its place in the Gateway API's order of precedence: the more
+/// specific match first (`specificity`, compared in reverse), then the older route, then
+/// the order of rules and matches (`order`).
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    pub specificity: Specificity,
+    pub order: (usize, usize, usize),
+    pub rule: GatewayRule,
+}
+
+/// Attaches `route` (the `seniority`-th oldest) to the Gateways it names, counting it on
+/// their listeners; gives its status and its rules where it attached.
+pub fn attach(
+    inputs: &Inputs<'_>,
+    route: &HttpRoute,
+    seniority: usize,
+    gateways: &mut [Listening<'_>],
+) -> (RouteOutcome, Vec<Attached>) {
+    let namespace = route.metadata.namespace.clone().unwrap_or_default();
+    let name = route.metadata.name.clone().unwrap_or_default();
+    let lowered = lower_rules(inputs, route, seniority);
+    let route_hostnames = route.spec.hostnames.clone().unwrap_or_default();
+    let mut parents = Vec::new();
+    let mut attached = Vec::new();
+    for parent in route.spec.parent_refs.iter().flatten() {
+        if parent.group.as_deref().unwrap_or(GROUP) != GROUP
+            || parent.kind.as_deref().unwrap_or("Gateway") != "Gateway"
+        {
+            continue;
+        }
+        let gateway_ns = parent
+            .namespace
+            .clone()
+            .unwrap_or_else(|| namespace.clone());
+        let Some(gateway) = gateways
+            .iter_mut()
+            .find(|g| g.namespace == gateway_ns && g.name == parent.name)
+        else {
+            // Not a Gateway of Switchyard's: its own controller writes this parent's status.
+            continue;
+        };
+        let accepted = match &lowered {
+            Err(message) => Cond::no("Accepted", "UnsupportedValue", message.clone()),
+            Ok(l) => {
+                let found =
+                    matching_listeners(inputs, gateway, parent, &namespace, &route_hostnames);
+                match found {
+                    Err(cond) => cond,
+                    Ok(listeners) => {
+                        for (index, hostnames) in listeners {
+                            gateway.listeners[index].attached_routes += 1;
+                            attached.push(Attached {
+                                gateway: (gateway_ns.clone(), parent.name.clone()),
+                                listener: index,
+                                hostnames,
+                                rules: l.rules.clone(),
+                            });
+                        }
+                        Cond::yes("Accepted", "Accepted", "attached")
+                    }
+                }
+            }
+        };
+        let resolved = match &lowered {
+            Ok(l) => l.resolved_refs.clone(),
+            Err(_) => Cond::no("ResolvedRefs", "UnsupportedValue", "not resolved"),
+        };
+        parents.push(ParentOutcome {
+            gateway_namespace: gateway_ns,
+            gateway: parent.name.clone(),
+            section_name: parent.section_name.clone(),
+            port: parent.port,
+            conditions: vec![accepted, resolved],
+        });
+    }
+    let outcome = RouteOutcome {
+        namespace,
+        name,
+        generation: route.metadata.generation.unwrap_or(0),
+        parents,
+    };
+    (outcome, attached)
+}
+
+/// The listeners the parentRef attaches to, each with the hostnames it shares with the
+/// route; or the Accepted condition saying why none.
+fn matching_listeners(
+    inputs: &Inputs<'_>,
+    gateway: &Listening<'_>,
+    parent: &HttpRouteParentRefs,
+    route_namespace: &str,
+    route_hostnames: &[String],
+) -> Result<Vec<(usize, Vec<String>)>, Cond> {
+    if !gateway.accepted() {
+        return Err(Cond::no(
+            "Accepted",
+            "NoMatchingParent",
+            format!(
+                "Gateway {}/{} is not accepted",
+                gateway.namespace, gateway.name
+            ),
+        ));
+    }
+    let named: Vec<usize> = gateway
+        .listeners
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            parent
+                .section_name
+                .as_ref()
+                .is_none_or(|s| *s == l.spec.name)
+        })
+        .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
+        .map(|(i, _)| i)
+        .collect();
+    if named.is_empty() {
+        return Err(Cond::no(
+            "Accepted",
+            "NoMatchingParent",
+            "no listener of the Gateway has the sectionName and port the parentRef gives",
+        ));
+    }
+    let allowed: Vec<usize> = named
+        .into_iter()
+        .filter(|&i| {
+            let l = &gateway.listeners[i];
+            l.usable
+                && l.supported_kinds.iter().any(|k| k == HTTP_ROUTE)
+                && admits_namespace(inputs, gateway.namespace, l.spec, route_namespace)
+        })
+        .collect();
+    if allowed.is_empty() {
+        return Err(Cond::no(
+            "Accepted",
+            "NotAllowedByListeners",
+            format!("no listener admits HTTPRoutes from namespace {route_namespace}"),
+        ));
+    }
+    let with_hosts: Vec<(usize, Vec<String>)> = allowed
+        .into_iter()
+        .map(|i| {
+            let listener = gateway.listeners[i].spec.hostname.as_deref();
+            (i, hostname::intersect(listener, route_hostnames))
+        })
+        .filter(|(_, hosts)| !hosts.is_empty())
+        .collect();
+    if with_hosts.is_empty() {
+        return Err(Cond::no(
+            "Accepted",
+            "NoMatchingListenerHostname",
+            "no hostname of the route matches a hostname of the listeners",
+        ));
+    }
+    Ok(with_hosts)
+}
+
+/// A route's rules, lowered, and whether all its backendRefs resolved.
+struct Lowered {
+    rules: Vec<Ranked>,
+    resolved_refs: Cond,
+}
+
+/// Every rule of the route in the vocabulary, or what the route uses that Switchyard does
+/// not support yet (the route is then not accepted at all, rather than served in part).
+fn lower_rules(
+    inputs: &Inputs<'_>,
+    route: &HttpRoute,
+    seniority: usize,
+) -> Result<Lowered, String> {
+    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+    let name = route.metadata.name.as_deref().unwrap_or_default();
+    let mut rules = Vec::new();
+    let mut first_problem: Option<Cond> = None;
+    for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
+        let at = format!("spec.rules[{ri}]");
+        let options = options(rule, &at)?;
+        let (backends, unavailable_weight) =
+            backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        let rule_name = rule.name.clone().unwrap_or_else(|| format!("rule-{ri}"));
+        let default_match = [HttpRouteRulesMatches::default()];
+        let matches = match rule.matches.as_deref() {
+            None | Some([]) => &default_match[..],
+            Some(m) => m,
+        };
+        for (mi, m) in matches.iter().enumerate() {
+            let (matches, specificity) = lower_match(m, &format!("{at}.matches[{mi}]"))?;
+            rules.push(Ranked {
+                specificity,
+                order: (seniority, ri, mi),
+                rule: GatewayRule {
+                    route: format!("{namespace}/{name}"),
+                    rule: ResolvedRule {
+                        name: format!("{namespace}/{name}/{rule_name}/{mi}"),
+                        matches: Some(matches),
+                        backends: backends.clone(),
+                        redirect_https: false,
+                        options: options.clone(),
+                    },
+                    unavailable_weight,
+                },
+            });
+        }
+    }
+    let resolved_refs = first_problem
+        .unwrap_or_else(|| Cond::yes("ResolvedRefs", "ResolvedRefs", "all references resolved"));
+    Ok(Lowered {
+        rules,
+        resolved_refs,
+    })
+}
+
+/// The rule's filters and timeouts as the vocabulary's options.
+fn options(rule: &HttpRouteRules, at: &str) -> Result<RuleOptions, String> {
+    let mut options = RuleOptions::default();
+    for (fi, filter) in rule.filters.iter().flatten().enumerate() {
+        let at = format!("{at}.filters[{fi}]");
+        match filter.r#type {
+            FilterType::RequestHeaderModifier => {
+                options.request_headers = Some(request_edits(filter));
+            }
+            FilterType::ResponseHeaderModifier => {
+                options.response_headers = Some(response_edits(filter));
+            }
+            FilterType::UrlRewrite => {
+                let rewrite = filter.url_rewrite.as_ref();
+                let prefix = rewrite
+                    .filter(|r| r.hostname.is_none())
+                    .and_then(|r| r.path.as_ref())
+                    .and_then(|p| p.replace_prefix_match.clone());
+                match prefix {
+                    Some(p) => options.rewrite_prefix = Some(p),
+                    None => {
+                        return Err(format!(
+                            "{at}: only URLRewrite of a path prefix is supported"
+                        ));
+                    }
+                }
+            }
+            ref other => return Err(format!("{at}: filter {other:?} is not supported")),
+        }
+    }
+    if let Some(timeouts) = &rule.timeouts {
+        if timeouts.backend_request.is_some() {
+            return Err(format!("{at}.timeouts.backendRequest is not supported"));
+        }
+        if let Some(request) = &timeouts.request {
+            let timeout = gateway_duration_ms(request)
+                .and_then(vocabulary_duration)
+                .ok_or_else(|| format!("{at}.timeouts.request: {request:?} is not a duration"))?;
+            options.timeout = Some(timeout);
+        }
+    }
+    Ok(options)
+}
+
+fn request_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
+    let Some(m) = &filter.request_header_modifier else {
+        return HeaderEdits::default();
+    };
+    HeaderEdits {
+        set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
+        add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
+        remove: m.remove.clone().unwrap_or_default(),
+    }
+}
+
+fn response_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
+    let Some(m) = &filter.response_header_modifier else {
+        return HeaderEdits::default();
+    };
+    HeaderEdits {
+        set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
+        add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
+        remove: m.remove.clone().unwrap_or_default(),
+    }
+}
+
+fn pairs<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
+    items.map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The rule's usable backends, and the weight of those it cannot use; the first problem
+/// with a backendRef of the route becomes its ResolvedRefs condition.
+fn backends(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    rule: &HttpRouteRules,
+    at: &str,
+    first_problem: &mut Option<Cond>,
+) -> Result<(Vec<ResolvedBackend>, i32), String> {
+    let mut usable = Vec::new();
+    let mut unavailable = 0;
+    for (bi, backend) in rule.backend_refs.iter().flatten().enumerate() {
+        let at = format!("{at}.backendRefs[{bi}]");
+        if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Err(format!(
+                "{at}.filters: filters per backend are not supported"
+            ));
+        }
+        let weight = backend.weight.unwrap_or(1);
+        if weight == 0 {
+            continue;
+        }
+        match backend_cluster(inputs, namespace, backend) {
+            Ok(cluster) => usable.push(ResolvedBackend { cluster, weight }),
+            Err((reason, message)) => {
+                unavailable += weight;
+                first_problem.get_or_insert_with(|| {
+                    Cond::no("ResolvedRefs", reason, format!("{at}: {message}"))
+                });
+            }
+        }
+    }
+    if usable.is_empty() && unavailable == 0 {
+        // No backendRefs at all: the Gateway API answers 500.
+        unavailable = 1;
+    }
+    Ok((usable, unavailable))
+}
+
+/// The cluster of a backendRef, or the ResolvedRefs reason and message saying why not.
+fn backend_cluster(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    backend: &HttpRouteRulesBackendRefs,
+) -> Result<switchyard_core::route::ResolvedCluster, (&'static str, String)> {
+    let group = backend.group.as_deref().unwrap_or("");
+    let kind = backend.kind.as_deref().unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err(("InvalidKind", format!("{group}/{kind} is not a Service")));
+    }
+    let target_ns = backend.namespace.as_deref().unwrap_or(namespace);
+    let from = Side {
+        group: GROUP,
+        kind: HTTP_ROUTE,
+        namespace,
+    };
+    let to = Side {
+        group: "",
+        kind: "Service",
+        namespace: target_ns,
+    };
+    if !reference_grant::permits(inputs.grants, from, to, &backend.name) {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in namespace {target_ns} lets this route use Service {:?}",
+                backend.name
+            ),
+        ));
+    }
+    let Some(port) = backend.port else {
+        return Err((
+            "BackendNotFound",
+            "a Service backendRef needs a port".to_owned(),
+        ));
+    };
+    let services: Vec<&Service> = inputs
+        .services
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(target_ns))
+        .collect();
+    let wanted = Backend {
+        service: backend.name.clone(),
+        port: Some(port),
+        ..Backend::default()
+    };
+    let mut cluster = service_cluster(target_ns, &services, &wanted).map_err(|e| match e {
+        ResolveError::UnsupportedBackend { .. } => ("UnsupportedProtocol", e.to_string()),
+        ResolveError::ServiceNotFound { service } => (
+            "BackendNotFound",
+            format!("Service {target_ns}/{service} does not exist"),
+        ),
+        other => ("BackendNotFound", other.to_string()),
+    })?;
+    if target_ns != namespace {
+        cluster.namespace = Some(target_ns.to_owned());
+    }
+    Ok(cluster)
+}
+
+/// One match in the vocabulary, and how specific it is.
+fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specificity), String> {
+    if m.method.is_some() {
+        return Err(format!("{at}.method: method matches are not supported"));
+    }
+    if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
+        return Err(format!(
+            "{at}.queryParams: query parameter matches are not supported"
+        ));
+    }
+    let path_type = m
+        .path
+        .as_ref()
+        .and_then(|p| p.r#type.clone())
+        .unwrap_or(PathType::PathPrefix);
+    let value = m
+        .path
+        .as_ref()
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".to_owned());
+    let mut out = RuleMatch::default();
+    // Exact before regular expressions before prefixes; the longer path first.
+    let rank = match path_type {
+        PathType::Exact => {
+            out.path_exact = Some(value.clone());
+            2
+        }
+        PathType::RegularExpression => {
+            out.path_regex = Some(value.clone());
+            1
+        }
+        PathType::PathPrefix => {
+            out.path_prefix = Some(value.clone());
+            0
+        }
+    };
+    for h in m.headers.iter().flatten() {
+        let mut header = HeaderMatch {
+            name: h.name.clone(),
+            ..HeaderMatch::default()
+        };
+        match h.r#type.as_ref().unwrap_or(&HeaderType::Exact) {
+            HeaderType::Exact => header.exact = Some(h.value.clone()),
+            HeaderType::RegularExpression => header.regex = Some(h.value.clone()),
+        }
+        out.headers.push(header);
+    }
+    let specificity = (rank, value.len(), false, out.headers.len(), 0);
+    Ok((out, specificity))
+}
+
+/// A Gateway API duration (`1h2m3s4ms`: up to four numbers, each with a unit of h, m, s
+/// or ms) in milliseconds.
+fn gateway_duration_ms(text: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut rest = text;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let number: u64 = rest.get(..digits)?.parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else {
+            match rest.as_bytes().first()? {
+                b'h' => (3_600_000, 1),
+                b'm' => (60_000, 1),
+                b's' => (1_000, 1),
+                _ => return None,
+            }
+        };
+        rest = &rest[len..];
+        total = total.checked_add(number.checked_mul(unit)?)?;
+        parts += 1;
+    }
+    (parts > 0).then_some(total)
+}
+
+/// Milliseconds in the vocabulary's form: one number of at most six digits, in the
+/// largest unit that keeps it exact.
+fn vocabulary_duration(millis: u64) -> Option<String> {
+    if millis == 0 {
+        return Some("0s".to_owned());
+    }
+    let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s"), (1, "ms")];
+    let (size, unit) = units
+        .into_iter()
+        .find(|(size, _)| millis % size == 0)
+        .unwrap_or((1, "ms"));
+    let number = millis / size;
+    (number < 1_000_000).then(|| format!("{number}{unit}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_durations_add_up_their_parts() {
+        assert_eq!(gateway_duration_ms("500ms"), Some(500));
+        assert_eq!(gateway_duration_ms("1h2m3s4ms"), Some(3_723_004));
+        assert_eq!(gateway_duration_ms("0s"), Some(0));
+        assert_eq!(gateway_duration_ms(""), None);
+        assert_eq!(gateway_duration_ms("1d"), None);
+        assert_eq!(gateway_duration_ms("s"), None);
+    }
+
+    #[test]
+    fn durations_take_the_largest_exact_unit() {
+        assert_eq!(vocabulary_duration(90_000).as_deref(), Some("90s"));
+        assert_eq!(vocabulary_duration(3_600_000).as_deref(), Some("1h"));
+        assert_eq!(vocabulary_duration(1_500).as_deref(), Some("1500ms"));
+        assert_eq!(vocabulary_duration(0).as_deref(), Some("0s"));
+        assert_eq!(vocabulary_duration(1_000_000_001), None);
+    }
+}

@@ -10,6 +10,7 @@ use tracing::info;
 use tracing_subscriber::EnvFilter;
 
 use switchyard::admin::Admin;
+use switchyard::gateway;
 use switchyard::k8s::address_map::AddressMap;
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::envoys::Envoys;
@@ -186,6 +187,17 @@ struct OperatorArgs {
     /// clusters on every Envoy first. Drops requests; exists to show the two phases matter.
     #[arg(long, hide = true)]
     one_phase: bool,
+    /// Also act on the Gateway API: GatewayClasses naming `--gateway-controller-name`,
+    /// their Gateways and the HTTPRoutes attached to them. Needs the Gateway API CRDs.
+    #[arg(long, env = "SWITCHYARD_GATEWAY_API")]
+    gateway_api: bool,
+    /// The GatewayClass controllerName Switchyard answers to.
+    #[arg(
+        long,
+        env = "SWITCHYARD_GATEWAY_CONTROLLER_NAME",
+        default_value = switchyard::gateway::translate::CONTROLLER_NAME
+    )]
+    gateway_controller_name: String,
 }
 
 #[derive(clap::Args)]
@@ -622,8 +634,17 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let envoys = envoys.clone();
         let metrics = metrics.clone();
         let proxy_configs = proxy_configs.clone();
+        let gateway_api = args
+            .gateway_api
+            .then(|| args.gateway_controller_name.clone());
         move || {
-            rollout::run(
+            let gateways = gateway_api.clone().map(|controller_name| {
+                gateway::controller::run(
+                    client.clone(),
+                    gateway::controller::Settings { controller_name },
+                )
+            });
+            let rollout = rollout::run(
                 client.clone(),
                 rollout::Settings {
                     scope: scope.clone(),
@@ -637,7 +658,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     metrics: metrics.clone(),
                     proxy_configs: proxy_configs.clone(),
                 },
-            )
+            );
+            async move {
+                match gateways {
+                    // Both run while leading; neither ends the other.
+                    Some(gateways) => {
+                        tokio::join!(rollout, gateways);
+                    }
+                    None => rollout.await,
+                }
+            }
         }
     };
     if args.serve.xds_tls_cert.is_none() {

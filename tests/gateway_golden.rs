@@ -9,23 +9,11 @@ use switchyard::gateway::api::gatewayclasses::GatewayClass;
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
+use switchyard::gateway::controller::known;
 use switchyard::gateway::translate::{CONTROLLER_NAME, Inputs, KnownSecret, translate};
 use switchyard_e2e::golden;
 
 const STAGE: &str = "gateway";
-
-/// A Secret as the controller sees it: of type kubernetes.io/tls with both keys set.
-fn known(secret: &Secret) -> KnownSecret {
-    let data = secret.data.clone().unwrap_or_default();
-    let has = |key: &str| data.get(key).is_some_and(|v| !v.0.is_empty());
-    KnownSecret {
-        namespace: secret.metadata.namespace.clone().unwrap_or_default(),
-        name: secret.metadata.name.clone().unwrap_or_default(),
-        valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
-            && has("tls.crt")
-            && has("tls.key"),
-    }
-}
 
 fn translated(case: &str) -> String {
     let docs = golden::documents(&golden::stage_dir(STAGE).join(case).join("input.yaml"));

@@ -502,7 +502,7 @@ fn vocabulary_duration(millis: u64) -> Option<String> {
     let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s"), (1, "ms")];
     let (size, unit) = units
         .into_iter()
-        .find(|(size, _)| millis % size == 0)
+        .find(|(size, _)| millis.is_multiple_of(*size))
         .unwrap_or((1, "ms"));
     let number = millis / size;
     (number < 1_000_000).then(|| format!("{number}{unit}"))

@@ -1,0 +1,364 @@
+//! The Gateway API controller, on the leader only: one watch per kind the translation
+//! reads, the whole translation again after any change (it is pure and cheap), and the
+//! status of every object of Switchyard's written when it differs from what the API
+//! server holds. A condition keeps its lastTransitionTime while its status stays.
+//!
+//! The fleet does not serve Gateways yet: Programmed stays False (reason Pending).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::api::gatewayclasses::GatewayClass;
+use super::api::gateways::Gateway;
+use super::api::httproutes::HttpRoute;
+use super::api::referencegrants::ReferenceGrant;
+use super::translate::{
+    Cond, GROUP, GatewayOutcome, Inputs, KnownSecret, ParentOutcome, Translation, translate,
+};
+use crate::k8s::index::Watched;
+
+/// How long changes gather before the next translation: a burst of events (a `kubectl
+/// apply` of many objects) costs one pass.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// A pass also runs this often without any change, to retry failed writes.
+const RESYNC: Duration = Duration::from_secs(30);
+
+pub struct Settings {
+    /// The GatewayClass controllerName Switchyard answers to.
+    pub controller_name: String,
+}
+
+/// Every watch the translation reads.
+struct Stores {
+    classes: Watched<GatewayClass>,
+    gateways: Watched<Gateway>,
+    routes: Watched<HttpRoute>,
+    grants: Watched<ReferenceGrant>,
+    services: Watched<Service>,
+    namespaces: Watched<Namespace>,
+    secrets: Watched<Secret>,
+}
+
+impl Stores {
+    fn start(client: &Client, changes: &Arc<watch::Sender<u64>>) -> Self {
+        let all = watcher::Config::default;
+        Self {
+            classes: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            gateways: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            routes: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            grants: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            services: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            namespaces: Watched::start(vec![Api::all(client.clone())], all(), changes),
+            secrets: Watched::start(
+                vec![Api::all(client.clone())],
+                all().fields("type=kubernetes.io/tls"),
+                changes,
+            ),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        self.classes.ready().await
+            && self.gateways.ready().await
+            && self.routes.ready().await
+            && self.grants.ready().await
+            && self.services.ready().await
+            && self.namespaces.ready().await
+            && self.secrets.ready().await
+    }
+}
+
+/// Runs until the returned future is dropped (when leadership is lost).
+pub async fn run(client: Client, settings: Settings) {
+    let changes = Arc::new(watch::channel(0).0);
+    let mut changed = changes.subscribe();
+    let stores = Stores::start(&client, &changes);
+    if !stores.ready().await {
+        warn!("a Gateway API watch stopped before its initial list; not reconciling");
+        return;
+    }
+    loop {
+        pass(&client, &settings, &stores).await;
+        tokio::select! {
+            result = changed.changed() => if result.is_err() { return },
+            () = tokio::time::sleep(RESYNC) => {}
+        }
+        tokio::time::sleep(SETTLE).await;
+        changed.mark_unchanged();
+    }
+}
+
+/// One translation, and the status writes it calls for.
+async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
+    let classes = owned(&stores.classes);
+    let gateways = owned(&stores.gateways);
+    let routes = owned(&stores.routes);
+    let grants = owned(&stores.grants);
+    let services = owned(&stores.services);
+    let namespaces = owned(&stores.namespaces);
+    let secrets: Vec<KnownSecret> = stores.secrets.state().iter().map(|s| known(s)).collect();
+    let translation = translate(&Inputs {
+        controller_name: &settings.controller_name,
+        crd_version: None,
+        classes: &classes,
+        gateways: &gateways,
+        routes: &routes,
+        grants: &grants,
+        services: &services,
+        namespaces: &namespaces,
+        secrets: &secrets,
+    });
+    debug!(
+        classes = translation.classes.len(),
+        gateways = translation.gateways.len(),
+        routes = translation.routes.len(),
+        "Gateway API translated"
+    );
+    write_statuses(client, settings, &translation, &classes, &gateways, &routes).await;
+}
+
+fn owned<K>(watched: &Watched<K>) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watched.state().iter().map(|k| (**k).clone()).collect()
+}
+
+/// A TLS Secret with both keys set. (The fleet checks that they parse when it serves them.)
+pub fn known(secret: &Secret) -> KnownSecret {
+    let data = secret.data.clone().unwrap_or_default();
+    let has = |key: &str| data.get(key).is_some_and(|v| !v.0.is_empty());
+    KnownSecret {
+        namespace: secret.metadata.namespace.clone().unwrap_or_default(),
+        name: secret.metadata.name.clone().unwrap_or_default(),
+        valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
+            && has("tls.crt")
+            && has("tls.key"),
+    }
+}
+
+async fn write_statuses(
+    client: &Client,
+    settings: &Settings,
+    translation: &Translation,
+    classes: &[GatewayClass],
+    gateways: &[Gateway],
+    routes: &[HttpRoute],
+) {
+    for outcome in &translation.classes {
+        let current = classes
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(outcome.name.as_str()));
+        let before = current.and_then(|c| c.status.as_ref()).map(to_value);
+        let old = conditions_of(before.as_ref(), "conditions");
+        let status = json!({
+            "conditions": conditions(&outcome.conditions, outcome.generation, &old),
+        });
+        let api: Api<GatewayClass> = Api::all(client.clone());
+        apply(&api, &outcome.name, before, status).await;
+    }
+    for outcome in &translation.gateways {
+        let current = gateways.iter().find(|g| {
+            g.metadata.namespace.as_deref() == Some(outcome.namespace.as_str())
+                && g.metadata.name.as_deref() == Some(outcome.name.as_str())
+        });
+        let before = current.and_then(|g| g.status.as_ref()).map(to_value);
+        let status = gateway_status(outcome, before.as_ref());
+        let api: Api<Gateway> = Api::namespaced(client.clone(), &outcome.namespace);
+        apply(&api, &outcome.name, before, status).await;
+    }
+    let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = translation
+        .routes
+        .iter()
+        .map(|r| {
+            (
+                (r.namespace.as_str(), r.name.as_str()),
+                r.parents.as_slice(),
+            )
+        })
+        .collect();
+    for route in routes {
+        let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+        let name = route.metadata.name.as_deref().unwrap_or_default();
+        let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
+        let before = route.status.as_ref().map(to_value);
+        let status = route_status(
+            &settings.controller_name,
+            parents,
+            route.metadata.generation.unwrap_or(0),
+            before.as_ref(),
+        );
+        let Some(status) = status else { continue };
+        let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
+        apply(&api, name, before, status).await;
+    }
+}
+
+fn to_value<T: serde::Serialize>(status: &T) -> Value {
+    serde_json::to_value(status).unwrap_or(Value::Null)
+}
+
+/// Writes `status` (a merge patch: lists are replaced whole) unless the API server holds
+/// it already.
+async fn apply<K>(api: &Api<K>, name: &str, before: Option<Value>, status: Value)
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if before.as_ref().is_some_and(|b| same(b, &status)) {
+        return;
+    }
+    let patch = Patch::Merge(json!({ "status": status }));
+    if let Err(error) = api
+        .patch_status(name, &PatchParams::default(), &patch)
+        .await
+    {
+        warn!(%name, %error, "writing Gateway API status failed; retried on the next pass");
+    }
+}
+
+/// Whether every field of `wanted` is in `held` as it is (the API server may hold more,
+/// such as fields of other writers, or defaults).
+fn same(held: &Value, wanted: &Value) -> bool {
+    match (held, wanted) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| same(hv, v)) || v.is_null()),
+        _ => held == wanted,
+    }
+}
+
+/// The conditions found at `key` of a status, by type.
+fn conditions_of(status: Option<&Value>, key: &str) -> Vec<Condition> {
+    status
+        .and_then(|s| s.get(key))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The conditions, each keeping the lastTransitionTime of the one it replaces when its
+/// status is the same.
+fn conditions(conds: &[Cond], generation: i64, old: &[Condition]) -> Vec<Condition> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    conds
+        .iter()
+        .map(|c| {
+            let since = old
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+                .map_or_else(|| now.clone(), |o| o.last_transition_time.clone());
+            Condition {
+                type_: c.type_.to_owned(),
+                status: c.status.to_owned(),
+                reason: c.reason.to_owned(),
+                message: c.message.clone(),
+                observed_generation: Some(generation),
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+fn programmed_pending() -> Cond {
+    Cond::no(
+        "Programmed",
+        "Pending",
+        "the Envoy fleet does not serve Gateway API listeners yet",
+    )
+}
+
+fn gateway_status(outcome: &GatewayOutcome, before: Option<&Value>) -> Value {
+    let mut conds = outcome.conditions.clone();
+    conds.push(programmed_pending());
+    let old = conditions_of(before, "conditions");
+    let old_listeners: Vec<Value> = before
+        .and_then(|b| b.get("listeners"))
+        .and_then(|l| l.as_array().cloned())
+        .unwrap_or_default();
+    let listeners: Vec<Value> = outcome
+        .listeners
+        .iter()
+        .map(|l| {
+            let held = old_listeners
+                .iter()
+                .find(|o| o.get("name").and_then(Value::as_str) == Some(l.name.as_str()));
+            let mut conds = l.conditions.clone();
+            conds.push(programmed_pending());
+            json!({
+                "name": l.name,
+                "supportedKinds": l.supported_kinds.iter()
+                    .map(|k| json!({ "group": GROUP, "kind": k }))
+                    .collect::<Vec<_>>(),
+                "attachedRoutes": l.attached_routes,
+                "conditions": conditions(&conds, outcome.generation, &conditions_of(held, "conditions")),
+            })
+        })
+        .collect();
+    json!({
+        "conditions": conditions(&conds, outcome.generation, &old),
+        "listeners": listeners,
+    })
+}
+
+/// The route's parents: those of other controllers as they are, and Switchyard's; `None`
+/// when Switchyard has nothing to say and said nothing before.
+fn route_status(
+    controller: &str,
+    ours: &[ParentOutcome],
+    generation: i64,
+    before: Option<&Value>,
+) -> Option<Value> {
+    let held: Vec<Value> = before
+        .and_then(|b| b.get("parents"))
+        .and_then(|p| p.as_array().cloned())
+        .unwrap_or_default();
+    let is_ours = |p: &Value| p.get("controllerName").and_then(Value::as_str) == Some(controller);
+    if ours.is_empty() && !held.iter().any(is_ours) {
+        return None;
+    }
+    let mut parents: Vec<Value> = held.iter().filter(|p| !is_ours(p)).cloned().collect();
+    for p in ours {
+        let old = held.iter().find(|h| {
+            is_ours(h)
+                && h.pointer("/parentRef/name").and_then(Value::as_str) == Some(p.gateway.as_str())
+                && h.pointer("/parentRef/namespace").and_then(Value::as_str)
+                    == Some(p.gateway_namespace.as_str())
+                && h.pointer("/parentRef/sectionName").and_then(Value::as_str)
+                    == p.section_name.as_deref()
+        });
+        let mut parent_ref = json!({
+            "group": GROUP,
+            "kind": "Gateway",
+            "namespace": p.gateway_namespace,
+            "name": p.gateway,
+        });
+        if let Some(section) = &p.section_name {
+            parent_ref["sectionName"] = json!(section);
+        }
+        if let Some(port) = p.port {
+            parent_ref["port"] = json!(port);
+        }
+        parents.push(json!({
+            "parentRef": parent_ref,
+            "controllerName": controller,
+            "conditions": conditions(&p.conditions, generation, &conditions_of(old, "conditions")),
+        }));
+    }
+    Some(json!({ "parents": parents }))
+}

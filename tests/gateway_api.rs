@@ -1,0 +1,213 @@
+//! The Gateway API controller against a real API server with the Gateway API CRDs of the
+//! release Switchyard speaks: a GatewayClass naming it is accepted, its Gateway's
+//! listeners and the HTTPRoutes attached to them get the conditions the specification
+//! gives, and a status follows a change of what it depends on (a Service created, a
+//! route's new generation).
+
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+use switchyard::gateway::api::gateways::Gateway;
+use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard_e2e::kube::{self as k, tool};
+use switchyard_e2e::rig::Rig;
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+async fn install_gateway_crds(rig: &Rig) {
+    // kubectl reads a link to a folder as a file: give it the folder itself.
+    let crds = std::fs::canonicalize(tool("gateway-api")).expect("the Gateway API CRDs");
+    let crds = crds.to_string_lossy();
+    rig.api
+        .kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", &crds])
+        .await;
+    rig.api
+        .kubectl_ok([
+            "wait",
+            "--for=condition=Established",
+            "crd/gatewayclasses.gateway.networking.k8s.io",
+            "crd/gateways.gateway.networking.k8s.io",
+            "crd/httproutes.gateway.networking.k8s.io",
+            "crd/referencegrants.gateway.networking.k8s.io",
+            "--timeout=30s",
+        ])
+        .await;
+}
+
+async fn apply(rig: &Rig, yaml: &str) {
+    let out = rig
+        .api
+        .kubectl_input(["apply", "--server-side", "-f", "-"], yaml)
+        .await;
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The condition `type_` in the list at `pointer` of the object's status.
+fn condition<'a>(status: &'a Value, pointer: &str, type_: &str) -> Option<&'a Value> {
+    status
+        .pointer(pointer)?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Polls until `check` holds of the object's status (as JSON), or panics with the last one.
+async fn wait_status<K, F>(api: &Api<K>, name: &str, what: &str, check: F) -> Value
+where
+    K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    F: Fn(&Value) -> bool,
+{
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let mut last = Value::Null;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(object) = api.get(name).await {
+            last = serde_json::to_value(&object).unwrap_or_default()["status"].clone();
+            if check(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{name}: {what} not within {WITHIN:?}; status: {last:#}");
+}
+
+#[tokio::test]
+async fn gateway_api_objects_get_the_status_the_specification_gives() {
+    let mut rig = Rig::start(0).await;
+    install_gateway_crds(&rig).await;
+    let controller = format!("switchyard.dev/test-{}", std::process::id());
+    let class = k::unique_name("switchyard");
+    rig.start_operator(
+        "switchyard-1",
+        &["--gateway-api", "--gateway-controller-name", &controller],
+    );
+    let ns = rig.namespace.clone();
+    rig.add_backend("app").await;
+    apply(
+        &rig,
+        &format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{ name: {class} }}
+spec: {{ controllerName: {controller} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: {ns} }}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{ name: http, port: 80, protocol: HTTP }}
+    - {{ name: https, port: 443, protocol: HTTPS, tls: {{ certificateRefs: [ {{ name: absent }} ] }} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: shop, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ shop.example.com ]
+  rules: [ {{ backendRefs: [ {{ name: app, port: 80 }} ] }} ]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: later, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge, sectionName: http }} ]
+  rules: [ {{ backendRefs: [ {{ name: not-yet, port: 80 }} ] }} ]
+"#
+        ),
+    )
+    .await;
+
+    let classes: Api<switchyard::gateway::api::gatewayclasses::GatewayClass> =
+        Api::all(rig.client.clone());
+    wait_status(&classes, &class, "Accepted", |s| {
+        condition(s, "/conditions", "Accepted").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    let status = wait_status(&gateways, "edge", "both routes attached", |s| {
+        s.pointer("/listeners/0/attachedRoutes") == Some(&json!(2))
+    })
+    .await;
+    let accepted = condition(&status, "/conditions", "Accepted").expect("Accepted");
+    assert_eq!(
+        (&accepted["status"], &accepted["reason"]),
+        (&json!("True"), &json!("ListenersNotValid")),
+        "one listener is not valid: {status:#}"
+    );
+    let https = condition(&status, "/listeners/1/conditions", "ResolvedRefs").expect("https");
+    assert_eq!(
+        (&https["status"], &https["reason"]),
+        (&json!("False"), &json!("InvalidCertificateRef"))
+    );
+    assert_eq!(
+        status.pointer("/listeners/1/attachedRoutes"),
+        Some(&json!(0))
+    );
+    let programmed = condition(&status, "/conditions", "Programmed").expect("Programmed");
+    assert_eq!(programmed["status"], "False", "not served yet: {status:#}");
+
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    let resolved =
+        |status: &Value| condition(status, "/parents/0/conditions", "ResolvedRefs").cloned();
+    let status = wait_status(&routes, "later", "BackendNotFound", |s| {
+        resolved(s).is_some_and(|c| c["reason"] == "BackendNotFound")
+    })
+    .await;
+    assert_eq!(
+        status.pointer("/parents/0/controllerName"),
+        Some(&json!(controller))
+    );
+    assert_eq!(
+        condition(&status, "/parents/0/conditions", "Accepted").map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+    let shop = wait_status(&routes, "shop", "ResolvedRefs", |s| {
+        resolved(s).is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+
+    // The missing Service appears: the route's status follows without any change to it.
+    rig.add_backend("not-yet").await;
+    wait_status(
+        &routes,
+        "later",
+        "ResolvedRefs after the Service came",
+        |s| resolved(s).is_some_and(|c| c["status"] == "True"),
+    )
+    .await;
+
+    // A new generation of a route is observed; the condition whose status did not change
+    // keeps its lastTransitionTime.
+    let before = condition(&shop, "/parents/0/conditions", "Accepted")
+        .map(|c| c["lastTransitionTime"].clone())
+        .expect("a transition time");
+    routes
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({ "spec": { "hostnames": ["shop.example.com", "www.example.com"] } }),
+            ),
+        )
+        .await
+        .expect("patch the route");
+    let status = wait_status(&routes, "shop", "observedGeneration 2", |s| {
+        condition(s, "/parents/0/conditions", "Accepted")
+            .is_some_and(|c| c["observedGeneration"] == 2)
+    })
+    .await;
+    let after = condition(&status, "/parents/0/conditions", "Accepted")
+        .map(|c| c["lastTransitionTime"].clone())
+        .expect("a transition time");
+    assert_eq!(before, after, "Accepted stayed True: {status:#}");
+}

@@ -74,6 +74,10 @@ pub struct ResolvedCluster {
     /// another namespace, allowed by a ReferenceGrant). Absent otherwise, so the versions
     /// of same-namespace routes stay what they were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub namespace: Option<String>,
     pub service: String,
     pub port: i32,

@@ -367,13 +367,19 @@ async fn envoy_restarted_mid_rollout() {
             // The status says which Envoy holds the rollout back, and stays put while that
             // does not change: no rewrite on every check.
             let mut versions = BTreeSet::new();
+            // What each rewrite said, to tell what changed if there are too many.
+            let mut seen = Vec::new();
             for _ in 0..20 {
-                versions.insert(rig.route("web").await.metadata.resource_version);
+                let route = rig.route("web").await;
+                if versions.insert(route.metadata.resource_version.clone()) {
+                    seen.push(route.status);
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             assert!(
                 versions.len() <= 3,
-                "the route was rewritten {} times in a second while envoy-{victim} was down",
+                "the route was rewritten {} times in a second while envoy-{victim} was down: \
+                 {seen:#?}",
                 versions.len() - 1
             );
             let route = rig.route("web").await;

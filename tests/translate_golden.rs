@@ -17,6 +17,7 @@ const CASES: &[&str] = &[
     "probes",
     "endpoints_zones",
     "bad_input",
+    "redirects_and_segments",
 ];
 
 fn golden_dir() -> PathBuf {
@@ -76,7 +77,8 @@ golden!(
     tls_sni_redirect,
     probes,
     endpoints_zones,
-    bad_input
+    bad_input,
+    redirects_and_segments
 );
 
 #[test]
@@ -98,7 +100,13 @@ fn golden_problems_are_what_each_case_is_about() {
         let yaml = std::fs::read_to_string(golden_dir().join(case).join("config.yaml")).unwrap();
         serde_saphyr::from_str(&yaml).unwrap()
     };
-    for case in ["basic_http", "canary_routing", "tls_sni_redirect", "probes"] {
+    for case in [
+        "basic_http",
+        "canary_routing",
+        "tls_sni_redirect",
+        "probes",
+        "redirects_and_segments",
+    ] {
         assert_eq!(translate(&load(case)).problems, [], "{case}");
     }
     let bad = translate(&load("bad_input"));

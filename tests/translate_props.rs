@@ -250,21 +250,35 @@ fn route() -> impl Strategy<Value = Route> {
         prop_oneof![
             select(vec!["/", "/api/"]).prop_map(|p| PathMatch::Prefix(p.into())),
             Just(PathMatch::Exact("/healthz".into())),
+            Just(PathMatch::SegmentPrefix("/docs".into())),
             mostly(REGEXES, BAD_REGEXES).prop_map(|p| PathMatch::Regex(p.into())),
         ],
         proptest::collection::vec(header_match(), 0..2),
-        prop_oneof![5 => forward().prop_map(RouteAction::Forward), 1 => Just(RouteAction::RedirectHttps)],
+        prop_oneof![
+            5 => forward().prop_map(RouteAction::Forward),
+            1 => Just(RouteAction::RedirectHttps),
+            1 => Just(RouteAction::Respond(500)),
+            1 => Just(RouteAction::Redirect(switchyard::model::Redirect {
+                scheme: Some("https".into()),
+                host: Some("new.example.com".into()),
+                port: None,
+                path: Some(switchyard::model::RedirectPath::Prefix("/new".into())),
+                status: 301,
+            })),
+        ],
         header_edits(),
         header_edits(),
     )
-        .prop_map(|(name, path, headers, action, request_headers, response_headers)| Route {
-            name: name.into(),
-            path,
-            headers,
-            action,
-            request_headers,
-            response_headers,
-        })
+        .prop_map(
+            |(name, path, headers, action, request_headers, response_headers)| Route {
+                name: name.into(),
+                path,
+                headers,
+                action,
+                request_headers,
+                response_headers,
+            },
+        )
 }
 
 fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {

@@ -88,6 +88,9 @@ pub struct Route {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PathMatch {
     Prefix(String),
+    /// The path and every path below it, by whole segments: `/api` matches `/api` and
+    /// `/api/v1`, not `/apix`. Never `/` and never ending in `/` (lowering sees to it).
+    SegmentPrefix(String),
     Exact(String),
     Regex(String),
 }
@@ -112,6 +115,29 @@ pub enum RouteAction {
     Forward(Forward),
     /// Answer with a redirect to the same path over HTTPS.
     RedirectHttps,
+    Redirect(Redirect),
+    /// Answer with this status and no body: a rule none of whose backends can be used
+    /// (500, as the Gateway API says).
+    Respond(u16),
+}
+
+/// A redirect; what is not given stays as requested.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Redirect {
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<RedirectPath>,
+    /// 301, 302, 303, 307 or 308.
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RedirectPath {
+    /// The whole path.
+    Full(String),
+    /// The part the route's prefix matched.
+    Prefix(String),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

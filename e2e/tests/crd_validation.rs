@@ -168,15 +168,44 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "{hosts: [web.example.com], rules: [{name: api}]}",
-            "spec.rules[0]: Invalid value: a rule needs backends, or redirectHttps without backends",
+            "spec.rules[0]: Invalid value: a rule needs backends, or a redirect (redirect or redirectHttps) without backends",
         ),
         case(
             "{hosts: [web.example.com], rules: [{backends: [], redirectHttps: false}]}",
-            "spec.rules[0]: Invalid value: a rule needs backends, or redirectHttps without backends",
+            "spec.rules[0]: Invalid value: a rule needs backends, or a redirect (redirect or redirectHttps) without backends",
         ),
         case(
             "{hosts: [web.example.com], rules: [{redirectHttps: true, backends: [{service: web, port: 80}]}]}",
             "spec.rules[0]: Invalid value: a rule with redirectHttps must not have backends",
+        ),
+        // --- redirects
+        case(
+            &rule("redirect: {scheme: https}"),
+            "spec.rules[0]: Invalid value: a rule with redirect must not have backends",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{redirect: {scheme: https}, redirectHttps: true}]}",
+            "spec.rules[0]: Invalid value: give at most one of redirect, redirectHttps",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{redirect: {prefix: /new}}]}",
+            "spec.rules[0]: Invalid value: redirect.prefix replaces the prefix the rule matches: it needs match.pathPrefix or match.pathSegmentPrefix",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{match: {pathPrefix: /old}, redirect: {path: /a, prefix: /b}}]}",
+            "spec.rules[0].redirect: Invalid value: give at most one of path, prefix",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{redirect: {statusCode: 304}}]}",
+            "spec.rules[0].redirect.statusCode: Invalid value: 304: a redirect's status code is 301, 302, 303, 307 or 308",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{redirect: {scheme: ftp}}]}",
+            "spec.rules[0].redirect.scheme in body should match '^https?$'",
+        ),
+        case(
+            "{hosts: [web.example.com], rules: [{redirect: {port: 0}}]}",
+            "spec.rules[0].redirect.port in body should be greater than or equal to 1",
         ),
         // --- backends
         generated(
@@ -235,8 +264,16 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].match.pathExact in body should match '^/'",
         ),
         case(
+            &rule("match: {pathSegmentPrefix: api}"),
+            "spec.rules[0].match.pathSegmentPrefix in body should match '^/'",
+        ),
+        case(
+            &rule("match: {pathPrefix: /api, pathSegmentPrefix: /api}"),
+            "spec.rules[0].match: Invalid value: give at most one of pathPrefix, pathSegmentPrefix, pathExact, pathRegex",
+        ),
+        case(
             &rule("match: {pathPrefix: /api, pathExact: /api}"),
-            "spec.rules[0].match: Invalid value: give at most one of pathPrefix, pathExact, pathRegex",
+            "spec.rules[0].match: Invalid value: give at most one of pathPrefix, pathSegmentPrefix, pathExact, pathRegex",
         ),
         case(
             &rule("match: {headers: [{name: x-canary}]}"),
@@ -365,6 +402,10 @@ fn cases() -> Vec<Case> {
         valid(
             "redirect-only rule, then a catch-all",
             "{hosts: [web.example.com], tls: {secretName: web-tls}, rules: [{name: to-https, match: {pathPrefix: /}, redirectHttps: true}, {backends: [{service: web, port: 80}]}]}",
+        ),
+        valid(
+            "redirects by segment prefix and by exact path, then a catch-all",
+            "{hosts: [web.example.com], rules: [{name: old, match: {pathSegmentPrefix: /old}, redirect: {scheme: https, hostname: new.example.com, port: 8443, prefix: /new, statusCode: 301}}, {name: moved, match: {pathExact: /moved}, redirect: {path: /here}}, {backends: [{service: web, port: 80}]}]}",
         ),
         valid(
             "canary at 0% next to 100%",

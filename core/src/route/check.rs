@@ -11,7 +11,9 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::spec::{Backend, RouteRule, RouteSpec, RuleMatch, RuleOptions};
+use super::spec::{
+    Backend, REDIRECT_CODES, Redirect, RouteRule, RouteSpec, RuleMatch, RuleOptions,
+};
 use crate::duration;
 
 /// A field of the spec that cannot be served, and why.
@@ -134,15 +136,24 @@ fn rule_names(at: &str, rules: &[RouteRule]) -> Result<Vec<String>, SpecError> {
 }
 
 fn check_rule(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
-    let redirect = rule.redirect_https.unwrap_or(false);
-    if redirect && !rule.backends.is_empty() {
+    let redirect_https = rule.redirect_https.unwrap_or(false);
+    if redirect_https && !rule.backends.is_empty() {
         return Err(error(at, "a rule with redirectHttps has no backends"));
     }
-    if !redirect && rule.backends.is_empty() {
+    if rule.redirect.is_some() && !rule.backends.is_empty() {
+        return Err(error(at, "a rule with redirect has no backends"));
+    }
+    if redirect_https && rule.redirect.is_some() {
+        return Err(error(at, "give at most one of redirect, redirectHttps"));
+    }
+    if !redirect_https && rule.redirect.is_none() && rule.backends.is_empty() {
         return Err(error(
             at,
-            "a rule needs backends, or redirectHttps without backends",
+            "a rule needs backends, or a redirect (redirect or redirectHttps) without backends",
         ));
+    }
+    if let Some(redirect) = &rule.redirect {
+        check_redirect(&format!("{at}.redirect"), redirect, rule.matches.as_ref())?;
     }
     for (index, backend) in rule.backends.iter().enumerate() {
         check_backend(&format!("{at}.backends[{index}]"), backend)?;
@@ -154,6 +165,60 @@ fn check_rule(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
         check_match(&format!("{at}.match"), m)?;
     }
     check_options(at, &rule.options())
+}
+
+fn check_redirect(
+    at: &str,
+    redirect: &Redirect,
+    matches: Option<&RuleMatch>,
+) -> Result<(), SpecError> {
+    if redirect.path.is_some() && redirect.prefix.is_some() {
+        return Err(error(at, "give at most one of path, prefix"));
+    }
+    let by_prefix =
+        matches.is_some_and(|m| m.path_prefix.is_some() || m.path_segment_prefix.is_some());
+    if redirect.prefix.is_some() && !by_prefix {
+        return Err(error(
+            format!("{at}.prefix"),
+            "replaces the prefix the rule matches: it needs match.pathPrefix or match.pathSegmentPrefix",
+        ));
+    }
+    if let Some(scheme) = &redirect.scheme
+        && scheme != "http"
+        && scheme != "https"
+    {
+        return Err(error(
+            format!("{at}.scheme"),
+            format!("{scheme:?} is not http or https"),
+        ));
+    }
+    if let Some(port) = redirect.port
+        && !(1..=65535).contains(&port)
+    {
+        return Err(error(
+            format!("{at}.port"),
+            format!("{port} is not within 1..65535"),
+        ));
+    }
+    for (name, path) in [("path", &redirect.path), ("prefix", &redirect.prefix)] {
+        if let Some(path) = path
+            && !path.starts_with('/')
+        {
+            return Err(error(
+                format!("{at}.{name}"),
+                format!("{path:?} does not start with \"/\""),
+            ));
+        }
+    }
+    if let Some(code) = redirect.status_code
+        && !REDIRECT_CODES.contains(&code)
+    {
+        return Err(error(
+            format!("{at}.statusCode"),
+            "a redirect's status code is 301, 302, 303, 307 or 308",
+        ));
+    }
+    Ok(())
 }
 
 fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
@@ -214,14 +279,23 @@ fn check_backend(at: &str, backend: &Backend) -> Result<(), SpecError> {
 }
 
 fn check_match(at: &str, m: &RuleMatch) -> Result<(), SpecError> {
-    let paths = [&m.path_prefix, &m.path_exact, &m.path_regex];
+    let paths = [
+        &m.path_prefix,
+        &m.path_segment_prefix,
+        &m.path_exact,
+        &m.path_regex,
+    ];
     if paths.iter().filter(|p| p.is_some()).count() > 1 {
         return Err(error(
             at,
-            "give at most one of pathPrefix, pathExact, pathRegex",
+            "give at most one of pathPrefix, pathSegmentPrefix, pathExact, pathRegex",
         ));
     }
-    for (name, path) in [("pathPrefix", &m.path_prefix), ("pathExact", &m.path_exact)] {
+    for (name, path) in [
+        ("pathPrefix", &m.path_prefix),
+        ("pathSegmentPrefix", &m.path_segment_prefix),
+        ("pathExact", &m.path_exact),
+    ] {
         if let Some(path) = path
             && !path.starts_with('/')
         {
@@ -353,6 +427,54 @@ mod tests {
                 "rules[0]: a rule with redirectHttps has no backends",
                 spec(vec![RouteRule {
                     redirect_https: Some(true),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0]: a rule with redirect has no backends",
+                spec(vec![RouteRule {
+                    redirect: Some(Redirect::default()),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0]: give at most one of redirect, redirectHttps",
+                spec(vec![RouteRule {
+                    redirect: Some(Redirect::default()),
+                    redirect_https: Some(true),
+                    backends: vec![],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].redirect.prefix: replaces the prefix the rule matches",
+                spec(vec![RouteRule {
+                    redirect: Some(Redirect {
+                        prefix: Some("/new".into()),
+                        ..Redirect::default()
+                    }),
+                    backends: vec![],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].redirect.statusCode: a redirect's status code is",
+                spec(vec![RouteRule {
+                    redirect: Some(Redirect {
+                        status_code: Some(304),
+                        ..Redirect::default()
+                    }),
+                    backends: vec![],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].match.pathSegmentPrefix: \"api\" does not start with",
+                spec(vec![RouteRule {
+                    matches: Some(RuleMatch {
+                        path_segment_prefix: Some("api".into()),
+                        ..RuleMatch::default()
+                    }),
                     ..rule()
                 }]),
             ),

@@ -11,12 +11,13 @@ use std::time::Duration;
 use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
     DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
+    Redirect as SpecRedirect,
 };
 use crate::duration;
 use crate::model::{
     self, ClusterSettings, EndpointProbe, Forward, HeaderEdits, HeaderMatch, HeaderValueMatch,
-    PathMatch, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
-    VirtualHostTls, WeightedCluster, trial_id,
+    PathMatch, Redirect, RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe,
+    VirtualHost, VirtualHostTls, WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
 
@@ -207,11 +208,17 @@ pub fn routes(namespace: &str, rules: &[ResolvedRule]) -> Result<Vec<Route>, Str
 
 fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
     let m = rule.matches.clone().unwrap_or_default();
-    let path = match (m.path_prefix, m.path_exact, m.path_regex) {
-        (Some(p), None, None) => PathMatch::Prefix(p),
-        (None, Some(p), None) => PathMatch::Exact(p),
-        (None, None, Some(p)) => PathMatch::Regex(p),
-        (None, None, None) => PathMatch::Prefix("/".into()),
+    let path = match (
+        m.path_prefix,
+        m.path_segment_prefix,
+        m.path_exact,
+        m.path_regex,
+    ) {
+        (Some(p), None, None, None) => PathMatch::Prefix(p),
+        (None, Some(p), None, None) => segment_prefix(&p),
+        (None, None, Some(p), None) => PathMatch::Exact(p),
+        (None, None, None, Some(p)) => PathMatch::Regex(p),
+        (None, None, None, None) => PathMatch::Prefix("/".into()),
         _ => return Err(format!("rule {}: more than one path match", rule.name)),
     };
     let headers = m
@@ -228,6 +235,12 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
     };
     let action = if rule.redirect_https {
         RouteAction::RedirectHttps
+    } else if let Some(r) = &rule.redirect {
+        RouteAction::Redirect(redirect(r))
+    } else if rule.backends.is_empty() {
+        // Only a front-end that keeps rules whose backends all failed (the Gateway API's)
+        // gets here; the spec's check refuses a rule without backends.
+        RouteAction::Respond(500)
     } else {
         let retry = match &options.retries {
             Some(r) => Some(RetryPolicy {
@@ -267,6 +280,33 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
     })
 }
 
+fn redirect(r: &SpecRedirect) -> Redirect {
+    let path = match (&r.path, &r.prefix) {
+        (Some(p), _) => Some(RedirectPath::Full(p.clone())),
+        (None, Some(p)) => Some(RedirectPath::Prefix(p.clone())),
+        (None, None) => None,
+    };
+    Redirect {
+        scheme: r.scheme.clone(),
+        host: r.hostname.clone(),
+        // The schema bounds ports to 1..=65535 and codes to redirects.
+        port: r.port.and_then(|p| u16::try_from(p).ok()),
+        path,
+        status: r
+            .status_code
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or(302),
+    }
+}
+
+/// Envoy's separated prefix takes no trailing `/`; all of `/` is every path.
+fn segment_prefix(prefix: &str) -> PathMatch {
+    match prefix.trim_end_matches('/') {
+        "" => PathMatch::Prefix("/".into()),
+        trimmed => PathMatch::SegmentPrefix(trimmed.to_owned()),
+    }
+}
+
 fn header_match(h: &SpecHeaderMatch) -> Result<HeaderMatch, String> {
     let value = match (&h.exact, &h.prefix, &h.regex, h.present.unwrap_or(false)) {
         (Some(v), None, None, false) => HeaderValueMatch::Exact(v.clone()),
@@ -290,5 +330,61 @@ fn header_edits(edits: Option<&SpecHeaderEdits>) -> HeaderEdits {
         set: e.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         add: e.add.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         remove: e.remove.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::spec::RuleMatch;
+
+    fn lowered(rule: ResolvedRule) -> Route {
+        route("web", &rule).expect("lowers")
+    }
+
+    #[test]
+    fn a_segment_prefix_loses_its_trailing_slash_and_all_of_it_is_every_path() {
+        let by = |prefix: &str| {
+            lowered(ResolvedRule {
+                name: "r".into(),
+                matches: Some(RuleMatch {
+                    path_segment_prefix: Some(prefix.into()),
+                    ..RuleMatch::default()
+                }),
+                redirect: Some(SpecRedirect::default()),
+                ..ResolvedRule::default()
+            })
+            .path
+        };
+        assert_eq!(by("/docs/"), PathMatch::SegmentPrefix("/docs".into()));
+        assert_eq!(by("/docs"), PathMatch::SegmentPrefix("/docs".into()));
+        assert_eq!(by("/"), PathMatch::Prefix("/".into()));
+    }
+
+    #[test]
+    fn a_rule_left_without_backends_answers_500_and_a_redirect_302_unless_told() {
+        let failed = lowered(ResolvedRule {
+            name: "r".into(),
+            ..ResolvedRule::default()
+        });
+        assert_eq!(failed.action, RouteAction::Respond(500));
+        let moved = lowered(ResolvedRule {
+            name: "r".into(),
+            redirect: Some(SpecRedirect {
+                path: Some("/here".into()),
+                ..SpecRedirect::default()
+            }),
+            ..ResolvedRule::default()
+        });
+        assert_eq!(
+            moved.action,
+            RouteAction::Redirect(Redirect {
+                scheme: None,
+                host: None,
+                port: None,
+                path: Some(RedirectPath::Full("/here".into())),
+                status: 302,
+            })
+        );
     }
 }

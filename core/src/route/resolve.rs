@@ -115,6 +115,7 @@ fn resolve_rule(
         matches: rule.matches.clone(),
         backends,
         redirect_https: rule.redirect_https.unwrap_or(false),
+        redirect: rule.redirect.clone(),
         options: rule.options(),
     })
 }

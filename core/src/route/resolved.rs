@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{RuleMatch, RuleOptions};
+use super::spec::{Redirect, RuleMatch, RuleOptions};
 
 /// What resolving a route's spec against its services gives.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +52,9 @@ pub struct ResolvedRule {
     pub backends: Vec<ResolvedBackend>,
     #[serde(default)]
     pub redirect_https: bool,
+    /// As the spec gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
     /// As the spec gives them.
     #[serde(flatten)]
     pub options: RuleOptions,

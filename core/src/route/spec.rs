@@ -67,12 +67,24 @@ pub struct RouteTls {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) > 0",
-        "message": "a rule needs backends, or redirectHttps without backends"
+        "rule": "(has(self.redirectHttps) && self.redirectHttps) || has(self.redirect) || size(self.backends) > 0",
+        "message": "a rule needs backends, or a redirect (redirect or redirectHttps) without backends"
     },
     {
         "rule": "!(has(self.redirectHttps) && self.redirectHttps) || size(self.backends) == 0",
         "message": "a rule with redirectHttps must not have backends"
+    },
+    {
+        "rule": "!has(self.redirect) || size(self.backends) == 0",
+        "message": "a rule with redirect must not have backends"
+    },
+    {
+        "rule": "!(has(self.redirect) && has(self.redirectHttps) && self.redirectHttps)",
+        "message": "give at most one of redirect, redirectHttps"
+    },
+    {
+        "rule": "!has(self.redirect) || !has(self.redirect.prefix) || (has(self.match) && (has(self.match.pathPrefix) || has(self.match.pathSegmentPrefix)))",
+        "message": "redirect.prefix replaces the prefix the rule matches: it needs match.pathPrefix or match.pathSegmentPrefix"
     },
     {
         "rule": "size(self.backends) == 0 || self.backends.exists(b, !has(b.weight) || b.weight > 0)",
@@ -105,6 +117,10 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect_https: Option<bool>,
 
+    /// Answer with a redirect instead of forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
+
     /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
@@ -132,6 +148,47 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<bool>,
 }
+
+/// A redirect: each part given replaces the request's; the rest stays as requested.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.path) && has(self.prefix))",
+    "message": "give at most one of path, prefix"
+}]))]
+pub struct Redirect {
+    /// `http` or `https`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?$"))]
+    pub scheme: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// The whole path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub path: Option<String>,
+    /// The part of the path the rule's prefix matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub prefix: Option<String>,
+    /// 301, 302 (the default), 303, 307 or 308.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self in [301, 302, 303, 307, 308]",
+        "message": "a redirect's status code is 301, 302, 303, 307 or 308"
+    }]))]
+    pub status_code: Option<i32>,
+}
+
+/// The redirect status codes Envoy can send.
+pub const REDIRECT_CODES: [i32; 5] = [301, 302, 303, 307, 308];
 
 impl RouteRule {
     /// What the rule does to the requests it forwards, as written: resolution carries it
@@ -187,13 +244,18 @@ pub struct RuleOptions {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "[has(self.pathPrefix), has(self.pathExact), has(self.pathRegex)].filter(x, x).size() <= 1",
-    "message": "give at most one of pathPrefix, pathExact, pathRegex"
+    "rule": "[has(self.pathPrefix), has(self.pathSegmentPrefix), has(self.pathExact), has(self.pathRegex)].filter(x, x).size() <= 1",
+    "message": "give at most one of pathPrefix, pathSegmentPrefix, pathExact, pathRegex"
 }]))]
 pub struct RuleMatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub path_prefix: Option<String>,
+    /// Whole path segments: `/api` matches `/api`, `/api/` and `/api/v1`, not `/apix` (a
+    /// trailing `/` is ignored). The Gateway API's PathPrefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub path_segment_prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub path_exact: Option<String>,

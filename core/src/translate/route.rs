@@ -2,10 +2,11 @@
 
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::route::v3::{
-    self as envoy_route, HeaderMatcher, RedirectAction, RetryPolicy, RouteAction,
-    RouteConfiguration, RouteMatch, WeightedCluster, header_matcher::HeaderMatchSpecifier,
-    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::UpgradeConfig,
-    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    self as envoy_route, DirectResponseAction, HeaderMatcher, RedirectAction, RetryPolicy,
+    RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
+    header_matcher::HeaderMatchSpecifier, redirect_action, route::Action,
+    route_action::ClusterSpecifier, route_action::UpgradeConfig, route_match::PathSpecifier,
+    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -111,6 +112,14 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
             }
         }
     }
+    if let model::RouteAction::Redirect(redirect) = &route.action {
+        errors.extend(redirect_errors(redirect));
+    }
+    if let model::RouteAction::Respond(status) = route.action
+        && !(200..=599).contains(&status)
+    {
+        errors.push(format!("status {status} is not an HTTP status"));
+    }
     if let model::RouteAction::Forward(forward) = &route.action {
         if forward.backends.is_empty() {
             errors.push("forward action has no backends".to_owned());
@@ -156,11 +165,38 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
     errors
 }
 
+fn redirect_errors(redirect: &model::Redirect) -> Vec<String> {
+    let mut errors = Vec::new();
+    if !matches!(redirect.status, 301 | 302 | 303 | 307 | 308) {
+        errors.push(format!(
+            "redirect status {} is not a redirect",
+            redirect.status
+        ));
+    }
+    if let Some(scheme) = &redirect.scheme
+        && scheme != "http"
+        && scheme != "https"
+    {
+        errors.push(format!("redirect scheme {scheme:?} is not http or https"));
+    }
+    let path = redirect.path.as_ref().map(|p| match p {
+        model::RedirectPath::Full(p) | model::RedirectPath::Prefix(p) => p,
+    });
+    for (what, value) in [("host", redirect.host.as_ref()), ("path", path)] {
+        if let Some(Err(e)) = value.map(|v| validate::header_value(v)) {
+            errors.push(format!("redirect {what} {e}"));
+        }
+    }
+    errors
+}
+
 /// The clusters a (valid) virtual host routes to.
 pub fn referenced_clusters(vh: &model::VirtualHost) -> impl Iterator<Item = &str> {
     vh.routes.iter().flat_map(|r| match &r.action {
         model::RouteAction::Forward(f) => f.backends.iter().map(|b| b.cluster.as_str()).collect(),
-        model::RouteAction::RedirectHttps => Vec::new(),
+        model::RouteAction::RedirectHttps
+        | model::RouteAction::Redirect(_)
+        | model::RouteAction::Respond(_) => Vec::new(),
     })
 }
 
@@ -183,6 +219,7 @@ pub fn virtual_host(vh: &model::VirtualHost, hosts: &[String]) -> envoy_route::V
 pub fn route(r: &model::Route) -> envoy_route::Route {
     let path_specifier = match &r.path {
         model::PathMatch::Prefix(p) => PathSpecifier::Prefix(p.clone()),
+        model::PathMatch::SegmentPrefix(p) => PathSpecifier::PathSeparatedPrefix(p.clone()),
         model::PathMatch::Exact(p) => PathSpecifier::Path(p.clone()),
         model::PathMatch::Regex(p) => PathSpecifier::SafeRegex(regex_matcher(p)),
     };
@@ -192,6 +229,11 @@ pub fn route(r: &model::Route) -> envoy_route::Route {
             scheme_rewrite_specifier: Some(redirect_action::SchemeRewriteSpecifier::HttpsRedirect(
                 true,
             )),
+            ..Default::default()
+        }),
+        model::RouteAction::Redirect(r) => Action::Redirect(redirect_action(r)),
+        model::RouteAction::Respond(status) => Action::DirectResponse(DirectResponseAction {
+            status: u32::from(*status),
             ..Default::default()
         }),
     };
@@ -208,6 +250,28 @@ pub fn route(r: &model::Route) -> envoy_route::Route {
         response_headers_to_remove: r.response_headers.remove.clone(),
         action: Some(action),
         ..Default::default()
+    }
+}
+
+fn redirect_action(r: &model::Redirect) -> RedirectAction {
+    use redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier};
+    let code = match r.status {
+        301 => RedirectResponseCode::MovedPermanently,
+        303 => RedirectResponseCode::SeeOther,
+        307 => RedirectResponseCode::TemporaryRedirect,
+        308 => RedirectResponseCode::PermanentRedirect,
+        _ => RedirectResponseCode::Found,
+    };
+    RedirectAction {
+        scheme_rewrite_specifier: r.scheme.clone().map(SchemeRewriteSpecifier::SchemeRedirect),
+        host_redirect: r.host.clone().unwrap_or_default(),
+        port_redirect: r.port.map(u32::from).unwrap_or(0),
+        path_rewrite_specifier: r.path.as_ref().map(|p| match p {
+            model::RedirectPath::Full(p) => PathRewriteSpecifier::PathRedirect(p.clone()),
+            model::RedirectPath::Prefix(p) => PathRewriteSpecifier::PrefixRewrite(p.clone()),
+        }),
+        response_code: code as i32,
+        strip_query: false,
     }
 }
 

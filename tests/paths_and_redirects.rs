@@ -1,0 +1,131 @@
+//! Path segment prefixes and redirects on real Envoy, through standalone files:
+//! `pathSegmentPrefix: /docs` takes `/docs` and `/docs/...` but not `/docsx`; a redirect
+//! replaces what it names (scheme, host, port, the whole path or the matched prefix) with
+//! the status it gives (302 unless told).
+
+use std::time::Duration;
+
+use switchyard::xds::Protocol;
+use switchyard_e2e::{Backend, Envoy, Switchyard, free_port};
+
+const IP: &str = "127.0.0.32";
+const HOST: &str = "www.paths.test";
+
+/// A client that shows redirects instead of following them.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// Status, Location header and body of GET `path` through Envoy.
+async fn get(port: u16, path: &str) -> (u16, String, String) {
+    let response = client()
+        .get(format!("http://{IP}:{port}{path}"))
+        .header("host", HOST)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let status = response.status().as_u16();
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().await.unwrap_or_default();
+    (status, location, body)
+}
+
+#[tokio::test]
+async fn segment_prefixes_match_whole_segments_and_redirects_replace_what_they_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().to_path_buf();
+    let config = work.join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    let docs = Backend::start("docs", IP).await;
+    let other = Backend::start("other", IP).await;
+    let (http_port, probe_port) = (free_port(), free_port());
+    std::fs::write(
+        config.join("routes.yaml"),
+        format!(
+            "listeners: {{ address: {IP}, httpPort: {http_port}, httpsPort: {https}, probePort: {probe_port} }}
+routes:
+  - name: site
+    spec:
+      hosts: [{HOST}]
+      rules:
+        - name: docs
+          match: {{ pathSegmentPrefix: /docs/ }}
+          backends: [ {{ service: docs, port: {docs_port} }} ]
+        - name: old
+          match: {{ pathSegmentPrefix: /old }}
+          redirect: {{ scheme: https, hostname: new.paths.test, prefix: /new, statusCode: 301 }}
+        - name: moved
+          match: {{ pathExact: /moved }}
+          redirect: {{ port: 8443, path: /here }}
+        - backends: [ {{ service: other, port: {other_port} }} ]
+services:
+  - name: docs
+    endpoints: [ {{ address: {IP}, port: {docs_port} }} ]
+  - name: other
+    endpoints: [ {{ address: {IP}, port: {other_port} }} ]
+",
+            https = free_port(),
+            docs_port = docs.address.port(),
+            other_port = other.address.port(),
+        ),
+    )
+    .expect("write config");
+    let switchyard = Switchyard::start_standalone(&work, &config, &[]);
+    let _envoy = Envoy::start(
+        &work,
+        "envoy-paths",
+        IP,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+    // Envoy binds its listener shortly after it takes the snapshot.
+    let mut first = None;
+    for _ in 0..200 {
+        if let Ok(r) = client()
+            .get(format!("http://{IP}:{http_port}/"))
+            .header("host", HOST)
+            .send()
+            .await
+        {
+            first = Some(r.status().as_u16());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(first, Some(200), "Envoy serves the route");
+
+    for (path, body) in [
+        ("/docs", "docs"),
+        ("/docs/", "docs"),
+        ("/docs/guide", "docs"),
+        ("/docsx", "other"),
+        ("/documents", "other"),
+    ] {
+        let (status, _, got) = get(http_port, path).await;
+        assert_eq!((status, got.as_str()), (200, body), "GET {path}");
+    }
+
+    let (status, location, _) = get(http_port, "/old/page?x=1").await;
+    assert_eq!(status, 301);
+    assert_eq!(location, "https://new.paths.test/new/page?x=1");
+    let (status, _, got) = get(http_port, "/older").await;
+    assert_eq!(
+        (status, got.as_str()),
+        (200, "other"),
+        "/older is not under /old"
+    );
+
+    let (status, location, _) = get(http_port, "/moved").await;
+    assert_eq!(status, 302, "302 unless told");
+    assert_eq!(location, format!("http://{HOST}:8443/here"));
+}

@@ -11,11 +11,16 @@ use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
 use crate::gateway::api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
-    HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirect,
+    HttpRouteRulesFiltersRequestRedirectPathType as RedirectPathType,
+    HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
+    HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
 };
 use crate::k8s::resolve::service_cluster;
-use switchyard_core::route::spec::{Backend, HeaderEdits, HeaderMatch, RuleMatch, RuleOptions};
+use switchyard_core::route::spec::{
+    Backend, HeaderEdits, HeaderMatch, Redirect, RuleMatch, RuleOptions,
+};
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
 
 /// A route's rules as attached to one listener of a Gateway, for the hostnames the two
@@ -209,9 +214,15 @@ fn lower_rules(
     let mut first_problem: Option<Cond> = None;
     for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
         let at = format!("spec.rules[{ri}]");
-        let options = options(rule, &at)?;
+        let Lowering { options, redirect } = lower_filters(rule, &at)?;
         let (backends, unavailable_weight) =
             backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        // A redirect answers by itself: it has no backends to miss.
+        let unavailable_weight = if redirect.is_some() {
+            0
+        } else {
+            unavailable_weight
+        };
         let rule_name = rule.name.clone().unwrap_or_else(|| format!("rule-{ri}"));
         let default_match = [HttpRouteRulesMatches::default()];
         let matches = match rule.matches.as_deref() {
@@ -230,6 +241,7 @@ fn lower_rules(
                         matches: Some(matches),
                         backends: backends.clone(),
                         redirect_https: false,
+                        redirect: redirect.clone(),
                         options: options.clone(),
                     },
                     unavailable_weight,
@@ -245,17 +257,24 @@ fn lower_rules(
     })
 }
 
-/// The rule's filters and timeouts as the vocabulary's options.
-fn options(rule: &HttpRouteRules, at: &str) -> Result<RuleOptions, String> {
-    let mut options = RuleOptions::default();
+/// The vocabulary's options of a rule, and its redirect.
+#[derive(Clone, Default)]
+struct Lowering {
+    options: RuleOptions,
+    redirect: Option<Redirect>,
+}
+
+/// The rule's filters and timeouts in the vocabulary.
+fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
+    let mut lowering = Lowering::default();
     for (fi, filter) in rule.filters.iter().flatten().enumerate() {
         let at = format!("{at}.filters[{fi}]");
         match filter.r#type {
             FilterType::RequestHeaderModifier => {
-                options.request_headers = Some(request_edits(filter));
+                lowering.options.request_headers = Some(request_edits(filter));
             }
             FilterType::ResponseHeaderModifier => {
-                options.response_headers = Some(response_edits(filter));
+                lowering.options.response_headers = Some(response_edits(filter));
             }
             FilterType::UrlRewrite => {
                 let rewrite = filter.url_rewrite.as_ref();
@@ -264,13 +283,16 @@ fn options(rule: &HttpRouteRules, at: &str) -> Result<RuleOptions, String> {
                     .and_then(|r| r.path.as_ref())
                     .and_then(|p| p.replace_prefix_match.clone());
                 match prefix {
-                    Some(p) => options.rewrite_prefix = Some(p),
+                    Some(p) => lowering.options.rewrite_prefix = Some(p),
                     None => {
                         return Err(format!(
                             "{at}: only URLRewrite of a path prefix is supported"
                         ));
                     }
                 }
+            }
+            FilterType::RequestRedirect => {
+                lowering.redirect = filter.request_redirect.as_ref().map(redirect);
             }
             ref other => return Err(format!("{at}: filter {other:?} is not supported")),
         }
@@ -283,10 +305,32 @@ fn options(rule: &HttpRouteRules, at: &str) -> Result<RuleOptions, String> {
             let timeout = gateway_duration_ms(request)
                 .and_then(vocabulary_duration)
                 .ok_or_else(|| format!("{at}.timeouts.request: {request:?} is not a duration"))?;
-            options.timeout = Some(timeout);
+            lowering.options.timeout = Some(timeout);
         }
     }
-    Ok(options)
+    Ok(lowering)
+}
+
+/// A RequestRedirect in the vocabulary: the Gateway API's default status is 302, as ours.
+fn redirect(r: &HttpRouteRulesFiltersRequestRedirect) -> Redirect {
+    let (path, prefix) = match &r.path {
+        Some(p) => match p.r#type {
+            RedirectPathType::ReplaceFullPath => (p.replace_full_path.clone(), None),
+            RedirectPathType::ReplacePrefixMatch => (None, p.replace_prefix_match.clone()),
+        },
+        None => (None, None),
+    };
+    Redirect {
+        scheme: r.scheme.as_ref().map(|s| match s {
+            RedirectScheme::Http => "http".to_owned(),
+            RedirectScheme::Https => "https".to_owned(),
+        }),
+        hostname: r.hostname.clone(),
+        port: r.port,
+        path,
+        prefix,
+        status_code: r.status_code.and_then(|c| i32::try_from(c).ok()),
+    }
 }
 
 fn request_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
@@ -447,7 +491,7 @@ fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
             1
         }
         PathType::PathPrefix => {
-            out.path_prefix = Some(value.clone());
+            out.path_segment_prefix = Some(value.clone());
             0
         }
     };

@@ -13,9 +13,8 @@
 //! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
 //!
 //! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): query
-//! parameter and method matches, redirects, mirrors, CORS, full-path and host rewrites,
-//! and per-backend filters. PathPrefix lowers to the vocabulary's `pathPrefix`, which
-//! matches a string prefix where the Gateway API matches whole path segments.
+//! parameter and method matches, mirrors, CORS, full-path and host rewrites, and
+//! per-backend filters.
 
 pub mod gateway;
 pub mod gateway_class;

@@ -208,6 +208,8 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
                 name: "all".into(),
                 path: model::PathMatch::Prefix("/".into()),
                 headers: vec![],
+                method: None,
+                query: Vec::new(),
                 action: model::RouteAction::Forward(model::Forward {
                     backends: vec![model::WeightedCluster {
                         cluster: cluster.clone(),

@@ -1,7 +1,8 @@
-//! Path segment prefixes and redirects on real Envoy, through standalone files:
-//! `pathSegmentPrefix: /docs` takes `/docs` and `/docs/...` but not `/docsx`; a redirect
-//! replaces what it names (scheme, host, port, the whole path or the matched prefix) with
-//! the status it gives (302 unless told).
+//! Path segment prefixes, method and query parameter matches, and redirects on real
+//! Envoy, through standalone files: `pathSegmentPrefix: /docs` takes `/docs` and
+//! `/docs/...` but not `/docsx`; a rule asking for POST and query parameters takes only
+//! requests with all of them; a redirect replaces what it names (scheme, host, port, the
+//! whole path or the matched prefix) with the status it gives (302 unless told).
 
 use std::time::Duration;
 
@@ -22,8 +23,12 @@ fn client() -> reqwest::Client {
 
 /// Status, Location header and body of GET `path` through Envoy.
 async fn get(port: u16, path: &str) -> (u16, String, String) {
+    request(reqwest::Method::GET, port, path).await
+}
+
+async fn request(method: reqwest::Method, port: u16, path: &str) -> (u16, String, String) {
     let response = client()
-        .get(format!("http://{IP}:{port}{path}"))
+        .request(method, format!("http://{IP}:{port}{path}"))
         .header("host", HOST)
         .send()
         .await
@@ -66,6 +71,12 @@ routes:
         - name: moved
           match: {{ pathExact: /moved }}
           redirect: {{ port: 8443, path: /here }}
+        - name: search
+          match:
+            pathExact: /search
+            method: POST
+            queryParams: [ {{ name: q, present: true }}, {{ name: page, regex: '^[0-9]+$' }} ]
+          backends: [ {{ service: docs, port: {docs_port} }} ]
         - backends: [ {{ service: other, port: {other_port} }} ]
 services:
   - name: docs
@@ -124,6 +135,18 @@ services:
         (200, "other"),
         "/older is not under /old"
     );
+
+    let post = reqwest::Method::POST;
+    for (method, path, body) in [
+        (post.clone(), "/search?q=envoy&page=2", "docs"),
+        (post.clone(), "/search?page=2&q=", "docs"),
+        (reqwest::Method::GET, "/search?q=envoy&page=2", "other"),
+        (post.clone(), "/search?q=envoy&page=two", "other"),
+        (post, "/search?page=2", "other"),
+    ] {
+        let (status, _, got) = request(method.clone(), http_port, path).await;
+        assert_eq!((status, got.as_str()), (200, body), "{method} {path}");
+    }
 
     let (status, location, _) = get(http_port, "/moved").await;
     assert_eq!(status, 302, "302 unless told");

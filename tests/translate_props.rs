@@ -274,6 +274,8 @@ fn route() -> impl Strategy<Value = Route> {
                 name: name.into(),
                 path,
                 headers,
+                method: None,
+                query: Vec::new(),
                 action,
                 request_headers,
                 response_headers,

@@ -80,6 +80,11 @@ pub struct Route {
     pub name: String,
     pub path: PathMatch,
     pub headers: Vec<HeaderMatch>,
+    /// The request's method, when the route asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<QueryMatch>,
     pub action: RouteAction,
     pub request_headers: HeaderEdits,
     pub response_headers: HeaderEdits,
@@ -106,6 +111,20 @@ pub struct HeaderMatch {
 pub enum HeaderValueMatch {
     Exact(String),
     Prefix(String),
+    Regex(String),
+    Present,
+}
+
+/// A query parameter the request must carry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueryMatch {
+    pub name: String,
+    pub value: QueryValueMatch,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum QueryValueMatch {
+    Exact(String),
     Regex(String),
     Present,
 }

@@ -76,6 +76,8 @@ pub fn config(routes: usize, seed: u64) -> Config {
                 name: "main".into(),
                 path: PathMatch::Prefix(format!("/{}", next() % 1000)),
                 headers: vec![],
+                method: None,
+                query: Vec::new(),
                 action: RouteAction::Forward(Forward {
                     backends,
                     timeout: Some(Duration::from_secs(5)),

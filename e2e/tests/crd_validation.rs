@@ -264,6 +264,18 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].match.pathExact in body should match '^/'",
         ),
         case(
+            &rule("match: {method: get}"),
+            "spec.rules[0].match.method in body should match '^[A-Z]+$'",
+        ),
+        case(
+            &rule("match: {queryParams: [{name: q}]}"),
+            "spec.rules[0].match.queryParams[0]: Invalid value: give exactly one of exact, regex, present",
+        ),
+        case(
+            &rule("match: {queryParams: [{name: \"a=b\", exact: c}]}"),
+            "spec.rules[0].match.queryParams[0].name in body should match",
+        ),
+        case(
             &rule("match: {pathSegmentPrefix: api}"),
             "spec.rules[0].match.pathSegmentPrefix in body should match '^/'",
         ),
@@ -406,6 +418,12 @@ fn cases() -> Vec<Case> {
         valid(
             "redirects by segment prefix and by exact path, then a catch-all",
             "{hosts: [web.example.com], rules: [{name: old, match: {pathSegmentPrefix: /old}, redirect: {scheme: https, hostname: new.example.com, port: 8443, prefix: /new, statusCode: 301}}, {name: moved, match: {pathExact: /moved}, redirect: {path: /here}}, {backends: [{service: web, port: 80}]}]}",
+        ),
+        valid(
+            "a method and query parameters",
+            &rule(
+                "match: {pathExact: /search, method: POST, queryParams: [{name: q, present: true}, {name: page, regex: '^[0-9]+$'}, {name: lang, exact: en}]}",
+            ),
         ),
         valid(
             "canary at 0% next to 100%",

@@ -308,6 +308,33 @@ fn check_match(at: &str, m: &RuleMatch) -> Result<(), SpecError> {
     if m.path_regex.as_deref() == Some("") {
         return Err(error(format!("{at}.pathRegex"), "must not be empty"));
     }
+    if let Some(method) = &m.method
+        && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()))
+    {
+        return Err(error(
+            format!("{at}.method"),
+            format!("{method:?} is not an HTTP method in capitals"),
+        ));
+    }
+    for (index, q) in m.query_params.iter().enumerate() {
+        let kinds = [
+            q.exact.is_some(),
+            q.regex.is_some(),
+            q.present == Some(true),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(error(
+                format!("{at}.queryParams[{index}] ({:?})", q.name),
+                "give exactly one of exact, regex, present",
+            ));
+        }
+        if q.name.is_empty() {
+            return Err(error(
+                format!("{at}.queryParams[{index}].name"),
+                "must not be empty",
+            ));
+        }
+    }
     for (index, h) in m.headers.iter().enumerate() {
         if h.name.is_empty() {
             return Err(error(
@@ -465,6 +492,29 @@ mod tests {
                         ..Redirect::default()
                     }),
                     backends: vec![],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].match.method: \"get\" is not an HTTP method in capitals",
+                spec(vec![RouteRule {
+                    matches: Some(RuleMatch {
+                        method: Some("get".into()),
+                        ..RuleMatch::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].match.queryParams[0] (\"q\"): give exactly one of exact, regex, present",
+                spec(vec![RouteRule {
+                    matches: Some(RuleMatch {
+                        query_params: vec![crate::route::spec::QueryParamMatch {
+                            name: "q".into(),
+                            ..Default::default()
+                        }],
+                        ..RuleMatch::default()
+                    }),
                     ..rule()
                 }]),
             ),

@@ -11,13 +11,13 @@ use std::time::Duration;
 use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
     DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
-    Redirect as SpecRedirect,
+    QueryParamMatch as SpecQueryMatch, Redirect as SpecRedirect,
 };
 use crate::duration;
 use crate::model::{
     self, ClusterSettings, EndpointProbe, Forward, HeaderEdits, HeaderMatch, HeaderValueMatch,
-    PathMatch, Redirect, RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe,
-    VirtualHost, VirtualHostTls, WeightedCluster, trial_id,
+    PathMatch, QueryMatch, QueryValueMatch, Redirect, RedirectPath, RetryPolicy, Route,
+    RouteAction, ServiceRef, VersionProbe, VirtualHost, VirtualHostTls, WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
 
@@ -226,6 +226,11 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         .iter()
         .map(header_match)
         .collect::<Result<_, _>>()?;
+    let query = m
+        .query_params
+        .iter()
+        .map(query_match)
+        .collect::<Result<_, _>>()?;
     let options = &rule.options;
     let duration = |d: &Option<String>| -> Result<Option<Duration>, String> {
         d.as_deref()
@@ -274,6 +279,8 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         name: rule.name.clone(),
         path,
         headers,
+        method: m.method.clone(),
+        query,
         action,
         request_headers: header_edits(options.request_headers.as_ref()),
         response_headers: header_edits(options.response_headers.as_ref()),
@@ -305,6 +312,24 @@ fn segment_prefix(prefix: &str) -> PathMatch {
         "" => PathMatch::Prefix("/".into()),
         trimmed => PathMatch::SegmentPrefix(trimmed.to_owned()),
     }
+}
+
+fn query_match(q: &SpecQueryMatch) -> Result<QueryMatch, String> {
+    let value = match (&q.exact, &q.regex, q.present.unwrap_or(false)) {
+        (Some(v), None, false) => QueryValueMatch::Exact(v.clone()),
+        (None, Some(v), false) => QueryValueMatch::Regex(v.clone()),
+        (None, None, true) => QueryValueMatch::Present,
+        _ => {
+            return Err(format!(
+                "query parameter match {:?}: give exactly one kind",
+                q.name
+            ));
+        }
+    };
+    Ok(QueryMatch {
+        name: q.name.clone(),
+        value,
+    })
 }
 
 fn header_match(h: &SpecHeaderMatch) -> Result<HeaderMatch, String> {

@@ -266,6 +266,33 @@ pub struct RuleMatch {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub headers: Vec<HeaderMatch>,
+    /// The request's method, e.g. `GET`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16), regex(pattern = r"^[A-Z]+$"))]
+    pub method: Option<String>,
+    /// Query parameters, all of which must match (the first of a repeated name counts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub query_params: Vec<QueryParamMatch>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.exact), has(self.regex), has(self.present) && self.present].filter(x, x).size() == 1",
+    "message": "give exactly one of exact, regex, present"
+}]))]
+pub struct QueryParamMatch {
+    #[schemars(length(min = 1, max = 256), regex(pattern = r"^[^&=#\s]+$"))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub exact: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -342,6 +342,8 @@ mod tests {
                     name: "r".into(),
                     path: model::PathMatch::Prefix("/".into()),
                     headers: vec![],
+                    method: None,
+                    query: Vec::new(),
                     action: model::RouteAction::Forward(model::Forward {
                         backends: vec![model::WeightedCluster {
                             cluster: "ns/a/80".into(),

@@ -251,6 +251,8 @@ mod tests {
                     name: "redirect".into(),
                     path: model::PathMatch::Prefix("/".into()),
                     headers: vec![],
+                    method: None,
+                    query: Vec::new(),
                     action: model::RouteAction::RedirectHttps,
                     request_headers: Default::default(),
                     response_headers: Default::default(),

@@ -2,11 +2,11 @@
 
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::route::v3::{
-    self as envoy_route, DirectResponseAction, HeaderMatcher, RedirectAction, RetryPolicy,
-    RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
-    header_matcher::HeaderMatchSpecifier, redirect_action, route::Action,
-    route_action::ClusterSpecifier, route_action::UpgradeConfig, route_match::PathSpecifier,
-    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    self as envoy_route, DirectResponseAction, HeaderMatcher, QueryParameterMatcher,
+    RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
+    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
+    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::UpgradeConfig,
+    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -89,6 +89,21 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
         };
         if let Err(e) = value {
             errors.push(format!("header match on {:?}: {e}", h.name));
+        }
+    }
+    if let Some(method) = &route.method
+        && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()))
+    {
+        errors.push(format!("method {method:?} is not an HTTP method"));
+    }
+    for q in &route.query {
+        if q.name.is_empty() {
+            errors.push("query parameter match: the name is empty".to_owned());
+        }
+        if let model::QueryValueMatch::Regex(pattern) = &q.value
+            && let Err(e) = validate::regex(pattern)
+        {
+            errors.push(format!("query parameter match on {:?}: {e}", q.name));
         }
     }
     for (edits, direction) in [
@@ -240,7 +255,13 @@ pub fn route(r: &model::Route) -> envoy_route::Route {
     envoy_route::Route {
         name: r.name.clone(),
         r#match: Some(RouteMatch {
-            headers: r.headers.iter().map(header_matcher).collect(),
+            headers: r
+                .headers
+                .iter()
+                .map(header_matcher)
+                .chain(r.method.as_deref().map(method_matcher))
+                .collect(),
+            query_parameters: r.query.iter().map(query_matcher).collect(),
             path_specifier: Some(path_specifier),
             ..Default::default()
         }),
@@ -280,6 +301,33 @@ fn regex_matcher(pattern: &str) -> RegexMatcher {
     RegexMatcher {
         regex: pattern.to_owned(),
         ..Default::default()
+    }
+}
+
+/// Envoy matches the method as the `:method` pseudo-header.
+fn method_matcher(method: &str) -> HeaderMatcher {
+    header_matcher(&model::HeaderMatch {
+        name: ":method".to_owned(),
+        value: model::HeaderValueMatch::Exact(method.to_owned()),
+        invert: false,
+    })
+}
+
+fn query_matcher(q: &model::QueryMatch) -> QueryParameterMatcher {
+    let string = |pattern| {
+        QueryParameterMatchSpecifier::StringMatch(StringMatcher {
+            match_pattern: Some(pattern),
+            ..Default::default()
+        })
+    };
+    let specifier = match &q.value {
+        model::QueryValueMatch::Exact(v) => string(MatchPattern::Exact(v.clone())),
+        model::QueryValueMatch::Regex(v) => string(MatchPattern::SafeRegex(regex_matcher(v))),
+        model::QueryValueMatch::Present => QueryParameterMatchSpecifier::PresentMatch(true),
+    };
+    QueryParameterMatcher {
+        name: q.name.clone(),
+        query_parameter_match_specifier: Some(specifier),
     }
 }
 
@@ -429,6 +477,8 @@ mod tests {
             name: "r".into(),
             path: model::PathMatch::Prefix("/".into()),
             headers: vec![],
+            method: None,
+            query: Vec::new(),
             action,
             request_headers: Default::default(),
             response_headers: Default::default(),

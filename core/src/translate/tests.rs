@@ -33,6 +33,8 @@ fn forward_to(cluster: &str) -> model::Route {
         name: format!("to-{cluster}"),
         path: model::PathMatch::Prefix("/".into()),
         headers: vec![],
+        method: None,
+        query: Vec::new(),
         action: model::RouteAction::Forward(model::Forward {
             backends: vec![model::WeightedCluster {
                 cluster: cluster.into(),

@@ -16,10 +16,11 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
     HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
+    HttpRouteRulesMatchesQueryParamsType as QueryType,
 };
 use crate::k8s::resolve::service_cluster;
 use switchyard_core::route::spec::{
-    Backend, HeaderEdits, HeaderMatch, Redirect, RuleMatch, RuleOptions,
+    Backend, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, RuleMatch, RuleOptions,
 };
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
 
@@ -461,14 +462,6 @@ fn backend_cluster(
 
 /// One match in the vocabulary, and how specific it is.
 fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specificity), String> {
-    if m.method.is_some() {
-        return Err(format!("{at}.method: method matches are not supported"));
-    }
-    if m.query_params.as_ref().is_some_and(|q| !q.is_empty()) {
-        return Err(format!(
-            "{at}.queryParams: query parameter matches are not supported"
-        ));
-    }
     let path_type = m
         .path
         .as_ref()
@@ -506,7 +499,33 @@ fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
         }
         out.headers.push(header);
     }
-    let specificity = (rank, value.len(), false, out.headers.len(), 0);
+    // The method's name, as the API server serializes it (GET, POST...).
+    out.method = m
+        .method
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .and_then(|v| v.as_str().map(str::to_owned));
+    if m.method.is_some() && out.method.is_none() {
+        return Err(format!("{at}.method: not a method"));
+    }
+    for q in m.query_params.iter().flatten() {
+        let mut query = QueryParamMatch {
+            name: q.name.clone(),
+            ..QueryParamMatch::default()
+        };
+        match q.r#type.as_ref().unwrap_or(&QueryType::Exact) {
+            QueryType::Exact => query.exact = Some(q.value.clone()),
+            QueryType::RegularExpression => query.regex = Some(q.value.clone()),
+        }
+        out.query_params.push(query);
+    }
+    let specificity = (
+        rank,
+        value.len(),
+        out.method.is_some(),
+        out.headers.len(),
+        out.query_params.len(),
+    );
     Ok((out, specificity))
 }
 

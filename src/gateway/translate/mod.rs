@@ -12,9 +12,8 @@
 //! the fleet can tell (Programmed, Served). One file per kind: [`gateway_class`],
 //! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
 //!
-//! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): query
-//! parameter and method matches, mirrors, CORS, full-path and host rewrites, and
-//! per-backend filters.
+//! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): mirrors,
+//! CORS, full-path and host rewrites, per-backend filters, and the backendRequest timeout.
 
 pub mod gateway;
 pub mod gateway_class;

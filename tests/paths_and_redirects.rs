@@ -2,15 +2,57 @@
 //! Envoy, through standalone files: `pathSegmentPrefix: /docs` takes `/docs` and
 //! `/docs/...` but not `/docsx`; a rule asking for POST and query parameters takes only
 //! requests with all of them; a redirect replaces what it names (scheme, host, port, the
-//! whole path or the matched prefix) with the status it gives (302 unless told).
+//! whole path or the matched prefix) with the status it gives (302 unless told); a rule
+//! that rewrites the whole path or the Host forwards what it says, query kept.
 
 use std::time::Duration;
 
 use switchyard::xds::Protocol;
 use switchyard_e2e::{Backend, Envoy, Switchyard, free_port};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 const IP: &str = "127.0.0.32";
 const HOST: &str = "www.paths.test";
+
+/// A backend that answers every request with the path and Host it received:
+/// `<path> <host>`.
+async fn echo_backend() -> u16 {
+    let listener = TcpListener::bind((IP, 0)).await.expect("bind echo backend");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut byte)).await
+                    {
+                        Ok(Ok(1)) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                let host = head
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("host: ")
+                            .or_else(|| l.strip_prefix("Host: "))
+                    })
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = format!("{path} {host}");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
 
 /// A client that shows redirects instead of following them.
 fn client() -> reqwest::Client {
@@ -52,6 +94,7 @@ async fn segment_prefixes_match_whole_segments_and_redirects_replace_what_they_n
     std::fs::create_dir(&config).expect("config dir");
     let docs = Backend::start("docs", IP).await;
     let other = Backend::start("other", IP).await;
+    let echo = echo_backend().await;
     let (http_port, probe_port) = (free_port(), free_port());
     std::fs::write(
         config.join("routes.yaml"),
@@ -71,6 +114,15 @@ routes:
         - name: moved
           match: {{ pathExact: /moved }}
           redirect: {{ port: 8443, path: /here }}
+        - name: legacy
+          match: {{ pathSegmentPrefix: /legacy }}
+          rewritePath: /index.html
+          rewriteHost: legacy.internal
+          backends: [ {{ service: echo, port: {echo} }} ]
+        - name: v1
+          match: {{ pathSegmentPrefix: /v1 }}
+          rewritePrefix: /api/v1
+          backends: [ {{ service: echo, port: {echo} }} ]
         - name: search
           match:
             pathExact: /search
@@ -83,6 +135,8 @@ services:
     endpoints: [ {{ address: {IP}, port: {docs_port} }} ]
   - name: other
     endpoints: [ {{ address: {IP}, port: {other_port} }} ]
+  - name: echo
+    endpoints: [ {{ address: {IP}, port: {echo} }} ]
 ",
             https = free_port(),
             docs_port = docs.address.port(),
@@ -134,6 +188,19 @@ services:
         (status, got.as_str()),
         (200, "other"),
         "/older is not under /old"
+    );
+
+    let (status, _, got) = get(http_port, "/legacy/some/page?x=1").await;
+    assert_eq!(
+        (status, got.as_str()),
+        (200, "/index.html?x=1 legacy.internal"),
+        "the whole path and the Host replaced, the query kept"
+    );
+    let (status, _, got) = get(http_port, "/v1/users").await;
+    assert_eq!(
+        (status, got.as_str()),
+        (200, format!("/api/v1/users {HOST}").as_str()),
+        "the prefix replaced, the Host kept"
     );
 
     let post = reqwest::Method::POST;

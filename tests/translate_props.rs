@@ -240,6 +240,7 @@ fn forward() -> impl Strategy<Value = Forward> {
                 }),
                 prefix_rewrite,
                 websocket,
+                ..Forward::default()
             },
         )
 }

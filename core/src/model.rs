@@ -166,6 +166,11 @@ pub struct Forward {
     pub idle_timeout: Option<Duration>,
     pub retry: Option<RetryPolicy>,
     pub prefix_rewrite: Option<String>,
+    /// The whole path, replaced (the query stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_rewrite: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_rewrite: Option<String>,
     /// WebSocket upgrades pass through to the backends.
     #[serde(default)]
     pub websocket: bool,

@@ -392,6 +392,14 @@ fn cases() -> Vec<Case> {
             &rule("rewritePrefix: v2/"),
             "spec.rules[0].rewritePrefix in body should match '^/'",
         ),
+        case(
+            &rule("rewritePrefix: /v2, rewritePath: /index.html"),
+            "spec.rules[0]: Invalid value: give at most one of rewritePrefix, rewritePath",
+        ),
+        case(
+            &rule("rewriteHost: \"Bad_Host\""),
+            "spec.rules[0].rewriteHost in body should match",
+        ),
         // --- tls, rollout
         case(
             "{hosts: [web.example.com], tls: {secretName: \"\"}, rules: [{backends: [{service: web, port: 80}]}]}",
@@ -418,6 +426,10 @@ fn cases() -> Vec<Case> {
         valid(
             "redirects by segment prefix and by exact path, then a catch-all",
             "{hosts: [web.example.com], rules: [{name: old, match: {pathSegmentPrefix: /old}, redirect: {scheme: https, hostname: new.example.com, port: 8443, prefix: /new, statusCode: 301}}, {name: moved, match: {pathExact: /moved}, redirect: {path: /here}}, {backends: [{service: web, port: 80}]}]}",
+        ),
+        valid(
+            "the whole path and the Host rewritten",
+            &rule("rewritePath: /index.html, rewriteHost: legacy.internal"),
         ),
         valid(
             "a method and query parameters",

@@ -239,13 +239,24 @@ fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
             retries.per_try_timeout.as_deref(),
         )?;
     }
-    if let Some(prefix) = &options.rewrite_prefix
-        && !prefix.starts_with('/')
-    {
-        return Err(error(
-            format!("{at}.rewritePrefix"),
-            format!("{prefix:?} does not start with \"/\""),
-        ));
+    for (name, path) in [
+        ("rewritePrefix", &options.rewrite_prefix),
+        ("rewritePath", &options.rewrite_path),
+    ] {
+        if let Some(path) = path
+            && !path.starts_with('/')
+        {
+            return Err(error(
+                format!("{at}.{name}"),
+                format!("{path:?} does not start with \"/\""),
+            ));
+        }
+    }
+    if options.rewrite_prefix.is_some() && options.rewrite_path.is_some() {
+        return Err(error(at, "give at most one of rewritePrefix, rewritePath"));
+    }
+    if options.rewrite_host.as_deref() == Some("") {
+        return Err(error(format!("{at}.rewriteHost"), "must not be empty"));
     }
     Ok(())
 }
@@ -492,6 +503,14 @@ mod tests {
                         ..Redirect::default()
                     }),
                     backends: vec![],
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0]: give at most one of rewritePrefix, rewritePath",
+                spec(vec![RouteRule {
+                    rewrite_prefix: Some("/v2".into()),
+                    rewrite_path: Some("/index.html".into()),
                     ..rule()
                 }]),
             ),

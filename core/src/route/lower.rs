@@ -272,6 +272,8 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
             idle_timeout: duration(&options.idle_timeout)?,
             retry,
             prefix_rewrite: options.rewrite_prefix.clone(),
+            path_rewrite: options.rewrite_path.clone(),
+            host_rewrite: options.rewrite_host.clone(),
             websocket: options.websocket.unwrap_or(false),
         })
     };

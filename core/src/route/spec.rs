@@ -75,6 +75,10 @@ pub struct RouteTls {
         "message": "a rule with redirectHttps must not have backends"
     },
     {
+        "rule": "!(has(self.rewritePrefix) && has(self.rewritePath))",
+        "message": "give at most one of rewritePrefix, rewritePath"
+    },
+    {
         "rule": "!has(self.redirect) || size(self.backends) == 0",
         "message": "a rule with redirect must not have backends"
     },
@@ -138,6 +142,19 @@ pub struct RouteRule {
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub rewrite_prefix: Option<String>,
 
+    /// Replace the whole path before forwarding (the query stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub rewrite_path: Option<String>,
+
+    /// Replace the Host header before forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub rewrite_host: Option<String>,
+
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_headers: Option<HeaderEdits>,
 
@@ -199,6 +216,8 @@ impl RouteRule {
             idle_timeout: self.idle_timeout.clone(),
             retries: self.retries.clone(),
             rewrite_prefix: self.rewrite_prefix.clone(),
+            rewrite_path: self.rewrite_path.clone(),
+            rewrite_host: self.rewrite_host.clone(),
             request_headers: self.request_headers.clone(),
             response_headers: self.response_headers.clone(),
             websocket: self.websocket,
@@ -229,6 +248,19 @@ pub struct RuleOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub rewrite_prefix: Option<String>,
+
+    /// Replace the whole path before forwarding (the query stays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub rewrite_path: Option<String>,
+
+    /// Replace the Host header before forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub rewrite_host: Option<String>,
 
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_headers: Option<HeaderEdits>,
@@ -467,6 +499,8 @@ mod tests {
                 per_try_timeout: Some("250ms".into()),
             }),
             rewrite_prefix: Some("/v2".into()),
+            rewrite_path: Some("/index.html".into()),
+            rewrite_host: Some("backend.internal".into()),
             request_headers: Some(HeaderEdits {
                 remove: vec!["x-a".into()],
                 ..HeaderEdits::default()

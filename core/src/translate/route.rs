@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    RegexMatcher, StringMatcher, string_matcher::MatchPattern,
+    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
 
 use envoy_types::pb::google::protobuf::Any;
@@ -171,10 +171,18 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
                 errors.push(e);
             }
         }
-        if let Some(rewrite) = &forward.prefix_rewrite
-            && let Err(e) = validate::header_value(rewrite)
-        {
-            errors.push(format!("prefix rewrite {e}"));
+        let rewrites = [
+            ("prefix", &forward.prefix_rewrite),
+            ("path", &forward.path_rewrite),
+            ("host", &forward.host_rewrite),
+        ];
+        for (what, rewrite) in rewrites {
+            if let Some(Err(e)) = rewrite.as_deref().map(validate::header_value) {
+                errors.push(format!("{what} rewrite {e}"));
+            }
+        }
+        if forward.prefix_rewrite.is_some() && forward.path_rewrite.is_some() {
+            errors.push("a route rewrites either the prefix or the whole path".to_owned());
         }
     }
     errors
@@ -392,6 +400,15 @@ fn route_action(f: &model::Forward) -> RouteAction {
             ..Default::default()
         }),
         prefix_rewrite: f.prefix_rewrite.clone().unwrap_or_default(),
+        // The whole path: one match of everything (Envoy keeps the query apart).
+        regex_rewrite: f.path_rewrite.as_ref().map(|p| RegexMatchAndSubstitute {
+            pattern: Some(regex_matcher("^.*$")),
+            substitution: p.clone(),
+        }),
+        host_rewrite_specifier: f
+            .host_rewrite
+            .clone()
+            .map(envoy_route::route_action::HostRewriteSpecifier::HostRewriteLiteral),
         // On the route alone: the listener enables no upgrade, so no other route has one.
         upgrade_configs: if f.websocket {
             vec![UpgradeConfig {

@@ -14,13 +14,14 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirect,
     HttpRouteRulesFiltersRequestRedirectPathType as RedirectPathType,
     HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
-    HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
+    HttpRouteRulesFiltersType as FilterType,
+    HttpRouteRulesFiltersUrlRewritePathType as RewritePathType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
     HttpRouteRulesMatchesQueryParamsType as QueryType,
 };
 use crate::k8s::resolve::service_cluster;
 use switchyard_core::route::spec::{
-    Backend, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, RuleMatch, RuleOptions,
+    Backend, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, Retries, RuleMatch, RuleOptions,
 };
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
 
@@ -278,17 +279,18 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
                 lowering.options.response_headers = Some(response_edits(filter));
             }
             FilterType::UrlRewrite => {
-                let rewrite = filter.url_rewrite.as_ref();
-                let prefix = rewrite
-                    .filter(|r| r.hostname.is_none())
-                    .and_then(|r| r.path.as_ref())
-                    .and_then(|p| p.replace_prefix_match.clone());
-                match prefix {
-                    Some(p) => lowering.options.rewrite_prefix = Some(p),
-                    None => {
-                        return Err(format!(
-                            "{at}: only URLRewrite of a path prefix is supported"
-                        ));
+                let Some(rewrite) = filter.url_rewrite.as_ref() else {
+                    continue;
+                };
+                lowering.options.rewrite_host = rewrite.hostname.clone();
+                if let Some(path) = &rewrite.path {
+                    match path.r#type {
+                        RewritePathType::ReplaceFullPath => {
+                            lowering.options.rewrite_path = path.replace_full_path.clone();
+                        }
+                        RewritePathType::ReplacePrefixMatch => {
+                            lowering.options.rewrite_prefix = path.replace_prefix_match.clone();
+                        }
                     }
                 }
             }
@@ -299,8 +301,18 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
         }
     }
     if let Some(timeouts) = &rule.timeouts {
-        if timeouts.backend_request.is_some() {
-            return Err(format!("{at}.timeouts.backendRequest is not supported"));
+        if let Some(backend) = &timeouts.backend_request {
+            let timeout = gateway_duration_ms(backend)
+                .and_then(vocabulary_duration)
+                .ok_or_else(|| {
+                    format!("{at}.timeouts.backendRequest: {backend:?} is not a duration")
+                })?;
+            // Each request to a backend, the first included: Envoy's per-try timeout.
+            lowering.options.retries = Some(Retries {
+                attempts: 0,
+                on: Vec::new(),
+                per_try_timeout: Some(timeout),
+            });
         }
         if let Some(request) = &timeouts.request {
             let timeout = gateway_duration_ms(request)

@@ -13,7 +13,7 @@
 //! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
 //!
 //! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): mirrors,
-//! CORS, full-path and host rewrites, per-backend filters, and the backendRequest timeout.
+//! CORS, ExtensionRef filters, and filters per backend.
 
 pub mod gateway;
 pub mod gateway_class;

@@ -198,6 +198,15 @@ struct OperatorArgs {
         default_value = switchyard::gateway::translate::CONTROLLER_NAME
     )]
     gateway_controller_name: String,
+    /// The type of the Service each Gateway gets in the fleet's namespace (its address):
+    /// ClusterIP, NodePort or LoadBalancer.
+    #[arg(
+        long,
+        env = "SWITCHYARD_GATEWAY_SERVICE_TYPE",
+        default_value = "ClusterIP",
+        value_parser = ["ClusterIP", "NodePort", "LoadBalancer"]
+    )]
+    gateway_service_type: String,
 }
 
 #[derive(clap::Args)]
@@ -634,15 +643,20 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let envoys = envoys.clone();
         let metrics = metrics.clone();
         let proxy_configs = proxy_configs.clone();
-        let gateway_api = args
-            .gateway_api
-            .then(|| args.gateway_controller_name.clone());
+        let gateway_api = args.gateway_api.then(|| {
+            (
+                args.gateway_controller_name.clone(),
+                args.gateway_service_type.clone(),
+            )
+        });
         move || {
-            let gateways = gateway_api.clone().map(|controller_name| {
-                gateway::controller::run(
-                    client.clone(),
-                    gateway::controller::Settings { controller_name },
-                )
+            let gateways = gateway_api.clone().map(|(controller_name, service_type)| {
+                let settings = gateway::controller::Settings {
+                    controller_name,
+                    fleet_service: envoy_service.clone(),
+                    service_type,
+                };
+                gateway::controller::run(client.clone(), settings)
             });
             let rollout = rollout::run(
                 client.clone(),

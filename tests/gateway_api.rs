@@ -2,17 +2,21 @@
 //! release Switchyard speaks: a GatewayClass naming it is accepted, its Gateway's
 //! listeners and the HTTPRoutes attached to them get the conditions the specification
 //! gives, and a status follows a change of what it depends on (a Service created, a
-//! route's new generation).
+//! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
+//! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
+//! one port get different fleet ports; a deleted Gateway's Service goes.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Service;
 use kube::Api;
+use kube::api::{DeleteParams, ListParams};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard_e2e::kube::{self as k, tool};
-use switchyard_e2e::rig::Rig;
+use switchyard_e2e::rig::{FLEET_NAMESPACE, Rig};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -210,4 +214,124 @@ spec:
         .map(|c| c["lastTransitionTime"].clone())
         .expect("a transition time");
     assert_eq!(before, after, "Accepted stayed True: {status:#}");
+}
+
+/// The Services of the Gateway `namespace/name`, from the fleet's namespace.
+async fn gateway_services(rig: &Rig, namespace: &str, name: &str) -> Vec<Service> {
+    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
+    let selector =
+        format!("switchyard.dev/gateway-namespace={namespace},switchyard.dev/gateway-name={name}");
+    fleet
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("list Services")
+        .items
+}
+
+#[tokio::test]
+async fn each_gateway_gets_a_service_of_its_own_and_its_address() {
+    let mut rig = Rig::start(0).await;
+    install_gateway_crds(&rig).await;
+    // The fleet's Pods are what a Gateway's Service selects (none run here).
+    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
+    fleet
+        .patch(
+            &rig.fleet_service(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
+        )
+        .await
+        .expect("give the fleet Service a selector");
+    let controller = format!("switchyard.dev/test-{}-services", std::process::id());
+    let class = k::unique_name("switchyard");
+    rig.start_operator(
+        "switchyard-1",
+        &["--gateway-api", "--gateway-controller-name", &controller],
+    );
+    let ns = rig.namespace.clone();
+    let gateway = |name: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: {name}, namespace: {ns} }}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{ name: http, port: 80, protocol: HTTP }}
+    - {{ name: alt, port: 8080, protocol: HTTP }}
+    - {{ name: bad, port: 9000, protocol: TCP }}
+"#
+        )
+    };
+    apply(
+        &rig,
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{ name: {class} }}\nspec: {{ controllerName: {controller} }}\n---{}---{}",
+            gateway("one"),
+            gateway("two")
+        ),
+    )
+    .await;
+
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    let mut fleet_ports = Vec::new();
+    for name in ["one", "two"] {
+        let status = wait_status(&gateways, name, "an address", |s| {
+            s.pointer("/addresses/0/value")
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+        })
+        .await;
+        let services = gateway_services(&rig, &ns, name).await;
+        let [service] = services.as_slice() else {
+            panic!("{name}: one Service, not {}", services.len());
+        };
+        let spec = service.spec.clone().unwrap_or_default();
+        assert_eq!(
+            status.pointer("/addresses/0/value").and_then(Value::as_str),
+            spec.cluster_ip.as_deref(),
+            "{name}: the address is its Service's"
+        );
+        assert_eq!(
+            spec.selector
+                .unwrap_or_default()
+                .get("app")
+                .map(String::as_str),
+            Some("envoy-fleet"),
+            "{name}: the Service selects the fleet"
+        );
+        let ports: Vec<(i32, String)> = spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .map(|p| (p.port, format!("{:?}", p.target_port)))
+            .collect();
+        assert_eq!(
+            ports.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [80, 8080],
+            "{name}: the ports of its valid listeners"
+        );
+        fleet_ports.extend(ports.into_iter().map(|p| p.1));
+    }
+    let distinct: std::collections::BTreeSet<&String> = fleet_ports.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        4,
+        "every port of every Gateway has its own: {fleet_ports:?}"
+    );
+
+    gateways
+        .delete("one", &DeleteParams::default())
+        .await
+        .expect("delete a Gateway");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while !gateway_services(&rig, &ns, "one").await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted Gateway's Service is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gateway_services(&rig, &ns, "two").await.len(), 1);
 }

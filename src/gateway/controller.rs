@@ -3,6 +3,7 @@
 //! status of every object of Switchyard's written when it differs from what the API
 //! server holds. A condition keeps its lastTransitionTime while its status stays.
 //!
+//! Each accepted Gateway gets a Service of its own ([`super::service`]): its address.
 //! The fleet does not serve Gateways yet: Programmed stays False (reason Pending).
 
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -22,6 +23,7 @@ use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
+use super::service::{self, GatewayKey, Wanted};
 use super::translate::{
     Cond, GROUP, GatewayOutcome, Inputs, KnownSecret, ParentOutcome, Translation, translate,
 };
@@ -37,6 +39,11 @@ const RESYNC: Duration = Duration::from_secs(30);
 pub struct Settings {
     /// The GatewayClass controllerName Switchyard answers to.
     pub controller_name: String,
+    /// The Envoy fleet's Service (namespace, name): each Gateway's Service goes to its
+    /// namespace, with its selector.
+    pub fleet_service: (String, String),
+    /// The type of each Gateway's Service: ClusterIP, NodePort or LoadBalancer.
+    pub service_type: String,
 }
 
 /// Every watch the translation reads.
@@ -125,7 +132,119 @@ async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
         routes = translation.routes.len(),
         "Gateway API translated"
     );
-    write_statuses(client, settings, &translation, &classes, &gateways, &routes).await;
+    let addresses = sync_services(client, settings, &translation, &services).await;
+    let written = Written {
+        classes: &classes,
+        gateways: &gateways,
+        routes: &routes,
+        addresses: &addresses,
+    };
+    write_statuses(client, settings, &translation, &written).await;
+}
+
+/// Field manager of the Services Switchyard writes for Gateways.
+const SERVICE_MANAGER: &str = "switchyard-gateway";
+
+/// Writes each accepted Gateway's Service (when it differs from what is there), deletes
+/// those of Gateways gone or no longer accepted; gives each Gateway's addresses, as its
+/// Service has them now.
+async fn sync_services(
+    client: &Client,
+    settings: &Settings,
+    translation: &Translation,
+    services: &[Service],
+) -> BTreeMap<GatewayKey, Vec<(String, String)>> {
+    let (fleet_ns, fleet_name) = &settings.fleet_service;
+    let label = service::controller_label(&settings.controller_name);
+    let (ours, others): (Vec<Service>, Vec<Service>) = services
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(fleet_ns.as_str()))
+        .filter(|s| service::gateway_of(s).is_some())
+        .cloned()
+        .partition(|s| service::written_by(s, &label));
+    let selector = services
+        .iter()
+        .find(|s| {
+            s.metadata.namespace.as_deref() == Some(fleet_ns.as_str())
+                && s.metadata.name.as_deref() == Some(fleet_name.as_str())
+        })
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.selector.clone())
+        .filter(|s| !s.is_empty());
+    let Some(selector) = selector else {
+        warn!(
+            fleet = %format!("{fleet_ns}/{fleet_name}"),
+            "the fleet Service has no selector: Gateways get no Service of their own"
+        );
+        return BTreeMap::new();
+    };
+    let wanted: Vec<Wanted> = translation
+        .gateways
+        .iter()
+        .filter(|g| !g.ports.is_empty())
+        .map(|g| Wanted {
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            ports: g.ports.iter().map(|p| p.port).collect(),
+        })
+        .collect();
+    let allocation = service::allocate(&wanted, &ours, &others);
+    let api: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
+    let mut addresses = BTreeMap::new();
+    for (gateway, ports) in &allocation {
+        let desired = service::service(
+            gateway,
+            ports,
+            fleet_ns,
+            &selector,
+            &settings.service_type,
+            &label,
+        );
+        let name = desired.metadata.name.clone().unwrap_or_default();
+        let current = ours
+            .iter()
+            .find(|s| service::gateway_of(s).as_ref() == Some(gateway));
+        if current.is_none_or(|c| !same_service(c, &desired)) {
+            let params = PatchParams::apply(SERVICE_MANAGER).force();
+            if let Err(error) = api.patch(&name, &params, &Patch::Apply(&desired)).await {
+                warn!(%name, %error, "writing a Gateway's Service failed; retried on the next pass");
+            }
+        }
+        let found = current.map(service::addresses).unwrap_or_default();
+        addresses.insert(gateway.clone(), found);
+    }
+    for stale in ours
+        .iter()
+        .filter(|s| service::gateway_of(s).is_some_and(|g| !allocation.contains_key(&g)))
+    {
+        let name = stale.metadata.name.clone().unwrap_or_default();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => debug!(%name, "Service of a Gateway gone deleted"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(error) => warn!(%name, %error, "deleting a Gateway's Service failed"),
+        }
+    }
+    addresses
+}
+
+/// Whether the Service there already is what Switchyard wants of it.
+fn same_service(current: &Service, desired: &Service) -> bool {
+    let spec = |s: &Service| {
+        s.spec
+            .as_ref()
+            .map(|spec| (spec.type_.clone(), spec.selector.clone()))
+    };
+    service::fleet_ports(current) == service::fleet_ports(desired)
+        && spec(current) == spec(desired)
+        && current.metadata.labels == desired.metadata.labels
+}
+
+/// What the API server holds, to write only what changes.
+struct Written<'a> {
+    classes: &'a [GatewayClass],
+    gateways: &'a [Gateway],
+    routes: &'a [HttpRoute],
+    addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
 }
 
 fn owned<K>(watched: &Watched<K>) -> Vec<K>
@@ -158,10 +277,14 @@ async fn write_statuses(
     client: &Client,
     settings: &Settings,
     translation: &Translation,
-    classes: &[GatewayClass],
-    gateways: &[Gateway],
-    routes: &[HttpRoute],
+    written: &Written<'_>,
 ) {
+    let Written {
+        classes,
+        gateways,
+        routes,
+        addresses,
+    } = written;
     for outcome in &translation.classes {
         let current = classes
             .iter()
@@ -180,7 +303,9 @@ async fn write_statuses(
                 && g.metadata.name.as_deref() == Some(outcome.name.as_str())
         });
         let before = current.and_then(|g| g.status.as_ref()).map(to_value);
-        let status = gateway_status(outcome, before.as_ref());
+        let key = (outcome.namespace.clone(), outcome.name.clone());
+        let found = addresses.get(&key).map(Vec::as_slice).unwrap_or_default();
+        let status = gateway_status(outcome, found, before.as_ref());
         let api: Api<Gateway> = Api::namespaced(client.clone(), &outcome.namespace);
         apply(&api, &outcome.name, before, status).await;
     }
@@ -194,7 +319,7 @@ async fn write_statuses(
             )
         })
         .collect();
-    for route in routes {
+    for route in routes.iter() {
         let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
         let name = route.metadata.name.as_deref().unwrap_or_default();
         let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
@@ -283,7 +408,11 @@ fn programmed_pending() -> Cond {
     )
 }
 
-fn gateway_status(outcome: &GatewayOutcome, before: Option<&Value>) -> Value {
+fn gateway_status(
+    outcome: &GatewayOutcome,
+    addresses: &[(String, String)],
+    before: Option<&Value>,
+) -> Value {
     let mut conds = outcome.conditions.clone();
     conds.push(programmed_pending());
     let old = conditions_of(before, "conditions");
@@ -310,7 +439,12 @@ fn gateway_status(outcome: &GatewayOutcome, before: Option<&Value>) -> Value {
             })
         })
         .collect();
+    let addresses: Vec<Value> = addresses
+        .iter()
+        .map(|(type_, value)| json!({ "type": type_, "value": value }))
+        .collect();
     json!({
+        "addresses": addresses,
         "conditions": conditions(&conds, outcome.generation, &old),
         "listeners": listeners,
     })

@@ -3,8 +3,10 @@
 //!
 //! - [`api`]: the generated types;
 //! - [`translate`]: the pure lowering, and the status every object gets;
-//! - [`controller`]: the watches, and the status writes (on the leader).
+//! - [`service`]: each Gateway's own Service (its address) in the fleet's namespace;
+//! - [`controller`]: the watches, the Services and the status writes (on the leader).
 
 pub mod api;
 pub mod controller;
+pub mod service;
 pub mod translate;

@@ -27,8 +27,8 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "",
         "services",
-        &["get", "list", "watch"],
-        "resolving backends",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        "resolving backends (read); Gateway API: each Gateway's own Service, in the fleet's namespace (written)",
     ),
     (
         "discovery.k8s.io",

@@ -1,0 +1,277 @@
+//! Each Gateway's own address: a Service in the Envoy fleet's namespace (a Service selects
+//! Pods of its own namespace only), selecting the fleet's Pods, one port per listener port,
+//! each mapped to a fleet port of its own. Gateways on the same port then reach the
+//! same Envoys through different addresses, and the fleet tells them apart by the port.
+//!
+//! The Services hold the allocation: a port keeps its fleet port for as long as its
+//! Gateway listens on it. Pure: what to write, from what is there.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::hash;
+
+/// Labels of a Gateway's Service: which Gateway it is for, and which controller wrote it
+/// (a digest of its controllerName, which a label value cannot hold).
+pub const GATEWAY_NAMESPACE_LABEL: &str = "switchyard.dev/gateway-namespace";
+pub const GATEWAY_NAME_LABEL: &str = "switchyard.dev/gateway-name";
+pub const CONTROLLER_LABEL: &str = "switchyard.dev/gateway-controller";
+
+/// The value of [`CONTROLLER_LABEL`] for `controller_name`.
+pub fn controller_label(controller_name: &str) -> String {
+    hash::digest_of(&controller_name)[..16].to_owned()
+}
+
+/// Whether a Service was written by the controller whose label value is `label`.
+pub fn written_by(service: &Service, label: &str) -> bool {
+    service
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CONTROLLER_LABEL))
+        .is_some_and(|v| v == label)
+}
+
+/// The fleet ports Gateways' listener ports are mapped to.
+pub const FLEET_PORTS: std::ops::RangeInclusive<i32> = 20000..=29999;
+
+/// A Gateway and the listener ports it serves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wanted {
+    pub namespace: String,
+    pub name: String,
+    pub ports: BTreeSet<i32>,
+}
+
+/// (Gateway namespace, Gateway name).
+pub type GatewayKey = (String, String);
+
+/// The name of a Gateway's Service: readable, unique per Gateway, within 63 characters.
+pub fn service_name(namespace: &str, name: &str) -> String {
+    let digest = hash::digest_of(&(namespace, name));
+    // A Gateway's name may hold dots; a Service's may not.
+    let readable: String = name
+        .chars()
+        .take(40)
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let readable = readable.trim_end_matches('-');
+    format!("gw-{readable}-{}", &digest[..8])
+}
+
+/// The Gateway a Service of ours is for.
+pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
+    let labels = service.metadata.labels.as_ref()?;
+    Some((
+        labels.get(GATEWAY_NAMESPACE_LABEL)?.clone(),
+        labels.get(GATEWAY_NAME_LABEL)?.clone(),
+    ))
+}
+
+/// For each wanted Gateway, its listener ports with their fleet ports: those it has kept,
+/// then the lowest fleet ports nobody holds. `ours` are the Services this controller
+/// wrote; `others`, those of other controllers in the same namespace, whose ports are
+/// not to be given again. A port left without one (the range is used up) is missing from
+/// the answer.
+pub fn allocate(
+    wanted: &[Wanted],
+    ours: &[Service],
+    others: &[Service],
+) -> BTreeMap<GatewayKey, Vec<(i32, i32)>> {
+    let held: BTreeMap<GatewayKey, BTreeMap<i32, i32>> = ours
+        .iter()
+        .filter_map(|s| Some((gateway_of(s)?, fleet_ports(s))))
+        .collect();
+    // Ports held by other controllers, and by a Gateway of ours that is wanted; a gone
+    // Gateway's are free again.
+    let mut taken: BTreeSet<i32> = others
+        .iter()
+        .flat_map(|s| fleet_ports(s).into_values())
+        .collect();
+    let mut out: BTreeMap<GatewayKey, Vec<(i32, i32)>> = BTreeMap::new();
+    for w in wanted {
+        let key = (w.namespace.clone(), w.name.clone());
+        let kept = held.get(&key).cloned().unwrap_or_default();
+        let ports: Vec<(i32, i32)> = w
+            .ports
+            .iter()
+            .filter_map(|p| kept.get(p).map(|f| (*p, *f)))
+            .filter(|(_, f)| FLEET_PORTS.contains(f) && !taken.contains(f))
+            .collect();
+        taken.extend(ports.iter().map(|(_, f)| *f));
+        out.insert(key, ports);
+    }
+    let mut free = FLEET_PORTS.filter(|p| !taken.contains(p));
+    for w in wanted {
+        let key = (w.namespace.clone(), w.name.clone());
+        let Some(ports) = out.get_mut(&key) else {
+            continue;
+        };
+        for port in &w.ports {
+            if ports.iter().any(|(p, _)| p == port) {
+                continue;
+            }
+            if let Some(fleet) = free.next() {
+                ports.push((*port, fleet));
+            }
+        }
+        ports.sort();
+    }
+    out
+}
+
+/// A Service's listener ports and the fleet ports they map to.
+pub fn fleet_ports(service: &Service) -> BTreeMap<i32, i32> {
+    service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| match &p.target_port {
+            Some(IntOrString::Int(target)) => Some((p.port, *target)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The Service of a Gateway: in the fleet's namespace, selecting its Pods.
+pub fn service(
+    gateway: &GatewayKey,
+    ports: &[(i32, i32)],
+    fleet_namespace: &str,
+    fleet_selector: &BTreeMap<String, String>,
+    service_type: &str,
+    controller_label: &str,
+) -> Service {
+    let (namespace, name) = gateway;
+    Service {
+        metadata: ObjectMeta {
+            name: Some(service_name(namespace, name)),
+            namespace: Some(fleet_namespace.to_owned()),
+            labels: Some(BTreeMap::from([
+                (GATEWAY_NAMESPACE_LABEL.to_owned(), namespace.clone()),
+                (GATEWAY_NAME_LABEL.to_owned(), name.clone()),
+                (CONTROLLER_LABEL.to_owned(), controller_label.to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some(service_type.to_owned()),
+            selector: Some(fleet_selector.clone()),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(port, fleet)| ServicePort {
+                        name: Some(format!("port-{port}")),
+                        port: *port,
+                        target_port: Some(IntOrString::Int(*fleet)),
+                        protocol: Some("TCP".to_owned()),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The addresses a Gateway's Service offers: its load balancer's, else its cluster IP.
+pub fn addresses(service: &Service) -> Vec<(String, String)> {
+    let ingress: Vec<(String, String)> = service
+        .status
+        .iter()
+        .filter_map(|s| s.load_balancer.as_ref())
+        .flat_map(|lb| lb.ingress.iter().flatten())
+        .filter_map(|i| match (&i.ip, &i.hostname) {
+            (Some(ip), _) => Some(("IPAddress".to_owned(), ip.clone())),
+            (None, Some(host)) => Some(("Hostname".to_owned(), host.clone())),
+            (None, None) => None,
+        })
+        .collect();
+    if !ingress.is_empty() {
+        return ingress;
+    }
+    service
+        .spec
+        .iter()
+        .flat_map(|s| s.cluster_ips.iter().flatten().chain(s.cluster_ip.iter()))
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(|ip| ("IPAddress".to_owned(), ip.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(name: &str, ports: &[i32]) -> Wanted {
+        Wanted {
+            namespace: "web".into(),
+            name: name.into(),
+            ports: ports.iter().copied().collect(),
+        }
+    }
+
+    fn existing(name: &str, ports: &[(i32, i32)]) -> Service {
+        service(
+            &("web".into(), name.into()),
+            ports,
+            "fleet",
+            &BTreeMap::new(),
+            "ClusterIP",
+            "ours",
+        )
+    }
+
+    #[test]
+    fn gateways_on_one_port_get_fleet_ports_of_their_own() {
+        let out = allocate(&[wanted("a", &[80, 443]), wanted("b", &[80])], &[], &[]);
+        assert_eq!(
+            out[&("web".into(), "a".into())],
+            [(80, 20000), (443, 20001)]
+        );
+        assert_eq!(out[&("web".into(), "b".into())], [(80, 20002)]);
+    }
+
+    #[test]
+    fn a_port_keeps_its_fleet_port_and_a_gone_gateway_frees_its_own() {
+        let before = [
+            existing("a", &[(80, 20005)]),
+            existing("gone", &[(80, 20000)]),
+        ];
+        let out = allocate(
+            &[wanted("a", &[80, 8080]), wanted("b", &[80])],
+            &before,
+            &[],
+        );
+        assert_eq!(
+            out[&("web".into(), "a".into())],
+            [(80, 20005), (8080, 20000)]
+        );
+        assert_eq!(out[&("web".into(), "b".into())], [(80, 20001)]);
+    }
+
+    #[test]
+    fn the_ports_of_another_controller_are_never_given() {
+        let theirs = [existing("theirs", &[(80, 20000), (443, 20002)])];
+        let out = allocate(&[wanted("a", &[80, 443])], &[], &theirs);
+        assert_eq!(
+            out[&("web".into(), "a".into())],
+            [(80, 20001), (443, 20003)]
+        );
+    }
+
+    #[test]
+    fn service_names_are_labels_of_63_characters_at_most() {
+        let long = "a".repeat(253);
+        let name = service_name("ns", &long);
+        assert!(name.len() <= 63, "{name}");
+        assert_ne!(service_name("a", "b-c"), service_name("a-b", "c"));
+        assert!(service_name("ns", "edge.example").starts_with("gw-edge-example-"));
+    }
+}

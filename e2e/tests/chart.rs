@@ -276,6 +276,67 @@ fn chart_crds_are_the_top_level_crds() {
     }
 }
 
+/// The Gateway API CRDs (standard channel) of the release Switchyard speaks, as its Go
+/// module ships them, one document each, with Helm's keep policy: uninstalling the chart
+/// must not delete every Gateway and HTTPRoute of the cluster.
+fn gateway_api_crds() -> String {
+    let dir = std::fs::canonicalize(rig::tool("gateway-api")).expect("the Gateway API CRDs");
+    let mut out = String::from(
+        "# The Gateway API CRDs, standard channel, of the release src/gateway/api is generated\n\
+         # from (e2e/provision.sh, GATEWAY_API_VERSION), each with Helm's keep policy. Written\n\
+         # by UPDATE_CHART=1 cargo test -p switchyard-e2e --test chart; never by hand.\n",
+    );
+    let crds = yaml_files(&dir)
+        .into_iter()
+        .filter(|name| !name.contains("_vap_"));
+    for name in crds {
+        let text = read(&dir.join(&name));
+        let kept = text.replacen(
+            "metadata:\n  annotations:\n",
+            "metadata:\n  annotations:\n    helm.sh/resource-policy: keep\n",
+            1,
+        );
+        assert_ne!(kept, text, "{name}: no metadata.annotations to add the keep policy to");
+        out.push_str("---\n");
+        out.push_str(&kept);
+    }
+    out
+}
+
+#[test]
+fn chart_gateway_api_crds_are_the_release_s_and_installed_only_when_asked() {
+    let file = chart().join("files/gateway-api-crds.yaml");
+    let wanted = gateway_api_crds();
+    if updating() {
+        std::fs::write(&file, &wanted).expect("write the Gateway API CRDs");
+    }
+    assert!(
+        read(&file) == wanted,
+        "charts/switchyard/files/gateway-api-crds.yaml is not the release's CRDs \
+         (UPDATE_CHART=1 cargo test -p switchyard-e2e --test chart)"
+    );
+    let asked = render("switchyard-system", &["gatewayAPI.installCRDs=true"]);
+    let names: BTreeSet<String> = asked
+        .all("CustomResourceDefinition")
+        .map(|c| c["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for kind in ["gatewayclasses", "gateways", "httproutes", "referencegrants"] {
+        assert!(
+            names.contains(&format!("{kind}.gateway.networking.k8s.io")),
+            "{kind} missing: {names:?}"
+        );
+    }
+    for crd in asked.all("CustomResourceDefinition") {
+        assert_eq!(
+            crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "{}",
+            crd["metadata"]["name"]
+        );
+    }
+    let default = render("switchyard-system", &[]);
+    assert_eq!(default.count("CustomResourceDefinition"), 0, "only when asked");
+}
+
 #[test]
 fn chart_cluster_role_is_what_the_code_needs() {
     let wanted = switchyard::k8s::rbac::cluster_role("switchyard")

@@ -132,8 +132,10 @@ spec:
 
     let classes: Api<switchyard::gateway::api::gatewayclasses::GatewayClass> =
         Api::all(rig.client.clone());
-    wait_status(&classes, &class, "Accepted", |s| {
+    wait_status(&classes, &class, "Accepted, and the CRDs' release supported", |s| {
         condition(s, "/conditions", "Accepted").is_some_and(|c| c["status"] == "True")
+            && condition(s, "/conditions", "SupportedVersion")
+                .is_some_and(|c| c["status"] == "True")
     })
     .await;
 

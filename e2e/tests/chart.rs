@@ -296,7 +296,10 @@ fn gateway_api_crds() -> String {
             "metadata:\n  annotations:\n    helm.sh/resource-policy: keep\n",
             1,
         );
-        assert_ne!(kept, text, "{name}: no metadata.annotations to add the keep policy to");
+        assert_ne!(
+            kept, text,
+            "{name}: no metadata.annotations to add the keep policy to"
+        );
         out.push_str("---\n");
         out.push_str(&kept);
     }
@@ -318,9 +321,19 @@ fn chart_gateway_api_crds_are_the_release_s_and_installed_only_when_asked() {
     let asked = render("switchyard-system", &["gatewayAPI.installCRDs=true"]);
     let names: BTreeSet<String> = asked
         .all("CustomResourceDefinition")
-        .map(|c| c["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+        .map(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
-    for kind in ["gatewayclasses", "gateways", "httproutes", "referencegrants"] {
+    for kind in [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "referencegrants",
+    ] {
         assert!(
             names.contains(&format!("{kind}.gateway.networking.k8s.io")),
             "{kind} missing: {names:?}"
@@ -334,7 +347,11 @@ fn chart_gateway_api_crds_are_the_release_s_and_installed_only_when_asked() {
         );
     }
     let default = render("switchyard-system", &[]);
-    assert_eq!(default.count("CustomResourceDefinition"), 0, "only when asked");
+    assert_eq!(
+        default.count("CustomResourceDefinition"),
+        0,
+        "only when asked"
+    );
 }
 
 #[test]

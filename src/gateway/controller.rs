@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher;
@@ -115,9 +116,10 @@ async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
     let services = owned(&stores.services);
     let namespaces = owned(&stores.namespaces);
     let secrets: Vec<KnownSecret> = stores.secrets.state().iter().map(|s| known(s)).collect();
+    let crd_version = crd_version(client).await;
     let translation = translate(&Inputs {
         controller_name: &settings.controller_name,
-        crd_version: None,
+        crd_version: crd_version.as_deref(),
         classes: &classes,
         gateways: &gateways,
         routes: &routes,
@@ -140,6 +142,23 @@ async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
         addresses: &addresses,
     };
     write_statuses(client, settings, &translation, &written).await;
+}
+
+/// The release the installed Gateway CRD announces (its bundle-version annotation), when
+/// it can be read.
+async fn crd_version(client: &Client) -> Option<String> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.get_opt("gateways.gateway.networking.k8s.io").await {
+        Ok(crd) => crd?
+            .metadata
+            .annotations?
+            .get("gateway.networking.k8s.io/bundle-version")
+            .cloned(),
+        Err(error) => {
+            debug!(%error, "cannot read the Gateway CRD's release");
+            None
+        }
+    }
 }
 
 /// Field manager of the Services Switchyard writes for Gateways.

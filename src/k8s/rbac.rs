@@ -85,6 +85,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
         "Gateway API status",
     ),
     (
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        &["get"],
+        "Gateway API: the release of the installed CRDs (GatewayClass SupportedVersion)",
+    ),
+    (
         "",
         "namespaces",
         &["list", "watch"],

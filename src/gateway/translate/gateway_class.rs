@@ -20,9 +20,22 @@ pub fn outcomes(inputs: &Inputs<'_>) -> Vec<ClassOutcome> {
     out
 }
 
+/// Whether CRDs of release `version` are what Switchyard's types read: the same minor
+/// release (patch releases change no schema).
+pub fn supported(version: &str) -> bool {
+    let minor = |v: &str| {
+        let mut parts = v.trim_start_matches('v').split('.');
+        (
+            parts.next().map(str::to_owned),
+            parts.next().map(str::to_owned),
+        )
+    };
+    minor(version) == minor(GATEWAY_API_VERSION)
+}
+
 fn conditions(crd_version: Option<&str>) -> Vec<Cond> {
     match crd_version {
-        Some(v) if v != GATEWAY_API_VERSION => {
+        Some(v) if !supported(v) => {
             let message = format!(
                 "the installed Gateway API CRDs are {v}; Switchyard speaks {GATEWAY_API_VERSION}"
             );
@@ -39,5 +52,20 @@ fn conditions(crd_version: Option<&str>) -> Vec<Cond> {
                 format!("Gateway API {GATEWAY_API_VERSION}"),
             ),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_releases_of_the_same_minor_are_supported() {
+        assert!(supported("v1.5.0"));
+        assert!(supported("v1.5.1"));
+        assert!(!supported("v1.4.1"));
+        assert!(!supported("v1.6.0"));
+        assert!(!supported("v2.5.1"));
+        assert!(!supported("garbage"));
     }
 }

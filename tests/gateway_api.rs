@@ -132,11 +132,16 @@ spec:
 
     let classes: Api<switchyard::gateway::api::gatewayclasses::GatewayClass> =
         Api::all(rig.client.clone());
-    wait_status(&classes, &class, "Accepted, and the CRDs' release supported", |s| {
-        condition(s, "/conditions", "Accepted").is_some_and(|c| c["status"] == "True")
-            && condition(s, "/conditions", "SupportedVersion")
-                .is_some_and(|c| c["status"] == "True")
-    })
+    wait_status(
+        &classes,
+        &class,
+        "Accepted, and the CRDs' release supported",
+        |s| {
+            condition(s, "/conditions", "Accepted").is_some_and(|c| c["status"] == "True")
+                && condition(s, "/conditions", "SupportedVersion")
+                    .is_some_and(|c| c["status"] == "True")
+        },
+    )
     .await;
 
     let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);

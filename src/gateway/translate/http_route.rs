@@ -346,26 +346,27 @@ fn redirect(r: &HttpRouteRulesFiltersRequestRedirect) -> Redirect {
     }
 }
 
-fn request_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
-    let Some(m) = &filter.request_header_modifier else {
-        return HeaderEdits::default();
+/// A header modifier in the vocabulary. kopium makes one type per place the Gateway API
+/// uses one (request, response), with the same fields.
+macro_rules! header_edits {
+    ($modifier:expr) => {
+        match $modifier {
+            None => HeaderEdits::default(),
+            Some(m) => HeaderEdits {
+                set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
+                add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
+                remove: m.remove.clone().unwrap_or_default(),
+            },
+        }
     };
-    HeaderEdits {
-        set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
-        add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
-        remove: m.remove.clone().unwrap_or_default(),
-    }
+}
+
+fn request_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
+    header_edits!(&filter.request_header_modifier)
 }
 
 fn response_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
-    let Some(m) = &filter.response_header_modifier else {
-        return HeaderEdits::default();
-    };
-    HeaderEdits {
-        set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
-        add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
-        remove: m.remove.clone().unwrap_or_default(),
-    }
+    header_edits!(&filter.response_header_modifier)
 }
 
 fn pairs<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {

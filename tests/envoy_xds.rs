@@ -199,6 +199,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
             ..Default::default()
         },
         virtual_hosts: vec![model::VirtualHost {
+            listener: None,
             leaving: false,
             created: None,
             name: "default/web".into(),

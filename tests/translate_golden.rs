@@ -18,6 +18,7 @@ const CASES: &[&str] = &[
     "endpoints_zones",
     "bad_input",
     "redirects_and_segments",
+    "gateway_listeners",
 ];
 
 fn golden_dir() -> PathBuf {
@@ -78,7 +79,8 @@ golden!(
     probes,
     endpoints_zones,
     bad_input,
-    redirects_and_segments
+    redirects_and_segments,
+    gateway_listeners
 );
 
 #[test]
@@ -109,6 +111,16 @@ fn golden_problems_are_what_each_case_is_about() {
     ] {
         assert_eq!(translate(&load(case)).problems, [], "{case}");
     }
+    // Only the Gateway listener on a taken port is left out, with its virtual host.
+    let gateway: Vec<String> = translate(&load("gateway_listeners"))
+        .problems
+        .iter()
+        .map(|p| p.virtual_host.clone())
+        .collect();
+    assert_eq!(
+        gateway,
+        ["gateway-listener/gw/other/http", "gw/other/http/any"]
+    );
     let bad = translate(&load("bad_input"));
     let vhosts: Vec<&str> = bad
         .problems

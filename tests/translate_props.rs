@@ -32,6 +32,7 @@ const CLUSTERS: &[&str] = &[
     "other/d/80",
     "ns/missing/80",
 ];
+const GATEWAY_LISTENERS: &[&str] = &["gw/http", "gw/https", "gw/other"];
 const SECRETS: &[&str] = &["ns/cert", "ns/wild", "ns/missing-cert"];
 const HOSTS: &[&str] = &[
     "a.example.com",
@@ -293,8 +294,10 @@ fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
         ],
         proptest::option::weighted(0.3, (mostly(&SECRETS[..2], &SECRETS[2..]), any::<bool>())),
         proptest::collection::vec(route(), 1..4),
+        listener(),
     )
-        .prop_map(|(name, hosts, tls, routes)| VirtualHost {
+        .prop_map(|(name, hosts, tls, routes, listener)| VirtualHost {
+            listener,
             leaving: false,
             created: None,
             name: name.into(),
@@ -305,6 +308,35 @@ fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
             }),
             routes,
         })
+}
+
+/// Mostly the shared listeners; else a Gateway listener, defined or not.
+fn listener() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        6 => Just(None),
+        2 => select(GATEWAY_LISTENERS[..2].to_vec()).prop_map(|l| Some(l.to_owned())),
+        1 => Just(Some("gw/undefined".to_owned())),
+    ]
+}
+
+/// Gateway listeners: a plain and a TLS one by those names, sometimes on a taken port.
+fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
+    let one = (
+        select(GATEWAY_LISTENERS.to_vec()),
+        prop_oneof![6 => Just(20000u16), 1 => Just(8080), 1 => Just(20001)],
+        any::<bool>(),
+    )
+        .prop_map(|(name, port, tls)| GatewayListener {
+            name: name.into(),
+            port: if name.ends_with("https") && port == 20000 {
+                20001
+            } else {
+                port
+            },
+            probe_port: port + 10000,
+            tls,
+        });
+    proptest::collection::vec(one, 0..3)
 }
 
 fn secret(name: &'static str) -> impl Strategy<Value = TlsSecret> {
@@ -352,10 +384,12 @@ fn version_probe() -> impl Strategy<Value = VersionProbe> {
     (
         select(vec!["ns/a", "ns/b", "ns/c"]),
         mostly(&["1", "2-abc"], &["bad\n"]),
+        listener(),
     )
-        .prop_map(|(id, version)| VersionProbe {
+        .prop_map(|(id, version, listener)| VersionProbe {
             id: id.into(),
             version: version.into(),
+            listener,
             ..Default::default()
         })
 }
@@ -368,9 +402,19 @@ fn config() -> impl Strategy<Value = Config> {
         secrets(),
         proptest::collection::vec(endpoint_probe(), 0..3),
         proptest::collection::vec(version_probe(), 0..3),
+        gateway_listeners(),
     )
         .prop_map(
-            |(token, virtual_hosts, clusters, secrets, endpoint_probes, version_probes)| Config {
+            |(
+                token,
+                virtual_hosts,
+                clusters,
+                secrets,
+                endpoint_probes,
+                version_probes,
+                gateway_listeners,
+            )| Config {
+                gateway_listeners,
                 listeners: ListenerSettings {
                     probe_token: token.into(),
                     ..Default::default()
@@ -402,6 +446,11 @@ fn blend(previous: &Config, next: &Config, mask: u64) -> Config {
             .collect()
     }
     Config {
+        gateway_listeners: if mask & 2 != 0 {
+            next.gateway_listeners.clone()
+        } else {
+            previous.gateway_listeners.clone()
+        },
         listeners: if mask & 1 != 0 {
             next.listeners.clone()
         } else {
@@ -441,6 +490,7 @@ fn shuffled(config: &Config, mut seed: u64) -> Config {
     shuffle(&mut c.secrets, &mut seed);
     shuffle(&mut c.endpoint_probes, &mut seed);
     shuffle(&mut c.version_probes, &mut seed);
+    shuffle(&mut c.gateway_listeners, &mut seed);
     for cluster in &mut c.clusters {
         shuffle(&mut cluster.endpoints, &mut seed);
     }
@@ -581,15 +631,25 @@ proptest! {
     #[test]
     fn every_virtual_host_is_served_or_reported(config in config()) {
         let t = translate(&config);
-        let rc: RouteConfiguration =
-            decode(&t.snapshot.resources(ROUTE).unwrap()[ROUTE_CONFIG_NAME].body.value);
-        // User virtual hosts served (not the version probes' own), with their domains.
-        let served: BTreeMap<String, (usize, Vec<String>)> = rc
-            .virtual_hosts
-            .iter()
-            .filter(|v| !v.domains.iter().any(|d| d.ends_with(".probe.switchyard.invalid")))
-            .map(|v| (v.name.clone(), (v.routes.len(), v.domains.clone())))
-            .collect();
+        // User virtual hosts served (not the version probes' own), with their domains, in
+        // the route configuration of their listener.
+        let mut served: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+        for (name, r) in t.snapshot.resources(ROUTE).unwrap().iter() {
+            let rc: RouteConfiguration = decode(&r.body.value);
+            for v in &rc.virtual_hosts {
+                if v.domains.iter().any(|d| d.ends_with(".probe.switchyard.invalid")) {
+                    continue;
+                }
+                let listener = config.virtual_hosts.iter().find(|h| h.name == v.name)
+                    .and_then(|h| h.listener.as_deref())
+                    .unwrap_or(ROUTE_CONFIG_NAME);
+                prop_assert_eq!(listener, name.as_str(), "{:?} in the wrong route configuration", v.name);
+                prop_assert!(
+                    served.insert(v.name.clone(), (v.routes.len(), v.domains.clone())).is_none(),
+                    "{:?} served twice", v.name
+                );
+            }
+        }
         for vh in &config.virtual_hosts {
             let problems: Vec<&str> = t
                 .problems
@@ -618,11 +678,16 @@ proptest! {
                 "{:?} served despite {:?}", vh.name, problems
             );
         }
-        // The HTTPS listener exists exactly when a served virtual host has TLS.
-        let tls_served = config
+        // An HTTPS listener exists exactly when a served virtual host on it has TLS.
+        let tls_served = |listener: Option<&str>| config
             .virtual_hosts
             .iter()
-            .any(|v| v.tls.is_some() && served.contains_key(&v.name));
-        prop_assert_eq!(names(&t, LISTENER).contains("https"), tls_served);
+            .any(|v| v.listener.as_deref() == listener && v.tls.is_some() && served.contains_key(&v.name));
+        prop_assert_eq!(names(&t, LISTENER).contains("https"), tls_served(None));
+        for l in config.gateway_listeners.iter().filter(|l| l.tls) {
+            if names(&t, LISTENER).contains(&format!("probe/{}", l.name)) {
+                prop_assert_eq!(names(&t, LISTENER).contains(&l.name), tls_served(Some(&l.name)));
+            }
+        }
     }
 }

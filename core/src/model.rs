@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     pub listeners: ListenerSettings,
+    /// Listeners of Gateways, each on a port of its own with a route configuration of its
+    /// own; virtual hosts that name one are served there only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateway_listeners: Vec<GatewayListener>,
     pub virtual_hosts: Vec<VirtualHost>,
     /// Every cluster that routes or probes may reference, with its endpoints.
     pub clusters: Vec<Cluster>,
@@ -49,10 +53,26 @@ impl Default for ListenerSettings {
     }
 }
 
+/// A port of a Gateway, served by every Envoy of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GatewayListener {
+    /// Unique, stable name; also the name of its route configuration.
+    pub name: String,
+    pub port: u16,
+    /// Internal port answering with the same route configuration over plain HTTP: the
+    /// version probes of its virtual hosts answer there, whatever the public protocol.
+    pub probe_port: u16,
+    /// HTTPS: one filter chain per TLS virtual host, chosen by SNI.
+    pub tls: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VirtualHost {
     /// Unique, stable name (e.g. "namespace/route").
     pub name: String,
+    /// The [`GatewayListener`] it is served on; None: the shared listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
     pub hosts: Vec<String>,
     pub tls: Option<VirtualHostTls>,
     pub routes: Vec<Route>,
@@ -330,6 +350,10 @@ pub struct VersionProbe {
     /// Unique id (e.g. "namespace/route"; see [`trial_id`] for trials).
     pub id: String,
     pub version: String,
+    /// The [`GatewayListener`] whose route configuration answers; None: the shared one.
+    /// Trials are answered by the shared one in any case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
     /// Trial routes, matched after the version answer; never reached by user traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,

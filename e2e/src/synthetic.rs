@@ -67,6 +67,7 @@ pub fn config(routes: usize, seed: u64) -> Config {
             });
         }
         virtual_hosts.push(VirtualHost {
+            listener: None,
             leaving: false,
             created: None,
             name: format!("ns-{}/route-{i}", i % 50),

@@ -70,6 +70,7 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
             kept: &spec.kept_clusters,
         }),
         (ProxyConfigRole::Live, Some(virtual_host)) => lower::live(&lower::Live {
+            listener: None,
             namespace: &namespace,
             route: &spec.route,
             version: &spec.version,

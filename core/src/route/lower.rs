@@ -28,6 +28,8 @@ pub struct Contribution {
     /// their endpoints.
     pub clusters: Vec<(String, String, ResolvedCluster)>,
     pub virtual_host: Option<VirtualHost>,
+    /// The Gateway listener its virtual host is served on.
+    pub gateway_listener: Option<model::GatewayListener>,
     pub version_probe: Option<VersionProbe>,
     pub endpoint_probe: Option<EndpointProbe>,
     /// (namespace, name) of the TLS secret its virtual host serves.
@@ -51,6 +53,8 @@ pub struct Live<'a> {
     pub clusters: &'a [ResolvedCluster],
     pub created: Option<i64>,
     pub leaving: bool,
+    /// The Gateway listener it is served on; None: the shared listeners.
+    pub listener: Option<&'a model::GatewayListener>,
 }
 
 pub fn live(live: &Live<'_>) -> Contribution {
@@ -79,6 +83,7 @@ pub fn live(live: &Live<'_>) -> Contribution {
         created: live.created,
         leaving: live.leaving,
         name: id.clone(),
+        listener: live.listener.map(|l| l.name.clone()),
         hosts: vh.hosts.clone(),
         tls,
         routes,
@@ -86,8 +91,10 @@ pub fn live(live: &Live<'_>) -> Contribution {
     out.version_probe = Some(VersionProbe {
         id,
         version: live.version.to_owned(),
+        listener: live.listener.map(|l| l.name.clone()),
         ..Default::default()
     });
+    out.gateway_listener = live.listener.cloned();
     out
 }
 
@@ -116,6 +123,8 @@ pub fn probe(probe: &Probe<'_>) -> Contribution {
                 out.version_probe = Some(VersionProbe {
                     id: trial_id(&id),
                     version: probe.version.to_owned(),
+                    // Trials are answered by the shared route configuration.
+                    listener: None,
                     routes,
                 });
             }

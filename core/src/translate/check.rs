@@ -325,11 +325,13 @@ mod tests {
             endpoints: vec![],
         };
         model::Config {
+            gateway_listeners: Vec::new(),
             listeners: model::ListenerSettings {
                 probe_token: "t".into(),
                 ..Default::default()
             },
             virtual_hosts: vec![model::VirtualHost {
+                listener: None,
                 leaving: false,
                 created: None,
                 name: "ns/vh".into(),

@@ -1,5 +1,7 @@
 //! Listeners: "http", "https" (only when a virtual host has TLS) and the internal "probe"
-//! listener. All of them route with the one shared route configuration, over RDS.
+//! listener, which route with the shared route configuration; and for each Gateway
+//! listener, its public listener and its internal probe twin, which route with its own.
+//! Every route configuration comes over RDS.
 
 use envoy_types::pb::envoy::config::core::v3::{
     Address, SocketAddress, TransportSocket, address, socket_address, transport_socket,
@@ -25,7 +27,8 @@ pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
 pub const TLS_INSPECTOR_FILTER: &str = "envoy.filters.listener.tls_inspector";
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 
-/// A served virtual host with TLS: its own filter chain on the HTTPS listener.
+/// A served virtual host with TLS: its own filter chain on the HTTPS listener (its Gateway
+/// listener's, when it has one).
 pub struct TlsHost<'a> {
     pub virtual_host: &'a str,
     /// Normalized (sorted, lower-case) hosts; they become SNI `server_names`.
@@ -33,47 +36,118 @@ pub struct TlsHost<'a> {
     pub secret: &'a str,
 }
 
-/// Every listener; `tls_hosts` sorted by virtual host name, `probes` by id.
+/// The shared listeners; `tls_hosts` sorted by virtual host name, `probes` by id.
 pub fn listeners(
     settings: &model::ListenerSettings,
     tls_hosts: &[TlsHost<'_>],
     probes: &[&model::EndpointProbe],
 ) -> Vec<Listener> {
-    let mut out = vec![listener(
+    let mut out = vec![plain_listener(
         HTTP_LISTENER,
         settings,
         settings.http_port,
-        vec![FilterChain {
-            filters: vec![hcm_filter(HTTP_LISTENER, Vec::new())],
-            ..Default::default()
-        }],
+        ROUTE_CONFIG_NAME,
+        Vec::new(),
     )];
     if !tls_hosts.is_empty() {
-        let chains = tls_hosts.iter().map(tls_filter_chain).collect();
-        let mut https = listener(HTTPS_LISTENER, settings, settings.https_port, chains);
-        https.listener_filters = vec![ListenerFilter {
-            name: TLS_INSPECTOR_FILTER.to_owned(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
-                &TlsInspector::default(),
-            ))),
-            ..Default::default()
-        }];
-        out.push(https);
+        out.push(tls_listener(
+            HTTPS_LISTENER,
+            settings,
+            settings.https_port,
+            ROUTE_CONFIG_NAME,
+            tls_hosts,
+        ));
     }
     let health_checks = probes
         .iter()
         .map(|p| probe::health_check_filter(p, &settings.probe_token))
         .collect();
-    out.push(listener(
+    out.push(plain_listener(
         PROBE_LISTENER,
         settings,
         settings.probe_port,
-        vec![FilterChain {
-            filters: vec![hcm_filter(PROBE_LISTENER, health_checks)],
-            ..Default::default()
-        }],
+        ROUTE_CONFIG_NAME,
+        health_checks,
     ));
     out
+}
+
+/// The name of a Gateway listener's internal probe twin.
+pub fn gateway_probe_listener(name: &str) -> String {
+    format!("{PROBE_LISTENER}/{name}")
+}
+
+/// A Gateway listener's listeners: the public one (HTTPS only with a TLS virtual host to
+/// serve: a listener needs a filter chain), and the probe twin on its internal port, both
+/// routing with the route configuration of its name. `tls_hosts` are its own.
+pub fn gateway_listeners(
+    settings: &model::ListenerSettings,
+    gateway: &model::GatewayListener,
+    tls_hosts: &[TlsHost<'_>],
+) -> Vec<Listener> {
+    let name = gateway.name.as_str();
+    let mut out = Vec::new();
+    if !gateway.tls {
+        out.push(plain_listener(
+            name,
+            settings,
+            gateway.port,
+            name,
+            Vec::new(),
+        ));
+    } else if !tls_hosts.is_empty() {
+        out.push(tls_listener(name, settings, gateway.port, name, tls_hosts));
+    }
+    out.push(plain_listener(
+        &gateway_probe_listener(name),
+        settings,
+        gateway.probe_port,
+        name,
+        Vec::new(),
+    ));
+    out
+}
+
+/// A plain-HTTP listener: `http_filters` (health checks), then the router.
+fn plain_listener(
+    name: &str,
+    settings: &model::ListenerSettings,
+    port: u16,
+    route_config: &str,
+    http_filters: Vec<HttpFilter>,
+) -> Listener {
+    listener(
+        name,
+        settings,
+        port,
+        vec![FilterChain {
+            filters: vec![hcm_filter(name, route_config, http_filters)],
+            ..Default::default()
+        }],
+    )
+}
+
+/// An HTTPS listener: one filter chain per TLS host, chosen by SNI.
+fn tls_listener(
+    name: &str,
+    settings: &model::ListenerSettings,
+    port: u16,
+    route_config: &str,
+    tls_hosts: &[TlsHost<'_>],
+) -> Listener {
+    let chains = tls_hosts
+        .iter()
+        .map(|h| tls_filter_chain(name, route_config, h))
+        .collect();
+    let mut https = listener(name, settings, port, chains);
+    https.listener_filters = vec![ListenerFilter {
+        name: TLS_INSPECTOR_FILTER.to_owned(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
+            &TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }];
+    https
 }
 
 fn listener(
@@ -96,7 +170,7 @@ fn listener(
     }
 }
 
-fn tls_filter_chain(host: &TlsHost<'_>) -> FilterChain {
+fn tls_filter_chain(listener: &str, route_config: &str, host: &TlsHost<'_>) -> FilterChain {
     let tls = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
@@ -114,7 +188,7 @@ fn tls_filter_chain(host: &TlsHost<'_>) -> FilterChain {
             server_names: host.hosts.to_vec(),
             ..Default::default()
         }),
-        filters: vec![hcm_filter(HTTPS_LISTENER, Vec::new())],
+        filters: vec![hcm_filter(listener, route_config, Vec::new())],
         transport_socket: Some(TransportSocket {
             name: TLS_TRANSPORT_SOCKET.to_owned(),
             config_type: Some(transport_socket::ConfigType::TypedConfig(proto::pack(&tls))),
@@ -124,8 +198,8 @@ fn tls_filter_chain(host: &TlsHost<'_>) -> FilterChain {
 }
 
 /// The HTTP connection manager: `filters` (health checks), then the router, routes from
-/// the shared route configuration over ADS.
-fn hcm_filter(stat_prefix: &str, mut http_filters: Vec<HttpFilter>) -> Filter {
+/// `route_config` over ADS.
+fn hcm_filter(stat_prefix: &str, route_config: &str, mut http_filters: Vec<HttpFilter>) -> Filter {
     http_filters.push(HttpFilter {
         name: ROUTER_FILTER.to_owned(),
         config_type: Some(http_filter::ConfigType::TypedConfig(proto::pack(
@@ -138,7 +212,7 @@ fn hcm_filter(stat_prefix: &str, mut http_filters: Vec<HttpFilter>) -> Filter {
         stat_prefix: stat_prefix.to_owned(),
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(proto::ads()),
-            route_config_name: ROUTE_CONFIG_NAME.to_owned(),
+            route_config_name: route_config.to_owned(),
         })),
         http_filters,
         // The connection itself says whether the request came over TLS (x-forwarded-proto),

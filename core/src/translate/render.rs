@@ -234,11 +234,13 @@ mod tests {
     #[test]
     fn renders_nested_configuration_and_redacts_keys() {
         let config = model::Config {
+            gateway_listeners: Vec::new(),
             listeners: model::ListenerSettings {
                 probe_token: "tok".into(),
                 ..Default::default()
             },
             virtual_hosts: vec![model::VirtualHost {
+                listener: None,
                 leaving: false,
                 created: None,
                 name: "ns/vh".into(),

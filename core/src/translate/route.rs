@@ -504,6 +504,7 @@ mod tests {
 
     fn vhost(routes: Vec<model::Route>) -> model::VirtualHost {
         model::VirtualHost {
+            listener: None,
             leaving: false,
             created: None,
             name: "ns/vh".into(),

@@ -49,6 +49,7 @@ fn forward_to(cluster: &str) -> model::Route {
 
 fn vhost(name: &str, hosts: &[&str], cluster: &str) -> model::VirtualHost {
     model::VirtualHost {
+        listener: None,
         leaving: false,
         created: None,
         name: name.into(),

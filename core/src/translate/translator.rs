@@ -18,12 +18,12 @@ use std::sync::Arc;
 use prost::Message;
 
 use super::{
-    Inputs, PROBE_CATCH_ALL_VHOST, Problem, ROUTE_CONFIG_NAME, Translation,
-    VERSION_PROBE_VHOST_PREFIX, cluster, endpoint, listener, probe, proto, route, secret,
-    unique_by_name, validate,
+    HTTP_LISTENER, HTTPS_LISTENER, Inputs, PROBE_CATCH_ALL_VHOST, PROBE_LISTENER, Problem,
+    ROUTE_CONFIG_NAME, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint, listener, probe,
+    proto, route, secret, unique_by_name, validate,
 };
 use crate::model;
-use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, Resource, SECRET, Snapshot};
+use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, Resource, SECRET, Snapshot};
 
 /// A change to one input: its new definition, or its removal by name.
 #[derive(Clone, Debug)]
@@ -36,6 +36,8 @@ pub enum Edit<T> {
 #[derive(Clone, Debug, Default)]
 pub struct Changes {
     pub listeners: Option<model::ListenerSettings>,
+    /// Every Gateway listener, when they changed.
+    pub gateway_listeners: Option<Vec<model::GatewayListener>>,
     pub clusters: Vec<Edit<model::Cluster>>,
     pub secrets: Vec<Edit<model::TlsSecret>>,
     pub virtual_hosts: Vec<Edit<model::VirtualHost>>,
@@ -46,6 +48,7 @@ pub struct Changes {
 impl Changes {
     pub fn is_empty(&self) -> bool {
         self.listeners.is_none()
+            && self.gateway_listeners.is_none()
             && self.clusters.is_empty()
             && self.secrets.is_empty()
             && self.virtual_hosts.is_empty()
@@ -59,6 +62,9 @@ struct Host {
     model: model::VirtualHost,
     /// Normalized hosts (see [`route::normalized_hosts`]).
     hosts: Vec<String>,
+    /// The same, as keys of the domain indexes: scoped by its route configuration, since
+    /// a host is claimed once per route configuration.
+    domain_keys: Vec<String>,
     /// Why it cannot be served, conflicts with other virtual hosts aside.
     errors: Vec<String>,
     served: bool,
@@ -70,13 +76,28 @@ struct Host {
 /// What a served virtual host uses.
 #[derive(Clone, PartialEq)]
 struct Uses {
+    route_config: String,
     clusters: BTreeSet<String>,
     secret: Option<String>,
 }
 
-/// Route entries are keyed by (name, kind): probe virtual hosts sort before a user's of
-/// the same name, which is then refused anyway ("reserved for a probe").
-type EntryKey = (String, EntryKind);
+/// Route entries are keyed by (route configuration, name, kind): probe virtual hosts sort
+/// before a user's of the same name, which is then refused anyway ("reserved for a probe").
+type EntryKey = (String, String, EntryKind);
+
+/// The route configuration of a virtual host or version probe: its Gateway listener's, or
+/// the shared one.
+fn route_config_of(listener: Option<&String>) -> &str {
+    listener.map_or(ROUTE_CONFIG_NAME, String::as_str)
+}
+
+/// A domain as the indexes know it: within its route configuration.
+fn domain_key(listener: Option<&String>, domain: &str) -> String {
+    match listener {
+        None => domain.to_owned(),
+        Some(l) => format!("{l}\u{0}{domain}"),
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EntryKind {
@@ -92,7 +113,8 @@ struct Output {
     /// Clusters and secrets whose use count changed.
     touched_clusters: BTreeSet<String>,
     touched_secrets: BTreeSet<String>,
-    routes_changed: bool,
+    /// Route configurations to re-assemble (or remove, once their listener is gone).
+    routes_changed: BTreeSet<String>,
     listeners_changed: bool,
 }
 
@@ -106,11 +128,23 @@ const VERSION_PROBE: &str = "version-probe";
 const LEFT_OUT: &str = "left-out";
 const ENDPOINT_PROBES: &str = "endpoint-probes";
 const LISTENERS: &str = "listeners";
+const GATEWAY_LISTENERS: &str = "gateway-listeners";
+
+/// A served TLS virtual host's place on an HTTPS listener.
+#[derive(Clone, PartialEq)]
+struct TlsServed {
+    listener: Option<String>,
+    hosts: Vec<String>,
+    secret: String,
+}
 
 /// Incremental translation; see the module documentation.
 pub struct Translator {
     listeners: model::ListenerSettings,
     token_ok: bool,
+    /// Gateway listeners as given, and those served (no conflict), by name.
+    gateway_listeners: Vec<model::GatewayListener>,
+    served_gateway_listeners: BTreeMap<String, model::GatewayListener>,
     clusters: HashMap<String, model::Cluster>,
     invalid_clusters: HashMap<String, String>,
     secrets: HashMap<String, model::TlsSecret>,
@@ -139,10 +173,12 @@ pub struct Translator {
     cluster_uses: HashMap<String, usize>,
     secret_uses: HashMap<String, usize>,
     served_uses: HashMap<String, Uses>,
-    /// Served TLS virtual hosts: hosts and secret, by virtual host name.
-    tls_hosts: BTreeMap<String, (Vec<String>, String)>,
-    /// Encoded virtual hosts of the route configuration.
+    /// Served TLS virtual hosts: Gateway listener, hosts and secret, by virtual host name.
+    tls_hosts: BTreeMap<String, TlsServed>,
+    /// Encoded virtual hosts of the route configurations.
     route_entries: BTreeMap<EntryKey, Vec<u8>>,
+    /// The route configuration each placed version probe is in, by id.
+    probe_entries: HashMap<String, String>,
     /// Problems by what they are about; flattened and sorted into each translation.
     problems: BTreeMap<String, Vec<Problem>>,
     /// Names defined more than once (see [`Translator::update`]).
@@ -164,6 +200,8 @@ impl Translator {
         let mut translator = Self {
             listeners: model::ListenerSettings::default(),
             token_ok: false,
+            gateway_listeners: Vec::new(),
+            served_gateway_listeners: BTreeMap::new(),
             clusters: HashMap::new(),
             invalid_clusters: HashMap::new(),
             secrets: HashMap::new(),
@@ -191,17 +229,22 @@ impl Translator {
             served_uses: HashMap::new(),
             tls_hosts: BTreeMap::new(),
             route_entries: BTreeMap::new(),
+            probe_entries: HashMap::new(),
             problems: BTreeMap::new(),
             duplicate_problems: Vec::new(),
             duplicate_probe_problems: Vec::new(),
             snapshot: Snapshot::new([]),
         };
         let mut out = Output {
-            routes_changed: true,
+            routes_changed: BTreeSet::from([ROUTE_CONFIG_NAME.to_owned()]),
             ..Output::default()
         };
         translator.route_entries.insert(
-            (catch_all.name.clone(), EntryKind::Probe),
+            (
+                ROUTE_CONFIG_NAME.to_owned(),
+                catch_all.name.clone(),
+                EntryKind::Probe,
+            ),
             catch_all.encode_to_vec(),
         );
         let listeners = translator.listeners.clone();
@@ -259,6 +302,8 @@ impl Translator {
 
         let changes = Changes {
             listeners: (config.listeners != self.listeners).then(|| config.listeners.clone()),
+            gateway_listeners: (config.gateway_listeners != self.gateway_listeners)
+                .then(|| config.gateway_listeners.clone()),
             clusters: edits(&self.clusters, &clusters),
             secrets: edits(&self.secrets, &secrets),
             virtual_hosts: edits(self.hosts.iter().map(|(n, h)| (n, &h.model)), &hosts),
@@ -285,6 +330,33 @@ impl Translator {
             // The token is part of every probe.
             dirty_version_probes.extend(self.version_probes.keys().cloned());
             endpoint_probes_dirty = true;
+            out.listeners_changed = true;
+        }
+        // Their ports are checked against the shared ones: a change there checks them again.
+        let gateway_listeners = changes.gateway_listeners.or_else(|| {
+            out.listeners_changed
+                .then(|| self.gateway_listeners.clone())
+        });
+        if let Some(gateway_listeners) = gateway_listeners {
+            let changed = self.set_gateway_listeners(gateway_listeners, &mut out);
+            // Their virtual hosts and version probes are served, or not, with them.
+            dirty_hosts.extend(
+                self.hosts
+                    .iter()
+                    .filter(|(_, h)| {
+                        h.model
+                            .listener
+                            .as_ref()
+                            .is_some_and(|l| changed.contains(l))
+                    })
+                    .map(|(n, _)| n.clone()),
+            );
+            dirty_version_probes.extend(
+                self.version_probes
+                    .values()
+                    .filter(|p| p.listener.as_ref().is_some_and(|l| changed.contains(l)))
+                    .map(|p| p.id.clone()),
+            );
             out.listeners_changed = true;
         }
         for edit in changes.clusters {
@@ -366,6 +438,7 @@ impl Translator {
                         Host {
                             model,
                             hosts: Vec::new(),
+                            domain_keys: Vec::new(),
                             errors: Vec::new(),
                             served,
                             served_hosts: Vec::new(),
@@ -456,6 +529,84 @@ impl Translator {
         }
     }
 
+    /// Takes the Gateway listeners in: a name defined twice with different contents is
+    /// left out; of those asking for one port, the first by name is served. Every one left
+    /// out is reported. Returns the names whose served
+    /// definition changed (added, gone or different).
+    fn set_gateway_listeners(
+        &mut self,
+        listeners: Vec<model::GatewayListener>,
+        out: &mut Output,
+    ) -> BTreeSet<String> {
+        let mut sorted = listeners.clone();
+        sorted.sort();
+        sorted.dedup();
+        self.gateway_listeners = listeners;
+        let shared = &self.listeners;
+        let mut ports: BTreeMap<u16, String> = [
+            (shared.http_port, HTTP_LISTENER),
+            (shared.https_port, HTTPS_LISTENER),
+            (shared.probe_port, PROBE_LISTENER),
+        ]
+        .into_iter()
+        .map(|(p, n)| (p, format!("the shared {n} listener")))
+        .collect();
+        let mut definitions: HashMap<&str, usize> = HashMap::new();
+        for l in &sorted {
+            *definitions.entry(l.name.as_str()).or_default() += 1;
+        }
+        let twice: HashSet<String> = definitions
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let mut served: BTreeMap<String, model::GatewayListener> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for l in sorted {
+            let problem = if l.name.is_empty() || l.name == ROUTE_CONFIG_NAME {
+                Some(format!("the name {:?} is not allowed", l.name))
+            } else if twice.contains(&l.name) {
+                Some("defined twice with different contents".to_owned())
+            } else if l.port == 0 || l.probe_port == 0 || l.port == l.probe_port {
+                Some("needs two different ports, neither 0".to_owned())
+            } else {
+                let holder = ports.get(&l.port).or_else(|| ports.get(&l.probe_port));
+                holder.map(|h| format!("a port of it is taken by {h}"))
+            };
+            match problem {
+                Some(message) => {
+                    problems.push(Problem::new(
+                        format!("gateway-listener/{}", l.name),
+                        message,
+                    ));
+                }
+                None => {
+                    let holder = format!("Gateway listener {:?}", l.name);
+                    ports.insert(l.port, holder.clone());
+                    ports.insert(l.probe_port, holder);
+                    served.insert(l.name.clone(), l);
+                }
+            }
+        }
+        self.problems.insert(key(GATEWAY_LISTENERS, ""), problems);
+        let mut changed = BTreeSet::new();
+        for name in self.served_gateway_listeners.keys().chain(served.keys()) {
+            if self.served_gateway_listeners.get(name) != served.get(name) {
+                changed.insert(name.clone());
+            }
+        }
+        let catch_all = probe::catch_all_virtual_host();
+        for name in &changed {
+            // A probe host not installed answers 404 there too, never a user's backend.
+            let entry = served.contains_key(name).then(|| catch_all.encode_to_vec());
+            let key = (name.clone(), catch_all.name.clone(), EntryKind::Probe);
+            self.set_entry(key, entry, out);
+            out.routes_changed.insert(name.clone());
+        }
+        self.served_gateway_listeners = served;
+        changed
+    }
+
     /// Stores a cluster change; returns its name and whether its usability changed
     /// (defined or not, valid or not).
     fn edit_cluster(&mut self, edit: Edit<model::Cluster>) -> (String, bool) {
@@ -517,16 +668,30 @@ impl Translator {
 
         if let Some(p) = self.version_probes.get(id).filter(|_| self.token_ok) {
             let mut problems = Vec::new();
-            if probe::select_version_probes(std::slice::from_ref(p), &mut problems).is_empty() {
+            let listener = p.listener.as_ref();
+            if let Some(l) = listener.filter(|l| !self.served_gateway_listeners.contains_key(*l)) {
+                problems.push(Problem::new(
+                    format!("version-probe/{id}"),
+                    format!("Gateway listener {l:?} is not served"),
+                ));
+                self.problems.insert(key(VERSION_PROBE, id), problems);
+            } else if probe::select_version_probes(std::slice::from_ref(p), &mut problems)
+                .is_empty()
+            {
                 self.problems.insert(key(VERSION_PROBE, id), problems);
             } else {
                 let vhost = probe::version_probe_virtual_host(p, &self.listeners.probe_token);
-                for d in &vhost.domains {
+                let keys: Vec<String> = vhost
+                    .domains
+                    .iter()
+                    .map(|d| domain_key(listener, d))
+                    .collect();
+                for d in &keys {
                     self.reserved_domains.insert(d.clone(), vhost.name.clone());
                 }
                 self.reserved_by_holder
-                    .insert(vhost.name.clone(), vhost.domains.clone());
-                domains.extend(vhost.domains);
+                    .insert(vhost.name.clone(), keys.clone());
+                domains.extend(keys);
                 self.reserved_names.insert(vhost.name);
                 self.selected_version_probes.insert(id.to_owned());
             }
@@ -556,7 +721,7 @@ impl Translator {
         if let Some(tls) = &host.model.tls {
             remove_from(&mut self.hosts_by_secret, &tls.secret, name);
         }
-        for d in &host.hosts {
+        for d in &host.domain_keys {
             remove_from(&mut self.hosts_by_domain, d, name);
             seed_domains.insert(d.clone());
         }
@@ -567,8 +732,24 @@ impl Translator {
         let Some(host) = self.hosts.get(name) else {
             return;
         };
-        let errors = route::validate_virtual_host(&host.model, &self.inputs());
+        let mut errors = route::validate_virtual_host(&host.model, &self.inputs());
+        if let Some(l) = &host.model.listener {
+            match self.served_gateway_listeners.get(l) {
+                None => errors.push(format!("Gateway listener {l:?} is not served")),
+                Some(gl) if gl.tls && host.model.tls.is_none() => errors.push(format!(
+                    "Gateway listener {l:?} is HTTPS: the virtual host needs TLS"
+                )),
+                Some(gl) if !gl.tls && host.model.tls.is_some() => errors.push(format!(
+                    "Gateway listener {l:?} is plain HTTP: the virtual host cannot have TLS"
+                )),
+                Some(_) => {}
+            }
+        }
         let hosts = route::normalized_hosts(&host.model);
+        let domain_keys: Vec<String> = hosts
+            .iter()
+            .map(|d| domain_key(host.model.listener.as_ref(), d))
+            .collect();
         let clusters: Vec<String> = route::referenced_clusters(&host.model)
             .map(str::to_owned)
             .collect();
@@ -586,7 +767,7 @@ impl Translator {
                 .insert(name.to_owned());
         }
         if errors.is_empty() {
-            for d in &hosts {
+            for d in &domain_keys {
                 self.hosts_by_domain
                     .entry(d.clone())
                     .or_default()
@@ -597,6 +778,7 @@ impl Translator {
         if let Some(host) = self.hosts.get_mut(name) {
             host.errors = errors;
             host.hosts = hosts;
+            host.domain_keys = domain_keys;
         }
     }
 
@@ -619,7 +801,7 @@ impl Translator {
                 if affected.insert(name.clone())
                     && let Some(h) = self.hosts.get(name)
                 {
-                    queue.extend(h.hosts.iter().map(String::as_str));
+                    queue.extend(h.domain_keys.iter().map(String::as_str));
                 }
             }
         }
@@ -653,22 +835,22 @@ impl Translator {
                 ));
             }
             if errors.is_empty() {
-                for h in &host.hosts {
+                for (h, k) in host.hosts.iter().zip(&host.domain_keys) {
                     let holder = self
                         .reserved_domains
-                        .get(h)
+                        .get(k)
                         .map(String::as_str)
-                        .or_else(|| claimed.get(h.as_str()).copied());
+                        .or_else(|| claimed.get(k.as_str()).copied());
                     match holder {
                         Some(holder) => errors.push(format!(
                             "host {h:?} is already served by virtual host {holder:?}"
                         )),
-                        None => won.push(h),
+                        None => {
+                            won.push(h);
+                            claimed.insert(k, name);
+                        }
                     }
                 }
-            }
-            for h in &won {
-                claimed.insert(h, name);
             }
             decisions.push((name, won, errors));
         }
@@ -734,30 +916,49 @@ impl Translator {
             return;
         };
         let bytes = route::virtual_host(&host.model, &host.served_hosts).encode_to_vec();
+        let route_config = route_config_of(host.model.listener.as_ref()).to_owned();
         let uses = Uses {
+            route_config: route_config.clone(),
             clusters: route::referenced_clusters(&host.model)
                 .map(str::to_owned)
                 .collect(),
             secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
         };
-        let tls = host
-            .model
-            .tls
-            .as_ref()
-            .map(|t| (host.served_hosts.clone(), t.secret.clone()));
-        self.set_entry((name.to_owned(), EntryKind::User), Some(bytes), out);
+        let tls = host.model.tls.as_ref().map(|t| TlsServed {
+            listener: host.model.listener.clone(),
+            hosts: host.served_hosts.clone(),
+            secret: t.secret.clone(),
+        });
+        let moved_from = self
+            .served_uses
+            .get(name)
+            .map(|u| u.route_config.clone())
+            .filter(|old| *old != route_config);
+        if let Some(old) = moved_from {
+            self.set_entry((old, name.to_owned(), EntryKind::User), None, out);
+        }
+        self.set_entry(
+            (route_config, name.to_owned(), EntryKind::User),
+            Some(bytes),
+            out,
+        );
         self.set_uses(name, Some(uses), out);
         self.set_tls_host(name, tls, out);
     }
 
-    /// Takes a virtual host out of the route configuration (if it was in).
+    /// Takes a virtual host out of its route configuration (if it was in).
     fn unserve(&mut self, name: &str, out: &mut Output) {
-        self.set_entry((name.to_owned(), EntryKind::User), None, out);
+        // It may have moved to another listener since it was served.
+        let served_in = self.served_uses.get(name).map(|u| u.route_config.clone());
+        if let Some(route_config) = served_in {
+            self.set_entry((route_config, name.to_owned(), EntryKind::User), None, out);
+        }
         self.set_uses(name, None, out);
         self.set_tls_host(name, None, out);
     }
 
     fn set_entry(&mut self, key: EntryKey, bytes: Option<Vec<u8>>, out: &mut Output) {
+        let route_config = key.0.clone();
         let changed = match bytes {
             Some(bytes) => match self.route_entries.get(&key) {
                 Some(current) if *current == bytes => false,
@@ -768,7 +969,9 @@ impl Translator {
             },
             None => self.route_entries.remove(&key).is_some(),
         };
-        out.routes_changed |= changed;
+        if changed {
+            out.routes_changed.insert(route_config);
+        }
     }
 
     fn set_uses(&mut self, name: &str, uses: Option<Uses>, out: &mut Output) {
@@ -798,7 +1001,7 @@ impl Translator {
         }
     }
 
-    fn set_tls_host(&mut self, name: &str, tls: Option<(Vec<String>, String)>, out: &mut Output) {
+    fn set_tls_host(&mut self, name: &str, tls: Option<TlsServed>, out: &mut Output) {
         if self.tls_hosts.get(name) == tls.as_ref() {
             return;
         }
@@ -815,9 +1018,22 @@ impl Translator {
     fn place_version_probe(&mut self, id: &str, out: &mut Output) {
         self.problems.remove(&key(LEFT_OUT, id));
         let mut entry = None;
+        let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
+        // Out of the route configuration it was in: its listener may have changed.
+        let held: Vec<EntryKey> = self
+            .probe_entries
+            .remove(id)
+            .into_iter()
+            .map(|rc| (rc, name.clone(), EntryKind::Probe))
+            .collect();
+        for key in held {
+            self.set_entry(key, None, out);
+        }
+        let mut route_config = ROUTE_CONFIG_NAME.to_owned();
         if self.selected_version_probes.contains(id)
             && let Some(p) = self.version_probes.get(id)
         {
+            route_config = route_config_of(p.listener.as_ref()).to_owned();
             if self.hosts.get(id).is_some_and(|h| !h.served) {
                 self.problems.insert(
                     key(LEFT_OUT, id),
@@ -833,8 +1049,11 @@ impl Translator {
                 );
             }
         }
-        let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
-        self.set_entry((name, EntryKind::Probe), entry, out);
+        if entry.is_some() {
+            self.probe_entries
+                .insert(id.to_owned(), route_config.clone());
+        }
+        self.set_entry((route_config, name, EntryKind::Probe), entry, out);
     }
 
     /// Endpoint probes are few: all of them are selected again when any of their inputs
@@ -910,21 +1129,30 @@ impl Translator {
     }
 
     fn place_listeners(&mut self, out: &mut Output) {
-        let tls_hosts: Vec<listener::TlsHost<'_>> = self
-            .tls_hosts
-            .iter()
-            .map(|(name, (hosts, secret))| listener::TlsHost {
-                virtual_host: name,
-                hosts,
-                secret,
-            })
-            .collect();
+        let tls_hosts_of = |listener: Option<&String>| -> Vec<listener::TlsHost<'_>> {
+            self.tls_hosts
+                .iter()
+                .filter(|(_, t)| t.listener.as_ref() == listener)
+                .map(|(name, t)| listener::TlsHost {
+                    virtual_host: name,
+                    hosts: &t.hosts,
+                    secret: &t.secret,
+                })
+                .collect()
+        };
         let probes: Vec<&model::EndpointProbe> = self
             .selected_endpoint_probes
             .iter()
             .filter_map(|id| self.endpoint_probes.get(id))
             .collect();
-        let listeners = listener::listeners(&self.listeners, &tls_hosts, &probes);
+        let mut listeners = listener::listeners(&self.listeners, &tls_hosts_of(None), &probes);
+        for (name, gateway) in &self.served_gateway_listeners {
+            listeners.extend(listener::gateway_listeners(
+                &self.listeners,
+                gateway,
+                &tls_hosts_of(Some(name)),
+            ));
+        }
         let names: BTreeSet<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
         for old in self
             .snapshot
@@ -941,17 +1169,24 @@ impl Translator {
         }
     }
 
-    /// Writes what changed into the snapshot; the route configuration is re-assembled from
-    /// the encoded virtual hosts when any of them changed.
+    /// Writes what changed into the snapshot; a route configuration is re-assembled from
+    /// its encoded virtual hosts when any of them changed, and removed with its listener.
     fn finish(&mut self, mut out: Output) {
-        if out.routes_changed {
-            out.puts.push(Resource::new(
-                ROUTE_CONFIG_NAME,
-                route::route_configuration(
-                    ROUTE_CONFIG_NAME,
-                    self.route_entries.values().map(Vec::as_slice),
-                ),
-            ));
+        for name in std::mem::take(&mut out.routes_changed) {
+            let served =
+                name == ROUTE_CONFIG_NAME || self.served_gateway_listeners.contains_key(&name);
+            if !served {
+                out.removes.push((ROUTE, name));
+                continue;
+            }
+            let first = (name.clone(), String::new(), EntryKind::Probe);
+            let entries = self
+                .route_entries
+                .range(first..)
+                .take_while(|((rc, _, _), _)| *rc == name)
+                .map(|(_, bytes)| bytes.as_slice());
+            let body = route::route_configuration(&name, entries);
+            out.puts.push(Resource::new(name, body));
         }
         self.snapshot
             .update(out.removes, out.puts.into_iter().map(Arc::new));

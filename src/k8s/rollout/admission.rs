@@ -121,6 +121,7 @@ pub(super) fn admit(
     // The translator's verdict on the route alone, lowered as it would serve live. TLS
     // Secrets are checked where they are read; here only the spec is judged.
     let part = lower::live(&lower::Live {
+        listener: None,
         namespace,
         route: name,
         version: &resolved.version,
@@ -131,6 +132,7 @@ pub(super) fn admit(
     });
     let mut problems = part.problems.clone();
     let config = ModelConfig {
+        gateway_listeners: Vec::new(),
         listeners: ListenerSettings {
             probe_token: "admission".into(),
             ..ListenerSettings::default()

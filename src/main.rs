@@ -655,6 +655,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     controller_name,
                     fleet_service: envoy_service.clone(),
                     service_type,
+                    prober: prober.clone(),
+                    address_map,
+                    two_phase,
+                    envoys: envoys.clone(),
                 };
                 gateway::controller::run(client.clone(), settings)
             });

@@ -122,7 +122,10 @@ impl Prober {
             let host = version_probe_host(trial_id, &prober.token);
             let (probe_id, version) = (probe_id.to_string(), version.to_string());
             async move {
-                match prober.version_verdict(&envoy, &host, &version).await {
+                match prober
+                    .version_verdict(&envoy, prober.probe_port, &host, &version)
+                    .await
+                {
                     Verdict::Ready => prober.endpoint_verdict(&envoy, &probe_id).await,
                     Verdict::NotReady(why) => Verdict::NotReady(format!("routes on trial: {why}")),
                     unreachable => unreachable,
@@ -139,10 +142,23 @@ impl Prober {
         probe_id: &str,
         version: &str,
     ) -> FleetResult {
-        self.check_fleet(envoys, |prober, envoy| {
+        self.check_version_on(envoys, self.probe_port, probe_id, version)
+            .await
+    }
+
+    /// [`Prober::check_version`] on another internal port: a Gateway listener's probe twin,
+    /// which answers with that listener's route configuration.
+    pub async fn check_version_on(
+        &self,
+        envoys: &[String],
+        port: u16,
+        probe_id: &str,
+        version: &str,
+    ) -> FleetResult {
+        self.check_fleet_on(envoys, port, |prober, envoy| {
             let host = version_probe_host(probe_id, &prober.token);
             let version = version.to_string();
-            async move { prober.version_verdict(&envoy, &host, &version).await }
+            async move { prober.version_verdict(&envoy, port, &host, &version).await }
         })
         .await
     }
@@ -152,16 +168,27 @@ impl Prober {
         F: Fn(Prober, String) -> Fut,
         Fut: std::future::Future<Output = Verdict>,
     {
+        self.check_fleet_on(envoys, self.probe_port, check).await
+    }
+
+    /// Asks every Envoy on `port`; an Envoy unreachable there backs off on that port only
+    /// (a Gateway listener not up yet says nothing about the shared probe listener).
+    async fn check_fleet_on<F, Fut>(&self, envoys: &[String], port: u16, check: F) -> FleetResult
+    where
+        F: Fn(Prober, String) -> Fut,
+        Fut: std::future::Future<Output = Verdict>,
+    {
         let verdicts: Vec<(String, Verdict)> = futures::stream::iter(envoys.iter().cloned())
             .map(|envoy| {
                 let fut = check(self.clone(), envoy.clone());
                 let this = self.clone();
+                let key = format!("{envoy} {port}");
                 async move {
-                    if let Some(why) = this.backing_off(&envoy).await {
+                    if let Some(why) = this.backing_off(&key).await {
                         return (envoy, Verdict::Unreachable(why));
                     }
                     let verdict = fut.await;
-                    this.record(&envoy, &verdict).await;
+                    this.record(&key, &verdict).await;
                     (envoy, verdict)
                 }
             })
@@ -209,18 +236,18 @@ impl Prober {
         }
     }
 
-    fn url(&self, envoy: &str) -> String {
+    fn url(envoy: &str, port: u16) -> String {
         if envoy.contains(':') && !envoy.starts_with('[') {
-            format!("http://[{envoy}]:{}/", self.probe_port)
+            format!("http://[{envoy}]:{port}/")
         } else {
-            format!("http://{envoy}:{}/", self.probe_port)
+            format!("http://{envoy}:{port}/")
         }
     }
 
     async fn endpoint_verdict(&self, envoy: &str, probe_id: &str) -> Verdict {
         let response = self
             .client
-            .get(self.url(envoy))
+            .get(Self::url(envoy, self.probe_port))
             .header("host", ENDPOINT_PROBE_HOST)
             .header(PROBE_ID_HEADER, probe_id)
             .header(PROBE_TOKEN_HEADER, &self.token)
@@ -239,10 +266,10 @@ impl Prober {
         }
     }
 
-    async fn version_verdict(&self, envoy: &str, host: &str, version: &str) -> Verdict {
+    async fn version_verdict(&self, envoy: &str, port: u16, host: &str, version: &str) -> Verdict {
         let response = self
             .client
-            .get(self.url(envoy))
+            .get(Self::url(envoy, port))
             .header("host", host)
             .send()
             .await;

@@ -342,3 +342,209 @@ spec:
     }
     assert_eq!(gateway_services(&rig, &ns, "two").await.len(), 1);
 }
+
+/// The fleet port on every Envoy that the Gateway `namespace/name`'s `port` maps to.
+async fn fleet_port(rig: &Rig, namespace: &str, name: &str, port: i32) -> u16 {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while tokio::time::Instant::now() < deadline {
+        let services = gateway_services(rig, namespace, name).await;
+        let target = services
+            .iter()
+            .flat_map(|s| s.spec.iter().flat_map(|s| s.ports.iter().flatten()))
+            .find(|p| p.port == port)
+            .and_then(|p| match &p.target_port {
+                Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(t)) => {
+                    u16::try_from(*t).ok()
+                }
+                _ => None,
+            });
+        if let Some(target) = target {
+            return target;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{namespace}/{name}: no Service with port {port} within {WITHIN:?}");
+}
+
+/// One request through each target for `host`: the backend that answered, or the status.
+async fn answers(targets: &[String], host: &str) -> Vec<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    let mut out = Vec::new();
+    for target in targets {
+        let answer = match client
+            .get(format!("{target}/"))
+            .header("host", host)
+            .send()
+            .await
+        {
+            Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+            Ok(r) => format!("status {}", r.status().as_u16()),
+            Err(e) => format!("error {e}"),
+        };
+        out.push(answer);
+    }
+    out
+}
+
+/// The route's Served condition on its first parent, once it is True for `generation`.
+async fn wait_served(routes: &Api<HttpRoute>, name: &str, generation: i64) -> Value {
+    wait_status(
+        routes,
+        name,
+        &format!("Served at generation {generation}"),
+        |s| {
+            condition(s, "/parents/0/conditions", "switchyard.dev/Served")
+                .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_httproute_is_served_through_its_gateway_and_moves_between_services_without_a_drop() {
+    let mut rig = Rig::start(3).await;
+    install_gateway_crds(&rig).await;
+    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
+    fleet
+        .patch(
+            &rig.fleet_service(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
+        )
+        .await
+        .expect("give the fleet Service a selector");
+    for backend in ["svc-0", "other"] {
+        rig.add_backend(backend).await;
+    }
+    let controller = format!("switchyard.dev/test-{}-served", std::process::id());
+    let class = k::unique_name("switchyard");
+    rig.start_operator(
+        "switchyard-1",
+        &["--gateway-api", "--gateway-controller-name", &controller],
+    );
+    let ns = rig.namespace.clone();
+    let route = |backend: &str, header: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ web.test ]
+  rules:
+    - backendRefs: [ {{ name: {backend}, port: 80 }} ]
+      filters:
+        - type: ResponseHeaderModifier
+          responseHeaderModifier: {{ set: [ {{ name: x-round, value: "{header}" }} ] }}
+"#
+        )
+    };
+    apply(
+        &rig,
+        &format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{ name: {class} }}
+spec: {{ controllerName: {controller} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: {ns} }}
+spec:
+  gatewayClassName: {class}
+  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: other, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ other.test ]
+  rules: [ {{ backendRefs: [ {{ name: other, port: 80 }} ] }} ]
+---{}"#,
+            route("svc-0", "0")
+        ),
+    )
+    .await;
+
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    let status = wait_status(&gateways, "edge", "Programmed", |s| {
+        condition(s, "/conditions", "Programmed").is_some_and(|c| c["status"] == "True")
+            && condition(s, "/listeners/0/conditions", "Programmed")
+                .is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(
+        condition(&status, "/conditions", "Programmed").map(|c| c["reason"].clone()),
+        Some(json!("Programmed"))
+    );
+    wait_served(&routes, "web", 1).await;
+    let port = fleet_port(&rig, &ns, "edge", 80).await;
+    let targets: Vec<String> = rig
+        .envoy_addresses
+        .iter()
+        .map(|a| format!("http://{a}:{port}"))
+        .collect();
+    assert_eq!(answers(&targets, "web.test").await, ["svc-0"; 3]);
+    assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+    // A hostname no route has is not found there; the shared listener does not serve
+    // the Gateway's routes.
+    assert_eq!(answers(&targets, "nobody.test").await, ["status 404"; 3]);
+    assert_eq!(
+        rig.answers_for("web.test").await,
+        ["status 404 Not Found"; 3]
+    );
+
+    // Under load: header-only changes, and moves to Services created just before.
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+    let mut generation = 1;
+    for i in 1..=3 {
+        generation += 1;
+        apply(&rig, &route(&format!("svc-{}", i - 1), &format!("{i}h"))).await;
+        wait_served(&routes, "web", generation).await;
+        let new = format!("svc-{i}");
+        rig.add_backend(&new).await;
+        generation += 1;
+        apply(&rig, &route(&new, &format!("{i}"))).await;
+        wait_served(&routes, "web", generation).await;
+        assert_eq!(
+            answers(&targets, "web.test").await,
+            [new.clone(), new.clone(), new]
+        );
+    }
+    let report = load.finish().await;
+    eprintln!(
+        "gateway: {} requests in {:.1}s, non-2xx {}, by status {:?}, by backend {:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_status,
+        report.by_backend
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+
+    // The route gone: its hostname is no longer served, the other one still is.
+    routes
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the route");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while answers(&targets, "web.test").await != ["status 404"; 3] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "web.test still served after its route went"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+}

@@ -137,6 +137,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
             let mut pc = ProxyConfig::new(
                 &format!("{route}-live"),
                 ProxyConfigSpec {
+                    listener: None,
                     route_created: None,
                     role: ProxyConfigRole::Live,
                     route: route.into(),

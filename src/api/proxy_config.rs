@@ -11,7 +11,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use switchyard_core::route::{
-    ResolvedBackend, ResolvedCluster, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+    ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRule, ResolvedTls,
+    ResolvedVirtualHost,
 };
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -59,6 +60,10 @@ pub struct ProxyConfigSpec {
     /// route whose current backend lost its endpoints must still be able to move.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_clusters: Vec<ResolvedCluster>,
+    /// Live role of a Gateway's virtual host: the Gateway listener it is served on.
+    /// Absent for a TrafficRoute (the shared listeners).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<ResolvedListener>,
 }
 
 #[derive(

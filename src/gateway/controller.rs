@@ -4,13 +4,16 @@
 //! server holds. A condition keeps its lastTransitionTime while its status stays.
 //!
 //! Each accepted Gateway gets a Service of its own ([`super::service`]): its address.
-//! The fleet does not serve Gateways yet: Programmed stays False (reason Pending).
+//! Each of its ports and hostnames is a unit ([`super::unit`]) that [`super::rollout`]
+//! moves through the two-phase rollout; Programmed (Gateway and listener) and the routes'
+//! `switchyard.dev/Served` say when every Envoy serves what they ask for.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -24,11 +27,19 @@ use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
+use super::rollout::{Outcome, Rollout, UnitState};
 use super::service::{self, GatewayKey, Wanted};
 use super::translate::{
     Cond, GROUP, GatewayOutcome, Inputs, KnownSecret, ParentOutcome, Translation, translate,
 };
+use super::unit::{self, Unit};
+use crate::api::ProxyConfig;
+use crate::k8s::address_map::AddressMap;
+use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watched;
+use crate::k8s::rollout::{GATEWAY_LABEL, fleet_addresses};
+use crate::k8s::to_model::SERVICE_NAME_LABEL;
+use crate::prober::Prober;
 
 /// How long changes gather before the next translation: a burst of events (a `kubectl
 /// apply` of many objects) costs one pass.
@@ -45,6 +56,14 @@ pub struct Settings {
     pub fleet_service: (String, String),
     /// The type of each Gateway's Service: ClusterIP, NodePort or LoadBalancer.
     pub service_type: String,
+    pub prober: Prober,
+    /// For single-host rigs only (see [`AddressMap`]).
+    pub address_map: Option<AddressMap>,
+    /// Off only for tests that prove the two phases matter.
+    pub two_phase: bool,
+    /// The Envoys connected to this replica: a unit waiting on the fleet is looked at
+    /// again when they answer.
+    pub envoys: Arc<dyn Envoys>,
 }
 
 /// Every watch the translation reads.
@@ -56,12 +75,27 @@ struct Stores {
     services: Watched<Service>,
     namespaces: Watched<Namespace>,
     secrets: Watched<Secret>,
+    /// The Gateways' ProxyConfigs.
+    proxy_configs: Watched<ProxyConfig>,
+    /// The fleet's EndpointSlices: every Envoy a rollout must hear from.
+    fleet: Watched<EndpointSlice>,
 }
 
 impl Stores {
-    fn start(client: &Client, changes: &Arc<watch::Sender<u64>>) -> Self {
+    fn start(client: &Client, settings: &Settings, changes: &Arc<watch::Sender<u64>>) -> Self {
         let all = watcher::Config::default;
+        let (fleet_ns, fleet_name) = &settings.fleet_service;
         Self {
+            proxy_configs: Watched::start(
+                vec![Api::all(client.clone())],
+                all().labels(GATEWAY_LABEL),
+                changes,
+            ),
+            fleet: Watched::start(
+                vec![Api::namespaced(client.clone(), fleet_ns)],
+                all().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
+                changes,
+            ),
             classes: Watched::start(vec![Api::all(client.clone())], all(), changes),
             gateways: Watched::start(vec![Api::all(client.clone())], all(), changes),
             routes: Watched::start(vec![Api::all(client.clone())], all(), changes),
@@ -84,6 +118,8 @@ impl Stores {
             && self.services.ready().await
             && self.namespaces.ready().await
             && self.secrets.ready().await
+            && self.proxy_configs.ready().await
+            && self.fleet.ready().await
     }
 }
 
@@ -91,24 +127,44 @@ impl Stores {
 pub async fn run(client: Client, settings: Settings) {
     let changes = Arc::new(watch::channel(0).0);
     let mut changed = changes.subscribe();
-    let stores = Stores::start(&client, &changes);
+    let stores = Stores::start(&client, &settings, &changes);
     if !stores.ready().await {
         warn!("a Gateway API watch stopped before its initial list; not reconciling");
         return;
     }
+    let controller = service::controller_label(&settings.controller_name);
+    let mut rollout = Rollout::new(
+        client.clone(),
+        settings.prober.clone(),
+        controller,
+        settings.two_phase,
+    );
+    let mut answered = settings.envoys.changes();
     loop {
-        pass(&client, &settings, &stores).await;
+        let wake = pass(&client, &settings, &stores, &mut rollout).await;
+        let waiting = wake.is_some();
+        answered.mark_unchanged();
         tokio::select! {
-            result = changed.changed() => if result.is_err() { return },
-            () = tokio::time::sleep(RESYNC) => {}
+            result = changed.changed() => {
+                if result.is_err() { return }
+                tokio::time::sleep(SETTLE).await;
+            }
+            () = tokio::time::sleep(wake.unwrap_or(RESYNC)) => {}
+            // An Envoy took a new snapshot: what a unit waits for may be there.
+            Ok(()) = answered.changed(), if waiting => {}
         }
-        tokio::time::sleep(SETTLE).await;
         changed.mark_unchanged();
     }
 }
 
-/// One translation, and the status writes it calls for.
-async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
+/// One translation, the rollout of every unit, and the status writes they call for.
+/// Returns when to come back, if sooner than the resync.
+async fn pass(
+    client: &Client,
+    settings: &Settings,
+    stores: &Stores,
+    rollout: &mut Rollout,
+) -> Option<Duration> {
     let classes = owned(&stores.classes);
     let gateways = owned(&stores.gateways);
     let routes = owned(&stores.routes);
@@ -134,14 +190,23 @@ async fn pass(client: &Client, settings: &Settings, stores: &Stores) {
         routes = translation.routes.len(),
         "Gateway API translated"
     );
-    let addresses = sync_services(client, settings, &translation, &services).await;
+    let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
+    let units = unit::units(&translation.gateways, &fleet_ports);
+    let proxy_configs = owned(&stores.proxy_configs);
+    let envoys = fleet_addresses(&stores.fleet.state(), settings.address_map);
+    let outcome = rollout
+        .pass(&units, &gateways, &proxy_configs, &envoys)
+        .await;
     let written = Written {
         classes: &classes,
         gateways: &gateways,
         routes: &routes,
         addresses: &addresses,
+        units: &units,
+        outcome: &outcome,
     };
     write_statuses(client, settings, &translation, &written).await;
+    outcome.wake
 }
 
 /// The release the installed Gateway CRD announces (its bundle-version annotation), when
@@ -164,15 +229,21 @@ async fn crd_version(client: &Client) -> Option<String> {
 /// Field manager of the Services Switchyard writes for Gateways.
 const SERVICE_MANAGER: &str = "switchyard-gateway";
 
+/// The fleet ports of each Gateway (port → fleet port), and its addresses.
+type Allocated = (
+    BTreeMap<GatewayKey, Vec<(i32, i32)>>,
+    BTreeMap<GatewayKey, Vec<(String, String)>>,
+);
+
 /// Writes each accepted Gateway's Service (when it differs from what is there), deletes
-/// those of Gateways gone or no longer accepted; gives each Gateway's addresses, as its
-/// Service has them now.
+/// those of Gateways gone or no longer accepted; gives each Gateway's fleet ports, and its
+/// addresses as its Service has them now.
 async fn sync_services(
     client: &Client,
     settings: &Settings,
     translation: &Translation,
     services: &[Service],
-) -> BTreeMap<GatewayKey, Vec<(String, String)>> {
+) -> Allocated {
     let (fleet_ns, fleet_name) = &settings.fleet_service;
     let label = service::controller_label(&settings.controller_name);
     let (ours, others): (Vec<Service>, Vec<Service>) = services
@@ -195,7 +266,7 @@ async fn sync_services(
             fleet = %format!("{fleet_ns}/{fleet_name}"),
             "the fleet Service has no selector: Gateways get no Service of their own"
         );
-        return BTreeMap::new();
+        return (BTreeMap::new(), BTreeMap::new());
     };
     let wanted: Vec<Wanted> = translation
         .gateways
@@ -243,7 +314,7 @@ async fn sync_services(
             Err(error) => warn!(%name, %error, "deleting a Gateway's Service failed"),
         }
     }
-    addresses
+    (allocation, addresses)
 }
 
 /// Whether the Service there already is what Switchyard wants of it.
@@ -264,6 +335,8 @@ struct Written<'a> {
     gateways: &'a [Gateway],
     routes: &'a [HttpRoute],
     addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
+    units: &'a [Unit],
+    outcome: &'a Outcome,
 }
 
 fn owned<K>(watched: &Watched<K>) -> Vec<K>
@@ -303,6 +376,8 @@ async fn write_statuses(
         gateways,
         routes,
         addresses,
+        units,
+        outcome,
     } = written;
     for outcome in &translation.classes {
         let current = classes
@@ -324,7 +399,12 @@ async fn write_statuses(
         let before = current.and_then(|g| g.status.as_ref()).map(to_value);
         let key = (outcome.namespace.clone(), outcome.name.clone());
         let found = addresses.get(&key).map(Vec::as_slice).unwrap_or_default();
-        let status = gateway_status(outcome, found, before.as_ref());
+        let programmed = Programmed {
+            units,
+            outcome: written.outcome,
+            gateway: current,
+        };
+        let status = gateway_status(outcome, found, before.as_ref(), &programmed);
         let api: Api<Gateway> = Api::namespaced(client.clone(), &outcome.namespace);
         apply(&api, &outcome.name, before, status).await;
     }
@@ -343,9 +423,12 @@ async fn write_statuses(
         let name = route.metadata.name.as_deref().unwrap_or_default();
         let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
         let before = route.status.as_ref().map(to_value);
+        let route_id = format!("{namespace}/{name}");
+        let served = |p: &ParentOutcome| served(p, &route_id, units, outcome);
         let status = route_status(
             &settings.controller_name,
             parents,
+            &served,
             route.metadata.generation.unwrap_or(0),
             before.as_ref(),
         );
@@ -419,21 +502,94 @@ fn conditions(conds: &[Cond], generation: i64, old: &[Condition]) -> Vec<Conditi
         .collect()
 }
 
-fn programmed_pending() -> Cond {
-    Cond::no(
-        "Programmed",
-        "Pending",
-        "the Envoy fleet does not serve Gateway API listeners yet",
-    )
+/// The condition type Switchyard adds to each of its route parents: True when every Envoy
+/// serves the route's current generation there.
+pub const SERVED: &str = "switchyard.dev/Served";
+
+/// What Programmed is made of: the rollout of the Gateway's units.
+struct Programmed<'a> {
+    units: &'a [Unit],
+    outcome: &'a Outcome,
+    /// The Gateway as the API server holds it (its listeners' ports).
+    gateway: Option<&'a Gateway>,
+}
+
+impl Programmed<'_> {
+    /// Programmed of the Gateway, or of its listener on `port`.
+    fn condition(&self, outcome: &GatewayOutcome, port: Option<i32>, usable: bool) -> Cond {
+        let accepted = outcome.conditions.first().is_some_and(Cond::is_true);
+        if !accepted || !usable {
+            return Cond::no("Programmed", "Invalid", "not accepted: nothing to serve");
+        }
+        let key = (outcome.namespace.clone(), outcome.name.clone());
+        match self.outcome.worst(self.units, &key, port) {
+            Some(UnitState::Served) => {
+                Cond::yes("Programmed", "Programmed", "served by every Envoy")
+            }
+            Some(UnitState::Waiting(why)) => {
+                Cond::no("Programmed", "Pending", format!("rolling out: {why}"))
+            }
+            Some(UnitState::Failed(why)) => Cond::no("Programmed", "Invalid", why.clone()),
+            None if outcome.ports.is_empty() => {
+                Cond::no("Programmed", "Invalid", "no listener can be served")
+            }
+            None => Cond::no(
+                "Programmed",
+                "Pending",
+                "no port of the fleet is left for this Gateway",
+            ),
+        }
+    }
+
+    fn listener_port(&self, name: &str) -> Option<i32> {
+        self.gateway?
+            .spec
+            .listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.port)
+    }
+}
+
+/// Served of one route parent: the route's rules are in units of that Gateway, and every
+/// one of them is served by every Envoy.
+fn served(parent: &ParentOutcome, route: &str, units: &[Unit], outcome: &Outcome) -> Cond {
+    if !parent.conditions.first().is_some_and(Cond::is_true) {
+        return Cond::no(
+            SERVED,
+            "NotAccepted",
+            "the parent does not accept the route",
+        );
+    }
+    let gateway = (parent.gateway_namespace.clone(), parent.gateway.clone());
+    let states: Vec<&UnitState> = units
+        .iter()
+        .filter(|u| u.gateway == gateway && u.routes.contains(route))
+        .filter_map(|u| outcome.states.get(&(u.gateway.clone(), u.name.clone())))
+        .collect();
+    if states.is_empty() {
+        return Cond::no(SERVED, "Pending", "not rolled out to the fleet yet");
+    }
+    if let Some(UnitState::Failed(why)) = states.iter().find(|s| matches!(s, UnitState::Failed(_)))
+    {
+        return Cond::no(SERVED, "Refused", why.clone());
+    }
+    if let Some(UnitState::Waiting(why)) =
+        states.iter().find(|s| matches!(s, UnitState::Waiting(_)))
+    {
+        return Cond::no(SERVED, "RollingOut", why.clone());
+    }
+    Cond::yes(SERVED, "Served", "every Envoy serves this generation")
 }
 
 fn gateway_status(
     outcome: &GatewayOutcome,
     addresses: &[(String, String)],
     before: Option<&Value>,
+    programmed: &Programmed<'_>,
 ) -> Value {
     let mut conds = outcome.conditions.clone();
-    conds.push(programmed_pending());
+    conds.push(programmed.condition(outcome, None, true));
     let old = conditions_of(before, "conditions");
     let old_listeners: Vec<Value> = before
         .and_then(|b| b.get("listeners"))
@@ -447,7 +603,8 @@ fn gateway_status(
                 .iter()
                 .find(|o| o.get("name").and_then(Value::as_str) == Some(l.name.as_str()));
             let mut conds = l.conditions.clone();
-            conds.push(programmed_pending());
+            let port = programmed.listener_port(&l.name);
+            conds.push(programmed.condition(outcome, port, l.usable && port.is_some()));
             json!({
                 "name": l.name,
                 "supportedKinds": l.supported_kinds.iter()
@@ -474,6 +631,7 @@ fn gateway_status(
 fn route_status(
     controller: &str,
     ours: &[ParentOutcome],
+    served: &dyn Fn(&ParentOutcome) -> Cond,
     generation: i64,
     before: Option<&Value>,
 ) -> Option<Value> {
@@ -507,10 +665,12 @@ fn route_status(
         if let Some(port) = p.port {
             parent_ref["port"] = json!(port);
         }
+        let mut conds = p.conditions.clone();
+        conds.push(served(p));
         parents.push(json!({
             "parentRef": parent_ref,
             "controllerName": controller,
-            "conditions": conditions(&p.conditions, generation, &conditions_of(old, "conditions")),
+            "conditions": conditions(&conds, generation, &conditions_of(old, "conditions")),
         }));
     }
     Some(json!({ "parents": parents }))

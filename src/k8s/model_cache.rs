@@ -381,7 +381,16 @@ impl Last {
             let now = c.now.as_ref().map(|(_, p)| p);
             before.into_iter().chain(now).any(|p| p.secret.is_some())
         });
-        if touches_secrets {
+        // The Gateway listeners are handed to the translator whole: one that a ProxyConfig
+        // brings, drops or changes takes a full build (Gateway virtual hosts come and go
+        // rarely; their updates keep their listener).
+        let touches_listeners = pc_changes.iter().any(|c| {
+            let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
+            let now = c.now.as_ref().map(|(_, p)| p);
+            before.and_then(|p| p.gateway_listener.as_ref())
+                != now.and_then(|p| p.gateway_listener.as_ref())
+        });
+        if touches_secrets || touches_listeners {
             return None;
         }
         let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
@@ -605,6 +614,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             &format!("{route}-live"),
             ProxyConfigSpec {
+                listener: None,
                 route_created: None,
                 role: ProxyConfigRole::Live,
                 route: route.into(),
@@ -814,6 +824,7 @@ mod tests {
         let mut tls = live("d", &["web"], "1");
         if let Some(vh) = tls.spec.virtual_host.as_mut() {
             vh.tls = Some(ResolvedTls {
+                namespace: None,
                 secret_name: "cert".into(),
                 redirect_http: false,
             });

@@ -118,6 +118,10 @@ pub fn proxy_config_spec(
         virtual_host: Some(resolved.virtual_host.clone()),
         clusters,
         kept_clusters,
+        listener: match role {
+            ProxyConfigRole::Live => resolved.listener.clone(),
+            ProxyConfigRole::Probe => None,
+        },
     }
 }
 
@@ -625,6 +629,7 @@ mod tests {
         assert_eq!(
             vh.tls,
             Some(ResolvedTls {
+                namespace: None,
                 secret_name: "shop-cert".into(),
                 redirect_http: true
             })

@@ -130,7 +130,8 @@ pub fn tls_secret_of(pc: &ProxyConfig) -> Option<(String, String)> {
         return None;
     }
     let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
-    Some((pc.namespace().unwrap_or_default(), tls.secret_name.clone()))
+    let namespace = tls.namespace.clone().or_else(|| pc.namespace());
+    Some((namespace.unwrap_or_default(), tls.secret_name.clone()))
 }
 
 /// A TLS Secret's certificate chain and key, or why they cannot serve. Only the PEM form is

@@ -60,6 +60,20 @@ pub struct Built {
 pub fn contribution(pc: &ProxyConfig) -> Contribution {
     let namespace = pc.namespace().unwrap_or_default();
     let spec = &pc.spec;
+    let gateway_listener = spec.listener.as_ref().and_then(|l| l.to_model());
+    if spec.listener.is_some() && gateway_listener.is_none() {
+        return Contribution {
+            clusters: lower::named_clusters(&namespace, &spec.clusters),
+            problems: vec![Problem::new(
+                lower::route_id(&namespace, &spec.route),
+                format!(
+                    "ProxyConfig {} names a listener port out of range",
+                    pc.name_any()
+                ),
+            )],
+            ..Contribution::default()
+        };
+    }
     match (spec.role, &spec.virtual_host) {
         (ProxyConfigRole::Probe, trial) => lower::probe(&lower::Probe {
             namespace: &namespace,
@@ -70,7 +84,7 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
             kept: &spec.kept_clusters,
         }),
         (ProxyConfigRole::Live, Some(virtual_host)) => lower::live(&lower::Live {
-            listener: None,
+            listener: gateway_listener.as_ref(),
             namespace: &namespace,
             route: &spec.route,
             version: &spec.version,
@@ -124,11 +138,17 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
             clusters.insert(name.clone(), (namespace.clone(), cluster.clone()));
         }
         config.virtual_hosts.extend(part.virtual_host.clone());
+        config
+            .gateway_listeners
+            .extend(part.gateway_listener.clone());
         config.version_probes.extend(part.version_probe.clone());
         config.endpoint_probes.extend(part.endpoint_probe.clone());
         secrets.extend(part.secret.clone());
         problems.extend(part.problems.iter().cloned());
     }
+    // One entry per listener, in one order: the translator compares the list as a whole.
+    config.gateway_listeners.sort();
+    config.gateway_listeners.dedup();
     let endpoints = endpoints_by_service(&inputs.endpoint_slices, inputs.address_map);
     let mut endpoint_sources = BTreeMap::new();
     config.clusters = clusters
@@ -233,6 +253,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             &format!("{route}-live"),
             ProxyConfigSpec {
+                listener: None,
                 route_created: None,
                 role: ProxyConfigRole::Live,
                 route: route.into(),
@@ -391,6 +412,7 @@ mod tests {
         let mut pc = live("web", "app");
         if let Some(vh) = pc.spec.virtual_host.as_mut() {
             vh.tls = Some(ResolvedTls {
+                namespace: None,
                 secret_name: "cert".into(),
                 redirect_http: true,
             });

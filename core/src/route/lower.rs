@@ -65,6 +65,20 @@ pub fn live(live: &Live<'_>) -> Contribution {
         ..Contribution::default()
     };
     let vh = live.virtual_host;
+    if vh.hosts.is_empty()
+        && let Some(listener) = live.listener
+    {
+        // A Gateway port as such: its listener, and the version probe that proves every
+        // Envoy listens there, answering through its route configuration.
+        out.gateway_listener = Some(listener.clone());
+        out.version_probe = Some(VersionProbe {
+            id,
+            version: live.version.to_owned(),
+            listener: Some(listener.name.clone()),
+            ..Default::default()
+        });
+        return out;
+    }
     let routes = match routes(namespace, &vh.rules) {
         Ok(routes) => routes,
         Err(e) => {
@@ -73,9 +87,10 @@ pub fn live(live: &Live<'_>) -> Contribution {
         }
     };
     let tls = vh.tls.as_ref().map(|t| {
-        out.secret = Some((namespace.to_owned(), t.secret_name.clone()));
+        let secret_namespace = t.namespace.as_deref().unwrap_or(namespace);
+        out.secret = Some((secret_namespace.to_owned(), t.secret_name.clone()));
         VirtualHostTls {
-            secret: secret_name(namespace, &t.secret_name),
+            secret: secret_name(secret_namespace, &t.secret_name),
             redirect_http: t.redirect_http,
         }
     });

@@ -15,6 +15,7 @@ pub mod spec;
 pub use check::SpecError;
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
-    ResolvedBackend, ResolvedCluster, ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+    ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
+    ResolvedVirtualHost,
 };
 pub use spec::RouteSpec;

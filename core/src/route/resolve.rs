@@ -67,6 +67,7 @@ pub fn resolve(
 ) -> Result<ResolvedRoute, ResolveError> {
     let checked = check::check(root, spec)?;
     let tls = spec.tls.as_ref().map(|t| ResolvedTls {
+        namespace: None,
         secret_name: t.secret_name.clone(),
         redirect_http: t.redirect_http.unwrap_or(true),
     });
@@ -92,6 +93,7 @@ pub fn resolve(
         virtual_host,
         clusters,
         version,
+        listener: None,
     })
 }
 

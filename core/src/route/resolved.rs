@@ -14,8 +14,43 @@ pub struct ResolvedRoute {
     pub virtual_host: ResolvedVirtualHost,
     /// Every cluster the rules reference, sorted and deduplicated.
     pub clusters: Vec<ResolvedCluster>,
-    /// [`crate::hash::digest_of`] the virtual host: the version the live config announces.
+    /// [`crate::hash::digest_of`] the virtual host (and listener, when it has one): the
+    /// version the live config announces.
     pub version: String,
+    /// The Gateway listener it is served on; None: the shared listeners.
+    pub listener: Option<ResolvedListener>,
+}
+
+/// A port of a Gateway as every Envoy serves it (see [`crate::model::GatewayListener`]).
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedListener {
+    /// Unique and stable: `<namespace>/<gateway>/<port>/<protocol>`.
+    #[schemars(length(min = 1, max = 512))]
+    pub name: String,
+    /// The port on every Envoy.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The internal port where its version probes answer.
+    #[schemars(range(min = 1, max = 65535))]
+    pub probe_port: i32,
+    /// HTTPS: its virtual hosts are served by SNI, each with its certificate.
+    #[serde(default)]
+    pub tls: bool,
+}
+
+impl ResolvedListener {
+    /// The model's listener; None when a port is out of range.
+    pub fn to_model(&self) -> Option<crate::model::GatewayListener> {
+        Some(crate::model::GatewayListener {
+            name: self.name.clone(),
+            port: u16::try_from(self.port).ok()?,
+            probe_port: u16::try_from(self.probe_port).ok()?,
+            tls: self.tls,
+        })
+    }
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -36,6 +71,14 @@ pub struct ResolvedVirtualHost {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedTls {
+    /// The Secret's namespace when it is not the route's (a Gateway's certificateRef to
+    /// another namespace, allowed by a ReferenceGrant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: Option<String>,
     pub secret_name: String,
     pub redirect_http: bool,
 }

@@ -185,7 +185,8 @@ fn tls_filter_chain(listener: &str, route_config: &str, host: &TlsHost<'_>) -> F
     FilterChain {
         name: host.virtual_host.to_owned(),
         filter_chain_match: Some(FilterChainMatch {
-            server_names: host.hosts.to_vec(),
+            // "*" (a Gateway listener's): every name, and none.
+            server_names: host.hosts.iter().filter(|h| *h != "*").cloned().collect(),
             ..Default::default()
         }),
         filters: vec![hcm_filter(listener, route_config, Vec::new())],

@@ -38,7 +38,9 @@ pub fn validate_virtual_host(vh: &model::VirtualHost, inputs: &Inputs<'_>) -> Ve
         errors.push("virtual host has no hosts".to_owned());
     }
     for host in normalized_hosts(vh) {
-        if let Err(e) = validate::host(&host, vh.tls.is_some()) {
+        // On a Gateway's HTTPS listener, "*" is the filter chain for every SNI name.
+        let sni = vh.tls.is_some() && !(vh.listener.is_some() && host == "*");
+        if let Err(e) = validate::host(&host, sni) {
             errors.push(e);
         }
     }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::Context;
+use super::{Context, is_gateways};
 use crate::api::ProxyConfigRole;
 use crate::api::TrafficRoute;
 use crate::k8s::resolve::{ResolvedRoute, RouteError, resolve_route};
@@ -33,6 +33,7 @@ pub(super) fn older_claimant(
     let serves = |ns: &str, route: &str, host: &str| {
         live.iter().any(|pc| {
             pc.spec.role == ProxyConfigRole::Live
+                && !is_gateways(pc)
                 && pc.spec.route == route
                 && pc.namespace().as_deref() == Some(ns)
                 && pc

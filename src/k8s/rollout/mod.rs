@@ -16,6 +16,9 @@ pub mod shift;
 mod triggers;
 mod verify;
 
+pub(crate) use reconcile::promoted_ago;
+pub use verify::fleet_addresses;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,9 +50,17 @@ use triggers::{
 
 pub const FIELD_MANAGER: &str = "switchyard";
 
-pub(super) const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+pub(crate) const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
 
-pub(super) const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// The label of the ProxyConfigs of a Gateway's virtual hosts: the Gateway's name. They
+/// are the Gateway controller's, never a TrafficRoute's.
+pub const GATEWAY_LABEL: &str = "switchyard.dev/gateway";
+
+pub(super) fn is_gateways(pc: &ProxyConfig) -> bool {
+    pc.labels().contains_key(GATEWAY_LABEL)
+}
 
 /// The Ready reason (and Event reason) while an Envoy rejects the route's configuration.
 pub(super) const ENVOY_REJECTED: &str = "EnvoyRejected";
@@ -178,6 +189,9 @@ pub async fn run(client: Client, settings: Settings) {
             {
                 let route_store = route_store.clone();
                 move |pc| {
+                    if is_gateways(&pc) {
+                        return Vec::new();
+                    }
                     let namespace = pc.namespace().unwrap_or_default();
                     let owner = ObjectRef::new(&pc.spec.route).within(&namespace);
                     let hosts = pc

@@ -262,7 +262,7 @@ impl<'a> Pass<'a> {
     }
 }
 
-pub(super) fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
+pub(crate) fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
     let text = pc.annotations().get(PROMOTED_AT)?;
     let at: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
     let ago = k8s_openapi::jiff::Timestamp::now().duration_since(at);

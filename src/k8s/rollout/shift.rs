@@ -139,6 +139,7 @@ mod tests {
             rules: vec![],
         };
         Ok(ResolvedRoute {
+            listener: None,
             version: crate::hash::digest_of(&(services, header)),
             virtual_host,
             clusters: services.iter().map(|s| cluster(s)).collect(),

@@ -12,7 +12,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::Context;
+use super::{Context, is_gateways};
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::envoys::Envoys;
 use crate::translate::Problem;
@@ -42,7 +42,11 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
         for pc in ctx.proxy_configs.state() {
             let namespace = pc.namespace().unwrap_or_default();
             let route = ObjectRef::<TrafficRoute>::new(&pc.spec.route).within(&namespace);
-            if ctx.routes.get(&route).is_some() || pc.metadata.deletion_timestamp.is_some() {
+            // A Gateway's are the Gateway controller's to collect.
+            if ctx.routes.get(&route).is_some()
+                || pc.metadata.deletion_timestamp.is_some()
+                || is_gateways(&pc)
+            {
                 continue;
             }
             let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -7,32 +7,17 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
 use super::{Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
+use crate::k8s::address_map::AddressMap;
 use crate::prober::FleetResult;
 
 impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .fleet
-            .state()
-            .iter()
-            .flat_map(|slice| {
-                slice
-                    .endpoints
-                    .iter()
-                    .flatten()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .flat_map(|e| e.addresses)
-            .map(|a| self.settings.address_map.map_or(a.clone(), |m| m.map(&a)))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
+        fleet_addresses(&self.fleet.state(), self.settings.address_map)
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {
@@ -55,6 +40,24 @@ impl Context {
             .get(&ObjectRef::from_obj(route))
             .is_none_or(|r| r.metadata.generation != route.metadata.generation)
     }
+}
+
+/// The ready endpoints of the fleet's EndpointSlices, as addresses the prober can reach:
+/// every Envoy a rollout must hear from.
+pub fn fleet_addresses(
+    slices: &[std::sync::Arc<EndpointSlice>],
+    address_map: Option<AddressMap>,
+) -> Vec<String> {
+    let mut out: Vec<String> = slices
+        .iter()
+        .flat_map(|slice| slice.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .flat_map(|e| e.addresses.iter())
+        .map(|a| address_map.map_or(a.clone(), |m| m.map(a)))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// How a verification within one reconcile ended.

@@ -1,0 +1,382 @@
+//! Each unit of a Gateway ([`super::unit`]) moved through the two-phase rollout by the
+//! TrafficRoute's own decision ([`shift::next_step`]): its probe ProxyConfig staged, every
+//! Envoy asked whether the new clusters are ready and the routes on trial accepted, its
+//! live ProxyConfig promoted, every Envoy asked whether it serves it, then the probe
+//! collected after the drain period. The ProxyConfigs live in the Gateway's namespace,
+//! owned by the Gateway, and are served like any other.
+//!
+//! A pass asks the fleet once per step and does not wait in between: a unit that waits
+//! says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
+//! derived from the ProxyConfigs the API server holds, so a new leader goes on where the
+//! old one was; promotion only follows a verification of the same pass (I3).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::api::gateways::Gateway;
+use super::service::{CONTROLLER_LABEL, GatewayKey};
+use super::unit::Unit;
+use crate::api::{ProxyConfig, ProxyConfigSpec};
+use crate::k8s::resolve::{RouteError, live_name, probe_name};
+use crate::k8s::rollout::shift::{Observed, Step, Verified, next_step};
+use crate::k8s::rollout::{DEFAULT_DRAIN, FIELD_MANAGER, GATEWAY_LABEL, PROMOTED_AT, promoted_ago};
+use crate::model::trial_id;
+use crate::prober::{FleetResult, Prober};
+use switchyard_core::route::lower::{endpoint_probe_id, route_id};
+
+/// The label naming the unit a ProxyConfig belongs to (as for a TrafficRoute's).
+const ROUTE_LABEL: &str = "switchyard.dev/route";
+
+/// Steps one pass takes for one unit at most.
+const MAX_STEPS: usize = 8;
+
+/// A live version seen on every Envoy is asked again after this long: Envoys that joined
+/// since are then heard from too.
+const RECHECK: Duration = Duration::from_secs(30);
+
+/// Where a unit stands after a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnitState {
+    /// Every Envoy serves its current version.
+    Served,
+    /// Not yet, and why.
+    Waiting(String),
+    /// It cannot be rolled out as it is (the API server refuses its ProxyConfig).
+    Failed(String),
+}
+
+/// What a pass over every unit gives.
+#[derive(Default)]
+pub struct Outcome {
+    /// By unit name (names are unique within a namespace; the Gateway is in the key).
+    pub states: BTreeMap<(GatewayKey, String), UnitState>,
+    /// When the controller should come back, if sooner than its resync.
+    pub wake: Option<Duration>,
+}
+
+impl Outcome {
+    /// The state of every unit of `gateway` (and of its `port`, when given), worst first:
+    /// Failed, then Waiting, then Served.
+    pub fn worst<'a>(
+        &'a self,
+        units: &'a [Unit],
+        gateway: &GatewayKey,
+        port: Option<i32>,
+    ) -> Option<&'a UnitState> {
+        units
+            .iter()
+            .filter(|u| &u.gateway == gateway && port.is_none_or(|p| u.port == p))
+            .filter_map(|u| self.states.get(&(u.gateway.clone(), u.name.clone())))
+            .max_by_key(|s| match s {
+                UnitState::Served => 0,
+                UnitState::Waiting(_) => 1,
+                UnitState::Failed(_) => 2,
+            })
+    }
+}
+
+pub struct Rollout {
+    client: Client,
+    prober: Prober,
+    /// The controller's label value on what it writes.
+    controller: String,
+    two_phase: bool,
+    /// Live versions seen on every Envoy, by (namespace, unit): when.
+    served: HashMap<(String, String), (String, Instant)>,
+    /// Consecutive passes a unit waited, for the backoff.
+    attempts: HashMap<(String, String), u32>,
+}
+
+impl Rollout {
+    pub fn new(client: Client, prober: Prober, controller: String, two_phase: bool) -> Self {
+        Self {
+            client,
+            prober,
+            controller,
+            two_phase,
+            served: HashMap::new(),
+            attempts: HashMap::new(),
+        }
+    }
+
+    /// Moves every unit as far as it goes now, and collects the ProxyConfigs of units gone.
+    pub async fn pass(
+        &mut self,
+        units: &[Unit],
+        gateways: &[Gateway],
+        proxy_configs: &[ProxyConfig],
+        envoys: &[String],
+    ) -> Outcome {
+        let mut outcome = Outcome::default();
+        let held: HashMap<(String, String), &ProxyConfig> = proxy_configs
+            .iter()
+            .filter(|pc| self.is_ours(pc))
+            .map(|pc| ((pc.namespace().unwrap_or_default(), pc.name_any()), pc))
+            .collect();
+        for unit in units {
+            let Some(gateway) = gateways.iter().find(|g| {
+                g.metadata.namespace.as_deref() == Some(unit.gateway.0.as_str())
+                    && g.metadata.name.as_deref() == Some(unit.gateway.1.as_str())
+            }) else {
+                continue;
+            };
+            let ns = unit.gateway.0.clone();
+            let live = held
+                .get(&(ns.clone(), live_name(&unit.name)))
+                .map(|pc| (*pc).clone());
+            let probe = held
+                .get(&(ns.clone(), probe_name(&unit.name)))
+                .map(|pc| (*pc).clone());
+            let (state, wake) = self.advance(unit, gateway, live, probe, envoys).await;
+            let key = (ns, unit.name.clone());
+            let wake = match &state {
+                UnitState::Waiting(_) => Some(wake.unwrap_or_else(|| self.backoff(&key))),
+                _ => {
+                    self.attempts.remove(&key);
+                    wake
+                }
+            };
+            outcome.wake = min(outcome.wake, wake);
+            outcome
+                .states
+                .insert((unit.gateway.clone(), unit.name.clone()), state);
+        }
+        self.collect_gone(units, proxy_configs).await;
+        outcome
+    }
+
+    fn is_ours(&self, pc: &ProxyConfig) -> bool {
+        pc.labels().contains_key(GATEWAY_LABEL)
+            && pc.labels().get(CONTROLLER_LABEL) == Some(&self.controller)
+    }
+
+    fn backoff(&mut self, key: &(String, String)) -> Duration {
+        let n = self.attempts.entry(key.clone()).or_insert(0);
+        *n = (*n + 1).min(7);
+        Duration::from_millis(25 << (*n - 1)).min(Duration::from_secs(2))
+    }
+
+    /// The steps of one unit, until it is served, waits or fails; and when to come back.
+    async fn advance(
+        &mut self,
+        unit: &Unit,
+        gateway: &Gateway,
+        mut live: Option<ProxyConfig>,
+        mut probe: Option<ProxyConfig>,
+        envoys: &[String],
+    ) -> (UnitState, Option<Duration>) {
+        let namespace = unit.gateway.0.as_str();
+        let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
+        let mut verified = Verified::default();
+        for _ in 0..MAX_STEPS {
+            let observed = Observed {
+                route: &unit.name,
+                generation: 1,
+                resolved: &resolved,
+                live: live.as_ref().map(|p| &p.spec),
+                probe: probe.as_ref().map(|p| &p.spec),
+                since_promoted: live.as_ref().and_then(promoted_ago),
+                drain_period: DEFAULT_DRAIN,
+                two_phase: self.two_phase,
+                created: None,
+            };
+            match next_step(&observed, &verified) {
+                Step::Reject(error) => return (UnitState::Failed(error.to_string()), None),
+                Step::Stage(spec) => {
+                    match self
+                        .write(unit, gateway, probe_name(&unit.name), spec, None)
+                        .await
+                    {
+                        Ok(pc) => probe = Some(pc),
+                        Err(state) => return (state, None),
+                    }
+                }
+                Step::VerifyEndpoints { probe_version } => {
+                    let id = endpoint_probe_id(namespace, &unit.name, &probe_version);
+                    let trial = trial_id(&route_id(namespace, &unit.name));
+                    let result = self
+                        .prober
+                        .check_staged(envoys, &id, &trial, &probe_version)
+                        .await;
+                    if !passed(&result, envoys) {
+                        let why = "new clusters not ready, or routes on trial not accepted";
+                        return (UnitState::Waiting(lagging(why, &result)), None);
+                    }
+                    verified.endpoints = Some(probe_version);
+                }
+                Step::Promote(spec) => {
+                    let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
+                    let promoted_at = match (&live, first) {
+                        (Some(l), false) => l.annotations().get(PROMOTED_AT).cloned(),
+                        _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+                    };
+                    let name = live_name(&unit.name);
+                    match self.write(unit, gateway, name, spec, promoted_at).await {
+                        Ok(pc) => live = Some(pc),
+                        Err(state) => return (state, None),
+                    }
+                    if first {
+                        info!(gateway = %format!("{}/{}", unit.gateway.0, unit.gateway.1), unit = %unit.name, "promoted");
+                    }
+                }
+                Step::VerifyLive { version } => {
+                    let key = (namespace.to_owned(), unit.name.clone());
+                    let seen = self
+                        .served
+                        .get(&key)
+                        .is_some_and(|(v, at)| *v == version && at.elapsed() < RECHECK);
+                    if !seen {
+                        let port = unit
+                            .resolved
+                            .listener
+                            .as_ref()
+                            .and_then(|l| u16::try_from(l.probe_port).ok())
+                            .unwrap_or_default();
+                        let id = route_id(namespace, &unit.name);
+                        let result = self
+                            .prober
+                            .check_version_on(envoys, port, &id, &version)
+                            .await;
+                        if !passed(&result, envoys) {
+                            let why = "new routes not served by every Envoy yet";
+                            return (UnitState::Waiting(lagging(why, &result)), None);
+                        }
+                        self.served.insert(key, (version.clone(), Instant::now()));
+                    }
+                    verified.live = Some(version);
+                }
+                Step::Collect { after } => {
+                    if !after.is_zero() {
+                        return (UnitState::Served, Some(after));
+                    }
+                    if let Err(state) = self.delete(namespace, &probe_name(&unit.name)).await {
+                        return (state, None);
+                    }
+                    probe = None;
+                }
+                Step::Done => return (UnitState::Served, None),
+            }
+        }
+        (
+            UnitState::Waiting("still rolling out".into()),
+            Some(Duration::ZERO),
+        )
+    }
+
+    /// Server-side applies one of a unit's ProxyConfigs, owned by its Gateway.
+    async fn write(
+        &self,
+        unit: &Unit,
+        gateway: &Gateway,
+        name: String,
+        spec: ProxyConfigSpec,
+        promoted_at: Option<String>,
+    ) -> Result<ProxyConfig, UnitState> {
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), &unit.gateway.0);
+        let mut pc = ProxyConfig::new(&name, spec);
+        pc.metadata.owner_references = gateway.controller_owner_ref(&()).map(|o| vec![o]);
+        pc.metadata.labels = Some(
+            [
+                (ROUTE_LABEL.to_owned(), unit.name.clone()),
+                (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
+                (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
+            ]
+            .into(),
+        );
+        pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_owned(), at)].into());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&name, &params, &Patch::Apply(&pc))
+            .await
+            .map_err(|error| written(&name, &error))
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> Result<(), UnitState> {
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(error) => Err(written(name, &error)),
+        }
+    }
+
+    /// Deletes the ProxyConfigs of this controller whose unit is gone (its Gateway, port
+    /// or hostname): what they served is no longer asked for.
+    async fn collect_gone(&mut self, units: &[Unit], proxy_configs: &[ProxyConfig]) {
+        let wanted: BTreeSet<(&str, &str)> = units
+            .iter()
+            .map(|u| (u.gateway.0.as_str(), u.name.as_str()))
+            .collect();
+        let ours: Vec<&ProxyConfig> = proxy_configs.iter().filter(|pc| self.is_ours(pc)).collect();
+        for pc in ours {
+            let namespace = pc.namespace().unwrap_or_default();
+            let unit = pc.labels().get(ROUTE_LABEL).cloned().unwrap_or_default();
+            if wanted.contains(&(namespace.as_str(), unit.as_str()))
+                || pc.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            self.served.remove(&(namespace.clone(), unit.clone()));
+            let name = pc.name_any();
+            match self.delete(&namespace, &name).await {
+                Ok(()) => {
+                    debug!(%namespace, proxy_config = %name, "unit gone: ProxyConfig deleted")
+                }
+                Err(state) => {
+                    warn!(%namespace, proxy_config = %name, ?state, "cannot delete a ProxyConfig of a unit gone")
+                }
+            }
+        }
+    }
+}
+
+/// Every Envoy passed, or there is none to ask.
+fn passed(result: &FleetResult, envoys: &[String]) -> bool {
+    result.all_ready() || envoys.is_empty()
+}
+
+/// Why a unit waits, naming the Envoys that hold it back (the first few).
+fn lagging(why: &str, result: &FleetResult) -> String {
+    let named: Vec<String> = result
+        .lagging
+        .iter()
+        .take(3)
+        .map(|(envoy, reason)| format!("{envoy}: {reason}"))
+        .collect();
+    let more = result.lagging.len().saturating_sub(named.len());
+    let more = if more > 0 {
+        format!(" (and {more} more)")
+    } else {
+        String::new()
+    };
+    format!(
+        "{why} ({} of {} Envoys ready; {}{more})",
+        result.ready.len(),
+        result.total(),
+        named.join("; ")
+    )
+}
+
+/// A write that failed: refused for good (4xx but conflicts and throttling), or to retry.
+fn written(name: &str, error: &kube::Error) -> UnitState {
+    match error {
+        kube::Error::Api(s) if matches!(s.code, 400 | 413 | 422) => UnitState::Failed(format!(
+            "the API server refuses its ProxyConfig {name}: {}",
+            s.message
+        )),
+        kube::Error::Api(s) => {
+            UnitState::Waiting(format!("writing ProxyConfig {name} failed: {}", s.message))
+        }
+        _ => UnitState::Waiting(format!("writing ProxyConfig {name} failed: {error}")),
+    }
+}
+
+fn min(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

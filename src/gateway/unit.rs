@@ -1,0 +1,333 @@
+//! What a Gateway rolls out, in units the TrafficRoute rollout already knows how to move:
+//! each port of a Gateway is one unit (its listener, proven to be on every Envoy), and
+//! each hostname on a port is one more (its virtual host). A unit resolves to the same
+//! [`ResolvedRoute`] a TrafficRoute does, with the listener it is served on, so it goes
+//! through the same two phases: new clusters ready everywhere before any route uses them,
+//! old ones kept until every Envoy serves the new routes. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use switchyard_core::hash;
+use switchyard_core::route::resolve::sorted_unique;
+use switchyard_core::route::{
+    ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
+    ResolvedVirtualHost,
+};
+
+use super::service::GatewayKey;
+use super::translate::{GatewayOutcome, GatewayVirtualHost, ListenerCertificate, PortConfig};
+
+/// A Gateway's probe twin of a fleet port sits this far below it (fleet ports are
+/// 20000–29999, so probe ports 10000–19999: below the kernel's ephemeral range).
+pub const PROBE_PORT_OFFSET: i32 = 10000;
+
+/// One unit of a Gateway's rollout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    pub gateway: GatewayKey,
+    /// The Gateway's port (as its listeners name it).
+    pub port: i32,
+    /// None for the port's own unit.
+    pub hostname: Option<String>,
+    /// The "route" its ProxyConfigs belong to: `<name>-live`, `<name>-probe`.
+    pub name: String,
+    pub resolved: ResolvedRoute,
+    /// The HTTPRoutes (`namespace/name`) whose rules it serves.
+    pub routes: BTreeSet<String>,
+}
+
+/// Every unit of the Gateways: for each port that has a fleet port (`fleet_ports`, by
+/// Gateway: port → fleet port), its own unit and one per hostname. Sorted by name.
+pub fn units(
+    gateways: &[GatewayOutcome],
+    fleet_ports: &BTreeMap<GatewayKey, Vec<(i32, i32)>>,
+) -> Vec<Unit> {
+    let mut out = Vec::new();
+    for g in gateways {
+        let key = (g.namespace.clone(), g.name.clone());
+        let Some(ports) = fleet_ports.get(&key) else {
+            continue;
+        };
+        for port in &g.ports {
+            let Some((_, fleet)) = ports.iter().find(|(p, _)| *p == port.port) else {
+                continue;
+            };
+            let listener = listener(&key, port, *fleet);
+            out.push(port_unit(&key, port, &listener));
+            for vh in &port.virtual_hosts {
+                out.push(host_unit(&key, port, &listener, vh));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The model's listener of a Gateway port on `fleet`.
+fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedListener {
+    let protocol = port.protocol.to_ascii_lowercase();
+    ResolvedListener {
+        name: format!("{}/{}/{}/{protocol}", gateway.0, gateway.1, port.port),
+        port: fleet,
+        probe_port: fleet - PROBE_PORT_OFFSET,
+        tls: port.protocol == "HTTPS",
+    }
+}
+
+/// The unit's name: the Gateway's (shortened to leave room for the ProxyConfig suffixes),
+/// the port, and for a hostname a digest of it (hostnames may hold `*`).
+fn unit_name(gateway: &str, port: i32, hostname: Option<&str>) -> String {
+    let short: String = gateway.chars().take(200).collect();
+    let short = short.trim_end_matches(['.', '-']);
+    match hostname {
+        None => format!("gw-{short}-{port}"),
+        Some(h) => format!("gw-{short}-{port}-{}", &hash::digest(h.as_bytes())[..10]),
+    }
+}
+
+fn port_unit(gateway: &GatewayKey, port: &PortConfig, listener: &ResolvedListener) -> Unit {
+    let virtual_host = ResolvedVirtualHost::default();
+    Unit {
+        gateway: gateway.clone(),
+        port: port.port,
+        hostname: None,
+        name: unit_name(&gateway.1, port.port, None),
+        resolved: ResolvedRoute {
+            version: hash::digest_of(&(&virtual_host, listener)),
+            virtual_host,
+            clusters: Vec::new(),
+            listener: Some(listener.clone()),
+        },
+        routes: BTreeSet::new(),
+    }
+}
+
+fn host_unit(
+    gateway: &GatewayKey,
+    port: &PortConfig,
+    listener: &ResolvedListener,
+    vh: &GatewayVirtualHost,
+) -> Unit {
+    let namespace = &gateway.0;
+    let rules: Vec<ResolvedRule> = vh
+        .rules
+        .iter()
+        .map(|r| {
+            let route_ns = r.route.split_once('/').map_or("", |(ns, _)| ns);
+            rebased(&r.rule, route_ns, namespace)
+        })
+        .collect();
+    let tls = listener
+        .tls
+        .then(|| certificate(&port.certificates, &vh.hostname))
+        .flatten()
+        .map(|(ns, name)| ResolvedTls {
+            namespace: (ns != *namespace).then_some(ns),
+            secret_name: name,
+            redirect_http: false,
+        });
+    let virtual_host = ResolvedVirtualHost {
+        hosts: vec![vh.hostname.clone()],
+        tls,
+        rules,
+    };
+    let clusters = sorted_unique(
+        virtual_host
+            .rules
+            .iter()
+            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
+    );
+    Unit {
+        gateway: gateway.clone(),
+        port: port.port,
+        hostname: Some(vh.hostname.clone()),
+        name: unit_name(&gateway.1, port.port, Some(&vh.hostname)),
+        resolved: ResolvedRoute {
+            version: hash::digest_of(&(&virtual_host, listener)),
+            virtual_host,
+            clusters,
+            listener: Some(listener.clone()),
+        },
+        routes: vh.rules.iter().map(|r| r.route.clone()).collect(),
+    }
+}
+
+/// A rule of a route in `route_ns` as a ProxyConfig in `gateway_ns` holds it: a cluster's
+/// namespace is written out unless it is the Gateway's.
+fn rebased(rule: &ResolvedRule, route_ns: &str, gateway_ns: &str) -> ResolvedRule {
+    let mut rule = rule.clone();
+    for b in &mut rule.backends {
+        b.cluster = rebased_cluster(&b.cluster, route_ns, gateway_ns);
+    }
+    rule
+}
+
+fn rebased_cluster(cluster: &ResolvedCluster, route_ns: &str, gateway_ns: &str) -> ResolvedCluster {
+    let service_ns = cluster.namespace.as_deref().unwrap_or(route_ns);
+    ResolvedCluster {
+        namespace: (service_ns != gateway_ns).then(|| service_ns.to_owned()),
+        ..cluster.clone()
+    }
+}
+
+/// The certificate for `hostname`: that of the listener whose hostname matches it most
+/// closely (the same name, then the longest wildcard that covers it, then none given).
+fn certificate(certificates: &[ListenerCertificate], hostname: &str) -> Option<(String, String)> {
+    let rank = |listener: &str| -> Option<usize> {
+        if listener == hostname {
+            Some(usize::MAX)
+        } else if listener == "*" {
+            Some(0)
+        } else if let Some(suffix) = listener.strip_prefix('*') {
+            let covered = hostname.ends_with(suffix)
+                || hostname
+                    .strip_prefix('*')
+                    .is_some_and(|h| h.ends_with(suffix));
+            covered.then_some(suffix.len())
+        } else {
+            None
+        }
+    };
+    certificates
+        .iter()
+        .filter_map(|c| Some((rank(&c.hostname)?, c)))
+        .max_by_key(|(rank, _)| *rank)
+        .and_then(|(_, c)| c.secrets.first().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::translate::GatewayRule;
+
+    fn rule(route: &str, service_ns: Option<&str>) -> GatewayRule {
+        GatewayRule {
+            route: route.into(),
+            rule: ResolvedRule {
+                name: "r".into(),
+                backends: vec![switchyard_core::route::ResolvedBackend {
+                    cluster: ResolvedCluster {
+                        namespace: service_ns.map(str::to_owned),
+                        service: "web".into(),
+                        port: 80,
+                        ..ResolvedCluster::default()
+                    },
+                    weight: 1,
+                }],
+                ..ResolvedRule::default()
+            },
+            unavailable_weight: 0,
+        }
+    }
+
+    fn gateway(ports: Vec<PortConfig>) -> GatewayOutcome {
+        GatewayOutcome {
+            namespace: "infra".into(),
+            name: "edge".into(),
+            generation: 1,
+            conditions: Vec::new(),
+            listeners: Vec::new(),
+            ports,
+        }
+    }
+
+    #[test]
+    fn each_port_and_each_hostname_is_a_unit_on_its_fleet_port() {
+        let g = gateway(vec![PortConfig {
+            port: 80,
+            protocol: "HTTP".into(),
+            certificates: Vec::new(),
+            virtual_hosts: vec![
+                GatewayVirtualHost {
+                    hostname: "*".into(),
+                    rules: vec![rule("apps/a", None)],
+                },
+                GatewayVirtualHost {
+                    hostname: "shop.example.com".into(),
+                    rules: vec![rule("apps/b", Some("shop")), rule("infra/c", None)],
+                },
+            ],
+        }]);
+        let ports = BTreeMap::from([(("infra".into(), "edge".into()), vec![(80, 20000)])]);
+        let units = units(&[g], &ports);
+        assert_eq!(units.len(), 3);
+        let port = units.iter().find(|u| u.hostname.is_none()).unwrap();
+        assert_eq!(port.name, "gw-edge-80");
+        let listener = port.resolved.listener.clone().unwrap();
+        assert_eq!(listener.name, "infra/edge/80/http");
+        assert_eq!((listener.port, listener.probe_port), (20000, 10000));
+        assert!(port.resolved.virtual_host.hosts.is_empty());
+        let shop = units
+            .iter()
+            .find(|u| u.hostname.as_deref() == Some("shop.example.com"))
+            .unwrap();
+        assert_eq!(
+            shop.routes,
+            BTreeSet::from(["apps/b".to_owned(), "infra/c".to_owned()])
+        );
+        // Clusters are named from the Gateway's namespace: another namespace is written out.
+        let namespaces: Vec<Option<&str>> = shop
+            .resolved
+            .virtual_host
+            .rules
+            .iter()
+            .map(|r| r.backends[0].cluster.namespace.as_deref())
+            .collect();
+        assert_eq!(namespaces, [Some("shop"), None]);
+        let any = units
+            .iter()
+            .find(|u| u.hostname.as_deref() == Some("*"))
+            .unwrap();
+        assert_eq!(
+            any.resolved.virtual_host.rules[0].backends[0]
+                .cluster
+                .namespace
+                .as_deref(),
+            Some("apps")
+        );
+    }
+
+    #[test]
+    fn a_port_without_a_fleet_port_has_no_unit() {
+        let g = gateway(vec![PortConfig {
+            port: 80,
+            protocol: "HTTP".into(),
+            certificates: Vec::new(),
+            virtual_hosts: Vec::new(),
+        }]);
+        assert_eq!(units(&[g], &BTreeMap::new()), []);
+    }
+
+    #[test]
+    fn the_version_changes_with_the_listener() {
+        let port = PortConfig {
+            port: 80,
+            protocol: "HTTP".into(),
+            certificates: Vec::new(),
+            virtual_hosts: Vec::new(),
+        };
+        let key = ("infra".to_owned(), "edge".to_owned());
+        let a = port_unit(&key, &port, &listener(&key, &port, 20000));
+        let b = port_unit(&key, &port, &listener(&key, &port, 20001));
+        assert_ne!(a.resolved.version, b.resolved.version);
+    }
+
+    #[test]
+    fn the_closest_listener_hostname_gives_the_certificate() {
+        let cert = |hostname: &str, name: &str| ListenerCertificate {
+            hostname: hostname.into(),
+            secrets: vec![("infra".into(), name.into())],
+        };
+        let certs = [
+            cert("*", "any"),
+            cert("*.example.com", "wild"),
+            cert("shop.example.com", "shop"),
+        ];
+        let name = |h: &str| certificate(&certs, h).map(|(_, n)| n);
+        assert_eq!(name("shop.example.com").as_deref(), Some("shop"));
+        assert_eq!(name("blog.example.com").as_deref(), Some("wild"));
+        assert_eq!(name("*.example.com").as_deref(), Some("wild"));
+        assert_eq!(name("other.org").as_deref(), Some("any"));
+        assert_eq!(certificate(&certs[1..], "other.org"), None);
+    }
+}

@@ -1,7 +1,8 @@
-//! `docs/argocd/health.lua`, the Argo CD health check of TrafficRoute, run the way Argo CD
-//! runs it: a fresh Lua state per object with the object as the global `obj` (nulls are
+//! `docs/argocd/health.lua` and `docs/argocd/httproute-health.lua`, the Argo CD health
+//! checks of TrafficRoute and HTTPRoute, run the way Argo CD runs them: a fresh Lua state per object with the object as the global `obj` (nulls are
 //! nil, lists are plain tables), the script's returned table read as `{status, message}`.
-//! Every case of `docs/argocd/health_test.yaml` (Argo CD's test format) must pass, in an
+//! Every case of `health_test.yaml` and `httproute_health_test.yaml` (Argo CD's test
+//! format) must pass, in an
 //! embedded Lua set up as Argo CD sets up its own, and through Argo CD's own Lua health
 //! code (`e2e/argocd-health`, a provisioned tool).
 
@@ -71,16 +72,39 @@ fn health(script: &str, obj: &Value) -> HealthStatus {
     }
 }
 
+/// Each health check with its cases: TrafficRoute's, HTTPRoute's.
+const CHECKS: &[(&str, &str)] = &[
+    ("health.lua", "health_test.yaml"),
+    ("httproute-health.lua", "httproute_health_test.yaml"),
+];
+
 #[test]
 fn every_case_of_health_test_yaml() {
-    let script = read(&dir().join("health.lua"));
-    let tests: HealthTests = yaml(&dir().join("health_test.yaml"));
-    assert!(tests.tests.len() >= 4, "{tests:?}");
     let mut failures = Vec::new();
+    let mut used = Vec::new();
     println!("\n| fixture | expected | actual |\n| --- | --- | --- |");
+    for (script, cases) in CHECKS {
+        let script = read(&dir().join(script));
+        let tests: HealthTests = yaml(&dir().join(cases));
+        assert!(tests.tests.len() >= 4, "{tests:?}");
+        failures.extend(failed_cases(&script, &tests));
+        used.extend(tests.tests.into_iter().map(|t| t.input_path));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Every fixture is used by a case.
+    for entry in std::fs::read_dir(dir().join("testdata")).expect("testdata") {
+        let name = entry.expect("an entry").file_name();
+        let path = format!("testdata/{}", name.to_string_lossy());
+        assert!(used.contains(&path), "{path} is not used by any test file");
+    }
+}
+
+fn failed_cases(script: &str, tests: &HealthTests) -> Vec<String> {
+    let mut failures = Vec::new();
     for test in &tests.tests {
         let obj: Value = yaml(&dir().join(&test.input_path));
-        let got = health(&script, &obj);
+        let got = health(script, &obj);
         println!(
             "| `{}` | {}: {} | {}: {} |",
             test.input_path,
@@ -96,17 +120,7 @@ fn every_case_of_health_test_yaml() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-
-    // Every fixture is used by a case.
-    for entry in std::fs::read_dir(dir().join("testdata")).expect("testdata") {
-        let name = entry.expect("an entry").file_name();
-        let path = format!("testdata/{}", name.to_string_lossy());
-        assert!(
-            tests.tests.iter().any(|t| t.input_path == path),
-            "{path} is not used by health_test.yaml"
-        );
-    }
+    failures
 }
 
 /// The healthy fixture with its Ready condition set to False for `reason`.
@@ -232,6 +246,19 @@ fn install_docs_match_the_crd() {
         "README.md lacks {key}"
     );
 
+    // The HTTPRoute check's key, and the condition it reads is the one the controller writes.
+    let key = "resource.customizations.health.gateway.networking.k8s.io_HTTPRoute";
+    assert!(
+        readme.contains(&format!("{key}: |")),
+        "README.md lacks {key}"
+    );
+    let script = read(&dir().join("httproute-health.lua"));
+    let served = switchyard::gateway::controller::SERVED;
+    assert!(
+        script.contains(&format!("local SERVED = \"{served}\"")),
+        "httproute-health.lua does not read {served}"
+    );
+
     let app: Value = yaml(&dir().join("application.yaml"));
     assert_eq!(app["kind"], "Application");
     assert_eq!(app["spec"]["source"]["path"], "charts/switchyard");
@@ -248,23 +275,24 @@ fn install_docs_match_the_crd() {
 #[test]
 fn argo_cds_own_lua_health_code_agrees_with_every_case() {
     let tool = switchyard_e2e::kube::tool("argocd-health");
-    let out = std::process::Command::new(&tool)
-        .arg(dir().join("health.lua"))
-        .arg(dir().join("health_test.yaml"))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cases = yaml::<HealthTests>(&dir().join("health_test.yaml"))
-        .tests
-        .len();
-    assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        cases
-    );
+    for (script, cases) in CHECKS {
+        let out = std::process::Command::new(&tool)
+            .arg(dir().join(script))
+            .arg(dir().join(cases))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{stdout}");
+        assert!(
+            out.status.success(),
+            "{script}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cases = yaml::<HealthTests>(&dir().join(cases)).tests.len();
+        assert_eq!(
+            stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+            cases,
+            "{script}"
+        );
+    }
 }

@@ -10,6 +10,12 @@
 #   backend     `switchyard-backend` (e2e/src/bin): answers with its Pod name
 #   coredns     the CoreDNS that e2e/provision.sh built (no `forward` plugin)
 #
+# and, under the references the Gateway API conformance suite's manifests name (they are
+# never pulled: the Pods find them imported), from e2e/provision.sh's gateway-conformance:
+#
+#   conformance-echo-basic  the suite's echo backend
+#   conformance-coredns     the CoreDNS of its UDP backend (the plugins of its Corefile)
+#
 # The base is made from this machine's glibc, libgcc_s, the dynamic loader and Debian's
 # CA bundle. The release binaries are built into $CACHE/cargo-target, which outlives a
 # checkout, so a second run only relinks what changed. Output: $CACHE/images/NAME.tar,
@@ -73,9 +79,10 @@ EOF
 	done
 }
 
-# pack NAME ROOT CONFIG_JSON : ROOT → $OUT/NAME.tar (docker-archive, one layer)
+# pack NAME ROOT CONFIG_JSON [REFERENCE] : ROOT → $OUT/NAME.tar (docker-archive, one
+# layer), tagged REFERENCE (default localhost/NAME:rig)
 pack() {
-	local name="$1" root="$2" config="$3" dir="$WORK/archive-$1" layer_sha config_sha
+	local name="$1" root="$2" config="$3" ref="${4:-localhost/$1:$TAG}" dir="$WORK/archive-$1" layer_sha config_sha
 	mkdir -p "$dir"
 	tar --create --file "$dir/layer.tar" --directory "$root" --sort=name \
 		--numeric-owner --owner=0 --group=0 --mtime=@0 .
@@ -86,11 +93,11 @@ pack() {
 		"$config" "$layer_sha" >"$dir/config.json"
 	config_sha="$(sha256sum "$dir/config.json" | cut -d' ' -f1)"
 	mv "$dir/config.json" "$dir/$config_sha.json"
-	printf '[{"Config":"%s.json","RepoTags":["localhost/%s:%s"],"Layers":["%s/layer.tar"]}]\n' \
-		"$config_sha" "$name" "$TAG" "$layer_sha" >"$dir/manifest.json"
+	printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]\n' \
+		"$config_sha" "$ref" "$layer_sha" >"$dir/manifest.json"
 	tar --create --file "$OUT/.$name.tar.tmp" --directory "$dir" --sort=name --mtime=@0 .
 	mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
-	log "localhost/$name:$TAG  $(du -h "$OUT/$name.tar" | cut -f1)"
+	log "$ref  $(du -h "$OUT/$name.tar" | cut -f1)"
 }
 
 PATH_ENV='"PATH=/usr/local/bin:/usr/bin:/bin"'
@@ -132,5 +139,22 @@ coredns_bin="$(readlink -f "$CACHE/bin/coredns")"
 base "$WORK/coredns"
 install -m 0755 "$coredns_bin" "$WORK/coredns/usr/local/bin/coredns"
 pack coredns "$WORK/coredns" "{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/usr/local/bin/coredns\"]}"
+
+# The conformance suite's images (v1.5.1's manifests), when e2e/provision.sh built them.
+ECHO_BASIC_REF="gcr.io/k8s-staging-gateway-api/echo-basic:v20260204-monthly-2026.01-60-g28382302"
+CONFORMANCE_COREDNS_REF="registry.k8s.io/coredns/coredns:v1.12.2"
+if [[ -x "$CACHE/bin/echo-basic" && -x "$CACHE/bin/coredns-conformance" ]]; then
+	base "$WORK/echo-basic"
+	install -m 0755 "$(readlink -f "$CACHE/bin/echo-basic")" "$WORK/echo-basic/echo-basic"
+	pack conformance-echo-basic "$WORK/echo-basic" \
+		"{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/echo-basic\"]}" "$ECHO_BASIC_REF"
+	# As root: its Pod adds NET_BIND_SERVICE (port 53) and drops every other capability.
+	base "$WORK/conformance-coredns"
+	install -m 0755 "$(readlink -f "$CACHE/bin/coredns-conformance")" "$WORK/conformance-coredns/coredns"
+	pack conformance-coredns "$WORK/conformance-coredns" \
+		"{\"User\":\"0:0\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/coredns\"]}" "$CONFORMANCE_COREDNS_REF"
+else
+	log "no conformance images: e2e/provision.sh --only gateway-conformance builds what they hold"
+fi
 
 log "done in $((SECONDS - started))s: $OUT"

@@ -325,8 +325,10 @@ fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
         select(GATEWAY_LISTENERS.to_vec()),
         prop_oneof![6 => Just(20000u16), 1 => Just(8080), 1 => Just(20001)],
         any::<bool>(),
+        proptest::option::weighted(0.5, select(SECRETS.to_vec())),
     )
-        .prop_map(|(name, port, tls)| GatewayListener {
+        .prop_map(|(name, port, tls, default_secret)| GatewayListener {
+            default_secret: default_secret.filter(|_| tls).map(str::to_owned),
             name: name.into(),
             port: if name.ends_with("https") && port == 20000 {
                 20001
@@ -547,7 +549,7 @@ fn references(t: &Translation) -> (BTreeSet<String>, BTreeSet<String>) {
     }
     for r in t.snapshot.resources(LISTENER).unwrap().values() {
         let l: Listener = decode(&r.body.value);
-        for chain in &l.filter_chains {
+        for chain in l.filter_chains.iter().chain(&l.default_filter_chain) {
             for f in &chain.filters {
                 let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
                     continue;
@@ -686,7 +688,13 @@ proptest! {
         prop_assert_eq!(names(&t, LISTENER).contains("https"), tls_served(None));
         for l in config.gateway_listeners.iter().filter(|l| l.tls) {
             if names(&t, LISTENER).contains(&format!("probe/{}", l.name)) {
-                prop_assert_eq!(names(&t, LISTENER).contains(&l.name), tls_served(Some(&l.name)));
+                let exists = names(&t, LISTENER).contains(&l.name);
+                // A usable default secret keeps it up without a TLS virtual host.
+                if l.default_secret.is_none() {
+                    prop_assert_eq!(exists, tls_served(Some(&l.name)));
+                } else if tls_served(Some(&l.name)) {
+                    prop_assert!(exists);
+                }
             }
         }
     }

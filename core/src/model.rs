@@ -64,6 +64,10 @@ pub struct GatewayListener {
     pub probe_port: u16,
     /// HTTPS: one filter chain per TLS virtual host, chosen by SNI.
     pub tls: bool,
+    /// HTTPS: the [`TlsSecret`] of the filter chain for any other name (or none): the
+    /// handshake succeeds and routing answers 404.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_secret: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -352,16 +352,14 @@ where
     watched.state().iter().map(|k| (**k).clone()).collect()
 }
 
-/// A TLS Secret with both keys set. (The fleet checks that they parse when it serves them.)
+/// A TLS Secret, and whether its certificate chain and key are PEM the fleet can serve
+/// (the same check the fleet makes before it serves them).
 pub fn known(secret: &Secret) -> KnownSecret {
-    let data = secret.data.clone().unwrap_or_default();
-    let has = |key: &str| data.get(key).is_some_and(|v| !v.0.is_empty());
     KnownSecret {
         namespace: secret.metadata.namespace.clone().unwrap_or_default(),
         name: secret.metadata.name.clone().unwrap_or_default(),
         valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
-            && has("tls.crt")
-            && has("tls.key"),
+            && crate::k8s::tls_secrets::tls_data(secret).is_ok(),
     }
 }
 

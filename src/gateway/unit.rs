@@ -11,7 +11,7 @@ use switchyard_core::hash;
 use switchyard_core::route::resolve::sorted_unique;
 use switchyard_core::route::{
     ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
-    ResolvedVirtualHost,
+    ResolvedVirtualHost, SecretRef,
 };
 
 use super::service::GatewayKey;
@@ -66,11 +66,22 @@ pub fn units(
 /// The model's listener of a Gateway port on `fleet`.
 fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedListener {
     let protocol = port.protocol.to_ascii_lowercase();
+    let tls = port.protocol == "HTTPS";
+    // For names no virtual host has: the certificate of the listener without a hostname,
+    // else the first one's.
+    let default_certificate = tls
+        .then(|| {
+            certificate(&port.certificates, "*")
+                .or_else(|| port.certificates.first()?.secrets.first().cloned())
+        })
+        .flatten()
+        .map(|(namespace, name)| SecretRef { namespace, name });
     ResolvedListener {
         name: format!("{}/{}/{}/{protocol}", gateway.0, gateway.1, port.port),
         port: fleet,
         probe_port: fleet - PROBE_PORT_OFFSET,
-        tls: port.protocol == "HTTPS",
+        tls,
+        default_certificate,
     }
 }
 

@@ -85,6 +85,11 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
         }),
         (ProxyConfigRole::Live, Some(virtual_host)) => lower::live(&lower::Live {
             listener: gateway_listener.as_ref(),
+            default_secret: spec
+                .listener
+                .as_ref()
+                .and_then(|l| l.default_certificate.as_ref())
+                .map(|s| (s.namespace.as_str(), s.name.as_str())),
             namespace: &namespace,
             route: &spec.route,
             version: &spec.version,

@@ -55,6 +55,7 @@ pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
             }
         };
         let part = lower::live(&lower::Live {
+            default_secret: None,
             listener: None,
             namespace,
             route: &route.name,

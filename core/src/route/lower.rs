@@ -55,6 +55,8 @@ pub struct Live<'a> {
     pub leaving: bool,
     /// The Gateway listener it is served on; None: the shared listeners.
     pub listener: Option<&'a model::GatewayListener>,
+    /// Of a Gateway port's own unit: (namespace, name) of its listener's default Secret.
+    pub default_secret: Option<(&'a str, &'a str)>,
 }
 
 pub fn live(live: &Live<'_>) -> Contribution {
@@ -68,9 +70,13 @@ pub fn live(live: &Live<'_>) -> Contribution {
     if vh.hosts.is_empty()
         && let Some(listener) = live.listener
     {
-        // A Gateway port as such: its listener, and the version probe that proves every
-        // Envoy listens there, answering through its route configuration.
+        // A Gateway port as such: its listener (and the Secret of its default filter
+        // chain), and the version probe that proves every Envoy listens there, answering
+        // through its route configuration.
         out.gateway_listener = Some(listener.clone());
+        out.secret = live
+            .default_secret
+            .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
         out.version_probe = Some(VersionProbe {
             id,
             version: live.version.to_owned(),

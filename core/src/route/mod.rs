@@ -16,6 +16,6 @@ pub use check::SpecError;
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
     ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
-    ResolvedVirtualHost,
+    ResolvedVirtualHost, SecretRef,
 };
 pub use spec::RouteSpec;

@@ -39,6 +39,22 @@ pub struct ResolvedListener {
     /// HTTPS: its virtual hosts are served by SNI, each with its certificate.
     #[serde(default)]
     pub tls: bool,
+    /// HTTPS: the certificate for a name no virtual host has (or no name at all): the
+    /// handshake succeeds and the request gets 404.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<SecretRef>,
+}
+
+/// A Secret, by namespace and name.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 impl ResolvedListener {
@@ -49,6 +65,10 @@ impl ResolvedListener {
             port: u16::try_from(self.port).ok()?,
             probe_port: u16::try_from(self.probe_port).ok()?,
             tls: self.tls,
+            default_secret: self
+                .default_certificate
+                .as_ref()
+                .map(|s| super::lower::secret_name(&s.namespace, &s.name)),
         })
     }
 }

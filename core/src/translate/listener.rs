@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
-    http_connection_manager::RouteSpecifier, http_filter,
+    http_connection_manager::RouteSpecifier, http_connection_manager::StripPortMode, http_filter,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
@@ -56,6 +56,7 @@ pub fn listeners(
             settings.https_port,
             ROUTE_CONFIG_NAME,
             tls_hosts,
+            None,
         ));
     }
     let health_checks = probes
@@ -77,13 +78,15 @@ pub fn gateway_probe_listener(name: &str) -> String {
     format!("{PROBE_LISTENER}/{name}")
 }
 
-/// A Gateway listener's listeners: the public one (HTTPS only with a TLS virtual host to
-/// serve: a listener needs a filter chain), and the probe twin on its internal port, both
-/// routing with the route configuration of its name. `tls_hosts` are its own.
+/// A Gateway listener's listeners: the public one (HTTPS only with a TLS virtual host or
+/// a default secret to serve: a listener needs a filter chain), and the probe twin on its
+/// internal port, both routing with the route configuration of its name. `tls_hosts` are
+/// its own; `default_secret`, when usable, serves every other name.
 pub fn gateway_listeners(
     settings: &model::ListenerSettings,
     gateway: &model::GatewayListener,
     tls_hosts: &[TlsHost<'_>],
+    default_secret: Option<&str>,
 ) -> Vec<Listener> {
     let name = gateway.name.as_str();
     let mut out = Vec::new();
@@ -95,8 +98,15 @@ pub fn gateway_listeners(
             name,
             Vec::new(),
         ));
-    } else if !tls_hosts.is_empty() {
-        out.push(tls_listener(name, settings, gateway.port, name, tls_hosts));
+    } else if !tls_hosts.is_empty() || default_secret.is_some() {
+        out.push(tls_listener(
+            name,
+            settings,
+            gateway.port,
+            name,
+            tls_hosts,
+            default_secret,
+        ));
     }
     out.push(plain_listener(
         &gateway_probe_listener(name),
@@ -127,19 +137,32 @@ fn plain_listener(
     )
 }
 
-/// An HTTPS listener: one filter chain per TLS host, chosen by SNI.
+/// An HTTPS listener: one filter chain per TLS host, chosen by SNI, and the default chain
+/// (for any other name) with `default_secret`.
 fn tls_listener(
     name: &str,
     settings: &model::ListenerSettings,
     port: u16,
     route_config: &str,
     tls_hosts: &[TlsHost<'_>],
+    default_secret: Option<&str>,
 ) -> Listener {
     let chains = tls_hosts
         .iter()
         .map(|h| tls_filter_chain(name, route_config, h))
         .collect();
     let mut https = listener(name, settings, port, chains);
+    https.default_filter_chain = default_secret.map(|secret| {
+        let any = TlsHost {
+            virtual_host: "default",
+            hosts: &[],
+            secret,
+        };
+        FilterChain {
+            filter_chain_match: None,
+            ..tls_filter_chain(name, route_config, &any)
+        }
+    });
     https.listener_filters = vec![ListenerFilter {
         name: TLS_INSPECTOR_FILTER.to_owned(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
@@ -220,6 +243,8 @@ fn hcm_filter(stat_prefix: &str, route_config: &str, mut http_filters: Vec<HttpF
         // which require_tls relies on.
         use_remote_address: proto::bool_value(true),
         normalize_path: proto::bool_value(true),
+        // "shop.example.com:8080" is shop.example.com: hosts match without their port.
+        strip_port_mode: Some(StripPortMode::StripAnyHostPort(true)),
         ..Default::default()
     };
     Filter {

@@ -145,6 +145,8 @@ pub struct Translator {
     /// Gateway listeners as given, and those served (no conflict), by name.
     gateway_listeners: Vec<model::GatewayListener>,
     served_gateway_listeners: BTreeMap<String, model::GatewayListener>,
+    /// The default secrets of the served Gateway listeners (each counts as a use).
+    gateway_secret_uses: Vec<String>,
     clusters: HashMap<String, model::Cluster>,
     invalid_clusters: HashMap<String, String>,
     secrets: HashMap<String, model::TlsSecret>,
@@ -202,6 +204,7 @@ impl Translator {
             token_ok: false,
             gateway_listeners: Vec::new(),
             served_gateway_listeners: BTreeMap::new(),
+            gateway_secret_uses: Vec::new(),
             clusters: HashMap::new(),
             invalid_clusters: HashMap::new(),
             secrets: HashMap::new(),
@@ -379,6 +382,11 @@ impl Translator {
         }
         for edit in changes.secrets {
             let (name, usable_changed) = self.edit_secret(edit);
+            let default_of_a_listener = self
+                .served_gateway_listeners
+                .values()
+                .any(|l| l.default_secret.as_deref() == Some(name.as_str()));
+            out.listeners_changed |= usable_changed && default_of_a_listener;
             if usable_changed {
                 dirty_hosts.extend(
                     self.hosts_by_secret
@@ -594,6 +602,19 @@ impl Translator {
             if self.served_gateway_listeners.get(name) != served.get(name) {
                 changed.insert(name.clone());
             }
+        }
+        // Their default secrets are used while they are served.
+        let defaults: Vec<String> = served
+            .values()
+            .filter_map(|l| l.default_secret.clone())
+            .collect();
+        for s in std::mem::replace(&mut self.gateway_secret_uses, defaults.clone()) {
+            decrement(&mut self.secret_uses, &s);
+            out.touched_secrets.insert(s);
+        }
+        for s in defaults {
+            *self.secret_uses.entry(s.clone()).or_default() += 1;
+            out.touched_secrets.insert(s);
         }
         let catch_all = probe::catch_all_virtual_host();
         for name in &changed {
@@ -1119,7 +1140,10 @@ impl Translator {
     fn place_secrets(&mut self, names: &BTreeSet<String>, out: &mut Output) {
         for name in names {
             let used = self.secret_uses.contains_key(name);
-            match self.secrets.get(name).filter(|_| used) {
+            // A listener's default secret is used whether or not it can serve; only one
+            // that can is sent (and only then does the listener name it).
+            let servable = |s: &&model::TlsSecret| secret::validate(s).is_ok();
+            match self.secrets.get(name).filter(|_| used).filter(servable) {
                 Some(s) => out
                     .puts
                     .push(Resource::new(name.clone(), proto::pack(&secret::secret(s)))),
@@ -1147,10 +1171,17 @@ impl Translator {
             .collect();
         let mut listeners = listener::listeners(&self.listeners, &tls_hosts_of(None), &probes);
         for (name, gateway) in &self.served_gateway_listeners {
+            // Its default chain only with a secret that can serve.
+            let default_secret = gateway.default_secret.as_deref().filter(|s| {
+                self.secrets
+                    .get(*s)
+                    .is_some_and(|s| secret::validate(s).is_ok())
+            });
             listeners.extend(listener::gateway_listeners(
                 &self.listeners,
                 gateway,
                 &tls_hosts_of(Some(name)),
+                default_secret,
             ));
         }
         let names: BTreeSet<&str> = listeners.iter().map(|l| l.name.as_str()).collect();

@@ -193,7 +193,7 @@ impl Node {
         self.dir.join("containerd/containerd.sock")
     }
 
-    fn kubeconfig(&self) -> &Path {
+    pub fn kubeconfig(&self) -> &Path {
         &self.api().kubeconfig
     }
 
@@ -289,24 +289,29 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     async fn import_images(&self) {
-        let dir = images_dir();
         for name in IMAGES {
-            let file = dir.join(format!("{name}.tar"));
-            assert!(
-                file.exists(),
-                "no image {}: run e2e/images.sh (after e2e/provision.sh)",
-                file.display()
-            );
-            let path = file.to_string_lossy().into_owned();
-            let out = self
-                .ctr(&["images", "import", "--platform", "linux/amd64", &path])
-                .await;
-            assert!(
-                out.status.success(),
-                "ctr images import {path} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            self.import_image(name).await;
         }
+    }
+
+    /// Imports `$CACHE/images/NAME.tar` (made by `e2e/images.sh`) into the node's
+    /// containerd, under the reference the archive gives.
+    pub async fn import_image(&self, name: &str) {
+        let file = images_dir().join(format!("{name}.tar"));
+        assert!(
+            file.exists(),
+            "no image {}: run e2e/images.sh (after e2e/provision.sh)",
+            file.display()
+        );
+        let path = file.to_string_lossy().into_owned();
+        let out = self
+            .ctr(&["images", "import", "--platform", "linux/amd64", &path])
+            .await;
+        assert!(
+            out.status.success(),
+            "ctr images import {path} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn start_control_plane(&mut self) {

@@ -26,6 +26,10 @@ pub struct Listener<'a> {
     pub spec: &'a GatewayListeners,
     pub conditions: Vec<Cond>,
     pub supported_kinds: Vec<String>,
+    /// Routes attach to it: accepted, no conflict, a kind it serves. Its references may
+    /// still be unresolved (then its routes count, but nothing is served).
+    pub attachable: bool,
+    /// Traffic flows: attachable, and its certificates resolved.
     pub usable: bool,
     pub attached_routes: i32,
     /// HTTPS: the (namespace, name) of its certificate Secrets.
@@ -150,6 +154,7 @@ fn listener<'a>(
         spec,
         conditions: Vec::new(),
         supported_kinds: Vec::new(),
+        attachable: false,
         usable: false,
         attached_routes: 0,
         secrets: Vec::new(),
@@ -201,10 +206,8 @@ fn listener<'a>(
     let accepted =
         accepted.unwrap_or_else(|| Cond::yes("Accepted", "Accepted", "listener accepted"));
     // A kind it cannot serve does not stop the kinds it can.
-    out.usable = accepted.is_true()
-        && certificates_ok
-        && !conflicted.is_true()
-        && !out.supported_kinds.is_empty();
+    out.attachable = accepted.is_true() && !conflicted.is_true() && !out.supported_kinds.is_empty();
+    out.usable = out.attachable && certificates_ok;
     out.conditions = vec![accepted, resolved, conflicted];
     out
 }

@@ -167,7 +167,7 @@ fn matching_listeners(
         .into_iter()
         .filter(|&i| {
             let l = &gateway.listeners[i];
-            l.usable
+            l.attachable
                 && l.supported_kinds.iter().any(|k| k == HTTP_ROUTE)
                 && admits_namespace(inputs, gateway.namespace, l.spec, route_namespace)
         })

@@ -122,6 +122,7 @@ pub(super) fn admit(
     // The translator's verdict on the route alone, lowered as it would serve live. TLS
     // Secrets are checked where they are read; here only the spec is judged.
     let part = lower::live(&lower::Live {
+        default_secret: None,
         listener: None,
         namespace,
         route: name,

@@ -520,13 +520,15 @@ impl Programmed<'_> {
             return Cond::no("Programmed", "Invalid", "not accepted: nothing to serve");
         }
         let key = (outcome.namespace.clone(), outcome.name.clone());
-        match self.outcome.worst(self.units, &key, port) {
+        match self.outcome.listeners(self.units, &key, port) {
             Some(UnitState::Served) => {
-                Cond::yes("Programmed", "Programmed", "served by every Envoy")
+                Cond::yes("Programmed", "Programmed", "every Envoy listens for it")
             }
-            Some(UnitState::Waiting(why)) => {
-                Cond::no("Programmed", "Pending", format!("rolling out: {why}"))
-            }
+            Some(UnitState::Waiting(why)) => Cond::no(
+                "Programmed",
+                "Pending",
+                format!("not on every Envoy yet: {why}"),
+            ),
             Some(UnitState::Failed(why)) => Cond::no("Programmed", "Invalid", why.clone()),
             None if outcome.ports.is_empty() => {
                 Cond::no("Programmed", "Invalid", "no listener can be served")

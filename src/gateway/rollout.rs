@@ -59,9 +59,10 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The state of every unit of `gateway` (and of its `port`, when given), worst first:
-    /// Failed, then Waiting, then Served.
-    pub fn worst<'a>(
+    /// The worst state (Failed, then Waiting, then Served) of the listeners of `gateway`
+    /// (of its `port`, when given): its ports' own units. What routes wait for on those
+    /// ports is theirs to tell (Served), not the listener's.
+    pub fn listeners<'a>(
         &'a self,
         units: &'a [Unit],
         gateway: &GatewayKey,
@@ -69,6 +70,7 @@ impl Outcome {
     ) -> Option<&'a UnitState> {
         units
             .iter()
+            .filter(|u| u.hostname.is_none())
             .filter(|u| &u.gateway == gateway && port.is_none_or(|p| u.port == p))
             .filter_map(|u| self.states.get(&(u.gateway.clone(), u.name.clone())))
             .max_by_key(|s| match s {

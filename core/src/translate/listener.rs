@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
-    http_connection_manager::RouteSpecifier, http_connection_manager::StripPortMode, http_filter,
+    http_connection_manager::RouteSpecifier, http_filter,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
@@ -243,8 +243,6 @@ fn hcm_filter(stat_prefix: &str, route_config: &str, mut http_filters: Vec<HttpF
         // which require_tls relies on.
         use_remote_address: proto::bool_value(true),
         normalize_path: proto::bool_value(true),
-        // "shop.example.com:8080" is shop.example.com: hosts match without their port.
-        strip_port_mode: Some(StripPortMode::StripAnyHostPort(true)),
         ..Default::default()
     };
     Filter {

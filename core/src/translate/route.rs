@@ -444,6 +444,9 @@ pub fn route_configuration<'a>(name: &str, virtual_hosts: impl Iterator<Item = &
         // The probe token authenticates probes to the health-check filters, which run
         // before the router; no backend ever gets to see it.
         request_headers_to_remove: vec![super::PROBE_TOKEN_HEADER.to_owned()],
+        // "shop.example.com:8080" is served as shop.example.com; the backend still gets
+        // the Host as sent.
+        ignore_port_in_host_matching: true,
         ..Default::default()
     };
     value.extend_from_slice(&rest.encode_to_vec());

@@ -107,7 +107,9 @@ fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
         Cond::yes("Accepted", "Accepted", "served by Switchyard")
     } else {
         let message = format!("listeners not valid: {}", invalid.join(", "));
-        if invalid.len() == listeners.len() {
+        // Accepted while routes can attach anywhere (a listener whose certificates do not
+        // resolve still counts its routes).
+        if !listeners.iter().any(|l| l.attachable) {
             Cond::no("Accepted", "ListenersNotValid", message)
         } else {
             Cond::yes("Accepted", "ListenersNotValid", message)

@@ -123,6 +123,10 @@ routes:
           match: {{ pathSegmentPrefix: /v1 }}
           rewritePrefix: /api/v1
           backends: [ {{ service: echo, port: {echo} }} ]
+        - name: strip
+          match: {{ pathSegmentPrefix: /strip.me }}
+          rewritePrefix: /
+          backends: [ {{ service: echo, port: {echo} }} ]
         - name: search
           match:
             pathExact: /search
@@ -202,6 +206,22 @@ services:
         (200, format!("/api/v1/users {HOST}").as_str()),
         "the prefix replaced, the Host kept"
     );
+    // A prefix rewritten to one ending in "/" takes the slashes after the segments along
+    // (never "//x"); the "." of the prefix is no wildcard.
+    for (path, rewritten) in [
+        ("/strip.me/three", "/three"),
+        ("/strip.me//three?q=1", "/three?q=1"),
+        ("/strip.me", "/"),
+    ] {
+        let (status, _, got) = get(http_port, path).await;
+        assert_eq!(
+            (status, got),
+            (200, format!("{rewritten} {HOST}")),
+            "GET {path}"
+        );
+    }
+    let (_, _, got) = get(http_port, "/stripXme/three").await;
+    assert_eq!(got, "other", "/stripXme is not /strip.me");
 
     let post = reqwest::Method::POST;
     for (method, path, body) in [

@@ -1,6 +1,7 @@
 //! The Gateway API conformance suite (v1.5.1, `e2e/conformance`, built by
 //! `e2e/provision.sh`) against Switchyard on a real node, installed with the chart: the
-//! GATEWAY-HTTP profile, core features only (Gateway, HTTPRoute, ReferenceGrant). Its echo
+//! GATEWAY-HTTP profile: its core features (Gateway, HTTPRoute, ReferenceGrant) and the
+//! extended ones Switchyard claims ([`FEATURES`]). Its echo
 //! backend and the CoreDNS of its UDP backend are imported under the references its
 //! manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
 //! reaches each Gateway at its address.
@@ -8,7 +9,8 @@
 //! The report it writes must equal `conformance/report.yaml` but for its date: every test
 //! that passes, fails or is skipped is listed there. `UPDATE_CONFORMANCE=1` rewrites it.
 //! `SWITCHYARD_CONFORMANCE_TESTS=<regex>` runs only the tests it matches (no report
-//! compared); the suite's whole log is copied to `$TMPDIR/switchyard-conformance.log`.
+//! compared), with the features of `SWITCHYARD_CONFORMANCE_FEATURES` claimed too; the
+//! suite's whole log is copied to `$TMPDIR/switchyard-conformance.log`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -17,6 +19,27 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use switchyard_e2e::kube::tool;
 use switchyard_e2e::node::Node;
+
+/// The features claimed: the core ones of the GATEWAY-HTTP profile, and the extended ones
+/// Switchyard serves (each has its tests in the suite, all passing).
+const FEATURES: &[&str] = &[
+    "Gateway",
+    "HTTPRoute",
+    "ReferenceGrant",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteSchemeRedirect",
+    "HTTPRoutePathRedirect",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteHostRewrite",
+    "HTTPRoutePathRewrite",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteBackendTimeout",
+];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each
 /// failing one waits out its timeouts.
@@ -64,6 +87,13 @@ spec: { controllerName: switchyard.dev/gateway-controller }
     let output = node.dir.join("logs/conformance.log");
     let log = std::fs::File::create(&output).expect("the suite's log");
     let only = std::env::var("SWITCHYARD_CONFORMANCE_TESTS").ok();
+    // More features to try with SWITCHYARD_CONFORMANCE_TESTS (not claimed by the report).
+    let mut features: Vec<String> = FEATURES.iter().map(|f| f.to_string()).collect();
+    if only.is_some()
+        && let Ok(more) = std::env::var("SWITCHYARD_CONFORMANCE_FEATURES")
+    {
+        features.extend(more.split(',').map(str::to_owned));
+    }
     let run = match &only {
         Some(tests) => format!("TestConformance/({tests})$"),
         None => "TestConformance".to_owned(),
@@ -77,13 +107,13 @@ spec: { controllerName: switchyard.dev/gateway-controller }
             "50m",
             "-gateway-class=switchyard",
             "-conformance-profiles=GATEWAY-HTTP",
-            "-supported-features=Gateway,HTTPRoute,ReferenceGrant",
             "-cleanup-base-resources=false",
             "-organization=switchyard",
             "-project=switchyard",
             "-url=https://switchyard.dev",
             "-contact=switchyard maintainers",
         ])
+        .arg(format!("-supported-features={}", features.join(",")))
         .arg(format!("-version=v{}", env!("CARGO_PKG_VERSION")))
         .arg(format!("-report-output={}", report.display()))
         .env("KUBECONFIG", node.kubeconfig())

@@ -249,7 +249,7 @@ pub fn route(r: &model::Route) -> envoy_route::Route {
         model::PathMatch::Regex(p) => PathSpecifier::SafeRegex(regex_matcher(p)),
     };
     let action = match &r.action {
-        model::RouteAction::Forward(f) => Action::Route(route_action(f)),
+        model::RouteAction::Forward(f) => Action::Route(route_action(f, &r.path)),
         model::RouteAction::RedirectHttps => Action::Redirect(RedirectAction {
             scheme_rewrite_specifier: Some(redirect_action::SchemeRewriteSpecifier::HttpsRedirect(
                 true,
@@ -376,7 +376,37 @@ fn headers_to_add(
     set.chain(add).collect()
 }
 
-fn route_action(f: &model::Forward) -> RouteAction {
+/// The rewrite of a prefix ending in `/` after a segment prefix: the slashes after the
+/// matched segments go with it, so `/api/x` becomes `/x` for `/`, never `//x` (Envoy's
+/// prefix_rewrite replaces the matched characters only).
+fn segment_prefix_rewrite(
+    f: &model::Forward,
+    path: &model::PathMatch,
+) -> Option<RegexMatchAndSubstitute> {
+    let model::PathMatch::SegmentPrefix(prefix) = path else {
+        return None;
+    };
+    let replacement = f.prefix_rewrite.as_ref().filter(|r| r.ends_with('/'))?;
+    Some(RegexMatchAndSubstitute {
+        pattern: Some(regex_matcher(&format!("^{}/*", regex_literal(prefix)))),
+        substitution: replacement.clone(),
+    })
+}
+
+/// `text` as a regular expression that matches exactly it.
+fn regex_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
+    let segment_rewrite = segment_prefix_rewrite(f, path);
     let cluster_specifier = match f.backends.as_slice() {
         [single] => ClusterSpecifier::Cluster(single.cluster.clone()),
         several => ClusterSpecifier::WeightedClusters(WeightedCluster {
@@ -401,12 +431,19 @@ fn route_action(f: &model::Forward) -> RouteAction {
             per_try_timeout: r.per_try_timeout.map(proto::duration),
             ..Default::default()
         }),
-        prefix_rewrite: f.prefix_rewrite.clone().unwrap_or_default(),
+        prefix_rewrite: match segment_rewrite {
+            Some(_) => String::new(),
+            None => f.prefix_rewrite.clone().unwrap_or_default(),
+        },
         // The whole path: one match of everything (Envoy keeps the query apart).
-        regex_rewrite: f.path_rewrite.as_ref().map(|p| RegexMatchAndSubstitute {
-            pattern: Some(regex_matcher("^.*$")),
-            substitution: p.clone(),
-        }),
+        regex_rewrite: f
+            .path_rewrite
+            .as_ref()
+            .map(|p| RegexMatchAndSubstitute {
+                pattern: Some(regex_matcher("^.*$")),
+                substitution: p.clone(),
+            })
+            .or(segment_rewrite),
         host_rewrite_specifier: f
             .host_rewrite
             .clone()

@@ -225,6 +225,19 @@ spec:
     assert_eq!(before, after, "Accepted stayed True: {status:#}");
 }
 
+/// Gives the rig's fleet Service a selector: each Gateway's Service copies it.
+async fn select_fleet(rig: &Rig) {
+    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
+    fleet
+        .patch(
+            &rig.fleet_service(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
+        )
+        .await
+        .expect("give the fleet Service a selector");
+}
+
 /// The Services of the Gateway `namespace/name`, from the fleet's namespace.
 async fn gateway_services(rig: &Rig, namespace: &str, name: &str) -> Vec<Service> {
     let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
@@ -242,15 +255,7 @@ async fn each_gateway_gets_a_service_of_its_own_and_its_address() {
     let mut rig = Rig::start(0).await;
     install_gateway_crds(&rig).await;
     // The fleet's Pods are what a Gateway's Service selects (none run here).
-    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
-    fleet
-        .patch(
-            &rig.fleet_service(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
-        )
-        .await
-        .expect("give the fleet Service a selector");
+    select_fleet(&rig).await;
     let controller = format!("switchyard.dev/test-{}-services", std::process::id());
     let class = k::unique_name("switchyard");
     rig.start_operator(
@@ -410,15 +415,7 @@ async fn wait_served(routes: &Api<HttpRoute>, name: &str, generation: i64) -> Va
 async fn an_httproute_is_served_through_its_gateway_and_moves_between_services_without_a_drop() {
     let mut rig = Rig::start(3).await;
     install_gateway_crds(&rig).await;
-    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
-    fleet
-        .patch(
-            &rig.fleet_service(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
-        )
-        .await
-        .expect("give the fleet Service a selector");
+    select_fleet(&rig).await;
     for backend in ["svc-0", "other"] {
         rig.add_backend(backend).await;
     }

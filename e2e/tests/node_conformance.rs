@@ -67,13 +67,7 @@ async fn node_gateway_api_conformance_http_core() {
     for image in ["conformance-echo-basic", "conformance-coredns"] {
         node.import_image(image).await;
     }
-    node.install_switchyard(&[
-        "--set",
-        "gatewayAPI.enabled=true",
-        "--set",
-        "gatewayAPI.installCRDs=true",
-    ])
-    .await;
+    node.install_switchyard_with_gateway_api().await;
     node.apply(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass

@@ -209,13 +209,7 @@ async fn answers(node: &Node, port: &str) -> Vec<(String, String)> {
 
 async fn installed_node() -> Node {
     let node = Node::start().await;
-    node.install_switchyard(&[
-        "--set",
-        "gatewayAPI.enabled=true",
-        "--set",
-        "gatewayAPI.installCRDs=true",
-    ])
-    .await;
+    node.install_switchyard_with_gateway_api().await;
     node.api().kubectl_ok(["create", "namespace", APPS]).await;
     node.apply(&gateway_yaml()).await;
     node

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use switchyard_core::hash;
-use switchyard_core::route::resolve::sorted_unique;
+use switchyard_core::route::resolve::referenced_clusters;
 use switchyard_core::route::{
     ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
     ResolvedVirtualHost, SecretRef,
@@ -142,12 +142,7 @@ fn host_unit(
         tls,
         rules,
     };
-    let clusters = sorted_unique(
-        virtual_host
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
-    );
+    let clusters = referenced_clusters(&virtual_host);
     Unit {
         gateway: gateway.clone(),
         port: port.port,

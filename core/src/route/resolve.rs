@@ -82,12 +82,7 @@ pub fn resolve(
         tls,
         rules,
     };
-    let clusters = sorted_unique(
-        virtual_host
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
-    );
+    let clusters = referenced_clusters(&virtual_host);
     let version = hash::digest_of(&virtual_host);
     Ok(ResolvedRoute {
         virtual_host,
@@ -123,6 +118,16 @@ fn resolve_rule(
 }
 
 /// Sorted, without repeats.
+/// Every cluster the rules of `virtual_host` send to, sorted and deduplicated.
+pub fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
+    sorted_unique(
+        virtual_host
+            .rules
+            .iter()
+            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
+    )
+}
+
 pub fn sorted_unique(clusters: impl IntoIterator<Item = ResolvedCluster>) -> Vec<ResolvedCluster> {
     let mut clusters: Vec<_> = clusters.into_iter().collect();
     clusters.sort();

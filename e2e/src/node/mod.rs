@@ -586,6 +586,17 @@ shutdownGracePeriod: 0s
         started.elapsed()
     }
 
+    /// [`Node::install_switchyard`] with the Gateway API on, its CRDs from the chart.
+    pub async fn install_switchyard_with_gateway_api(&self) -> Duration {
+        self.install_switchyard(&[
+            "--set",
+            "gatewayAPI.enabled=true",
+            "--set",
+            "gatewayAPI.installCRDs=true",
+        ])
+        .await
+    }
+
     /// `http://<ClusterIP of the public Envoy Service>:80`.
     pub async fn envoy_service_url(&self) -> String {
         let ip = self

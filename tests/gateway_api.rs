@@ -4,7 +4,10 @@
 //! gives, and a status follows a change of what it depends on (a Service created, a
 //! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
 //! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
-//! one port get different fleet ports; a deleted Gateway's Service goes.
+//! one port get different fleet ports; a deleted Gateway's Service goes. Through 3 real
+//! Envoys, an HTTPRoute moved between Services drops nothing, and the same moves without
+//! the two phases and the xDS ordering do drop requests (the test can see what the
+//! rollout guards against).
 
 use std::time::Duration;
 
@@ -546,4 +549,91 @@ spec:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+}
+
+/// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.
+fn web_route(namespace: &str, backend: &str) -> String {
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {namespace} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ web.test ]
+  rules: [ {{ backendRefs: [ {{ name: {backend}, port: 80 }} ] }} ]
+"#
+    )
+}
+
+#[tokio::test]
+async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests() {
+    let mut rig = Rig::start(3).await;
+    install_gateway_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("svc-0").await;
+    let controller = format!("switchyard.dev/test-{}-naive", std::process::id());
+    let class = k::unique_name("switchyard");
+    rig.start_operator(
+        "switchyard-1",
+        &[
+            "--gateway-api",
+            "--gateway-controller-name",
+            &controller,
+            "--one-phase",
+            "--unordered-xds",
+        ],
+    );
+    let ns = rig.namespace.clone();
+    apply(
+        &rig,
+        &format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{ name: {class} }}
+spec: {{ controllerName: {controller} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: {ns} }}
+spec:
+  gatewayClassName: {class}
+  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
+---{}"#,
+            web_route(&ns, "svc-0")
+        ),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let port = fleet_port(&rig, &ns, "edge", 80).await;
+    let targets: Vec<String> = rig
+        .envoy_addresses
+        .iter()
+        .map(|a| format!("http://{a}:{port}"))
+        .collect();
+
+    // More switches than the zero-drop test: a naive rollout fails on some, not all, and
+    // this test must see it every time.
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(240));
+    for i in 1..=25 {
+        let new = format!("svc-{i}");
+        rig.add_backend(&new).await;
+        apply(&rig, &web_route(&ns, &new)).await;
+        wait_served(&routes, "web", 1 + i).await;
+    }
+    let report = load.finish().await;
+    eprintln!(
+        "gateway, one phase and unordered xDS: {} requests in {:.1}s, non-2xx {}, by status {:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_status
+    );
+    assert!(
+        report.non_2xx() > 0,
+        "the test cannot see what the rollout guards against"
+    );
 }

@@ -449,19 +449,7 @@ spec:
     apply(
         &rig,
         &format!(
-            r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{ name: {class} }}
-spec: {{ controllerName: {controller} }}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{ name: edge, namespace: {ns} }}
-spec:
-  gatewayClassName: {class}
-  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
----
+            r#"{}
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{ name: other, namespace: {ns} }}
@@ -470,6 +458,7 @@ spec:
   hostnames: [ other.test ]
   rules: [ {{ backendRefs: [ {{ name: other, port: 80 }} ] }} ]
 ---{}"#,
+            edge_gateway(&class, &controller, &ns),
             route("svc-0", "0")
         ),
     )
@@ -488,12 +477,7 @@ spec:
         Some(json!("Programmed"))
     );
     wait_served(&routes, "web", 1).await;
-    let port = fleet_port(&rig, &ns, "edge", 80).await;
-    let targets: Vec<String> = rig
-        .envoy_addresses
-        .iter()
-        .map(|a| format!("http://{a}:{port}"))
-        .collect();
+    let targets = edge_targets(&rig).await;
     assert_eq!(answers(&targets, "web.test").await, ["svc-0"; 3]);
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
     // A hostname no route has is not found there; the shared listener does not serve
@@ -551,6 +535,35 @@ spec:
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
 }
 
+/// GatewayClass `class` of `controller`, and Gateway `edge` in `namespace` with one HTTP
+/// listener on port 80, ending in a document separator.
+fn edge_gateway(class: &str, controller: &str, namespace: &str) -> String {
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{ name: {class} }}
+spec: {{ controllerName: {controller} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: {namespace} }}
+spec:
+  gatewayClassName: {class}
+  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
+---"#
+    )
+}
+
+/// The base URLs of Gateway `edge`'s port 80 on every Envoy of the rig.
+async fn edge_targets(rig: &Rig) -> Vec<String> {
+    let port = fleet_port(rig, &rig.namespace, "edge", 80).await;
+    rig.envoy_addresses
+        .iter()
+        .map(|a| format!("http://{a}:{port}"))
+        .collect()
+}
+
 /// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.
 fn web_route(namespace: &str, backend: &str) -> String {
     format!(
@@ -588,31 +601,15 @@ async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests(
     apply(
         &rig,
         &format!(
-            r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{ name: {class} }}
-spec: {{ controllerName: {controller} }}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{ name: edge, namespace: {ns} }}
-spec:
-  gatewayClassName: {class}
-  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
----{}"#,
+            "{}{}",
+            edge_gateway(&class, &controller, &ns),
             web_route(&ns, "svc-0")
         ),
     )
     .await;
     let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
     wait_served(&routes, "web", 1).await;
-    let port = fleet_port(&rig, &ns, "edge", 80).await;
-    let targets: Vec<String> = rig
-        .envoy_addresses
-        .iter()
-        .map(|a| format!("http://{a}:{port}"))
-        .collect();
+    let targets = edge_targets(&rig).await;
 
     // More switches than the zero-drop test: a naive rollout fails on some, not all, and
     // this test must see it every time.

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub snapshot_resources: Family<TypeLabel, Gauge>,
     pub config_errors: Counter,
     pub trials_left_out: Gauge,
+    pub fleet_envoys_rejecting: Gauge,
     pub reconcile_failures: Family<ErrorLabel, Counter>,
 }
 
@@ -54,6 +55,7 @@ impl Metrics {
             snapshot_resources: Family::default(),
             config_errors: Counter::default(),
             trials_left_out: Gauge::default(),
+            fleet_envoys_rejecting: Gauge::default(),
             reconcile_failures: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
@@ -97,6 +99,11 @@ impl Metrics {
             "trials_left_out",
             "Routes on trial left out of the route configuration because an Envoy rejected it",
             metrics.trials_left_out.clone(),
+        );
+        r.register(
+            "fleet_envoys_rejecting",
+            "Envoys of the whole fleet held back by a NACK, whichever replica they are connected to (the leader's view)",
+            metrics.fleet_envoys_rejecting.clone(),
         );
         r.register(
             "reconcile_failures",

@@ -89,8 +89,8 @@ impl Builder {
                     Some(verdict) = verdicts.recv() => {
                         let (changed, config) = match &verdict {
                             RouteVerdict::Accepted(config) => (quarantine.accepted(config), config),
-                            RouteVerdict::Refused { config, error } => {
-                                (quarantine.refused(config, error), config)
+                            RouteVerdict::Refused { config, node, error } => {
+                                (quarantine.refused(config, node, error), config)
                             }
                         };
                         debug!(

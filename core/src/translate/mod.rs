@@ -32,7 +32,7 @@ mod translator;
 mod validate;
 
 pub use check::check_consistency;
-pub use quarantine::{BENCHED, EVERY_ROUTE, Quarantine, REFUSED_BY_ENVOY};
+pub use quarantine::{BENCHED, EVERY_ROUTE, Quarantine, is_refusal, refusal};
 pub use translator::{Changes, Edit, Translator};
 
 /// The name of the one route configuration that every listener uses.

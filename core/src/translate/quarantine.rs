@@ -25,8 +25,17 @@ use super::{Problem, ROUTE_CONFIG_NAME, VERSION_PROBE_VHOST_PREFIX, proto};
 use crate::model::TRIAL_PREFIX;
 use crate::xds::snapshot::{ROUTE, Resource, Snapshot};
 
-/// How a refused trial's problem starts.
-pub const REFUSED_BY_ENVOY: &str = "Envoy rejected these routes: ";
+/// What a refused trial's problem says: which Envoy refused it, and Envoy's words.
+pub fn refusal(node: &str, error: &str) -> String {
+    format!("Envoy {node}{REFUSED_THESE_ROUTES}{error}")
+}
+
+/// Whether a problem is a trial's refusal (see [`refusal`]).
+pub fn is_refusal(message: &str) -> bool {
+    message.starts_with("Envoy ") && message.contains(REFUSED_THESE_ROUTES)
+}
+
+const REFUSED_THESE_ROUTES: &str = " rejected these routes: ";
 /// The problem of a trial sitting out a round.
 pub const BENCHED: &str = "routes on trial held back for a moment: an Envoy rejected a route configuration that carried them with others, and the route to blame is being found";
 /// The `virtual_host` of a problem that concerns every route: an Envoy refused the route
@@ -42,7 +51,8 @@ pub struct Quarantine {
     /// The trials of the last route configuration an Envoy accepted: virtual host name →
     /// digest of its encoding.
     accepted: HashMap<String, u64>,
-    /// Trials refused, left out while they stay as they were: name → (digest, error).
+    /// Trials refused, left out while they stay as they were: name → (digest, what the
+    /// problem says: see [`refusal`]).
     refused: BTreeMap<String, (u64, String)>,
     /// Trials sitting out, in the groups they were benched in (last benched on top):
     /// name → digest.
@@ -52,8 +62,8 @@ pub struct Quarantine {
     current: Option<String>,
     /// Version of the last route configuration an Envoy accepted.
     accepted_version: Option<String>,
-    /// Why an Envoy refused the current configuration, when no trial explains it.
-    unexplained: Option<String>,
+    /// Which Envoy refused the current configuration and why, when no trial explains it.
+    unexplained: Option<(String, String)>,
 }
 
 impl Quarantine {
@@ -78,8 +88,8 @@ impl Quarantine {
         changed
     }
 
-    /// An Envoy refused `config` with `error`. True when what is left out changed.
-    pub fn refused(&mut self, config: &Resource, error: &str) -> bool {
+    /// The Envoy `node` refused `config` with `error`. True when what is left out changed.
+    pub fn refused(&mut self, config: &Resource, node: &str, error: &str) -> bool {
         if !self.is_current(config) {
             return false;
         }
@@ -94,13 +104,16 @@ impl Quarantine {
             .collect();
         match suspects.as_slice() {
             [] => {
-                let changed = self.unexplained.as_deref() != Some(error);
-                self.unexplained = Some(error.to_owned());
+                // Every Envoy refuses alike: the first to say so is named.
+                let changed = self.unexplained.as_ref().is_none_or(|(_, e)| e != error);
+                if changed {
+                    self.unexplained = Some((node.to_owned(), error.to_owned()));
+                }
                 changed
             }
             [(name, digest)] => {
                 self.refused
-                    .insert((*name).to_owned(), (*digest, error.to_owned()));
+                    .insert((*name).to_owned(), (*digest, refusal(node, error)));
                 true
             }
             several => {
@@ -182,18 +195,19 @@ impl Quarantine {
 
     /// What is left out and why, by route (the trial's id without its prefix).
     pub fn problems(&self) -> Vec<Problem> {
-        let refused = self.refused.iter().map(|(name, (_, error))| {
-            Problem::new(route_of(name), format!("{REFUSED_BY_ENVOY}{error}"))
-        });
+        let refused = self
+            .refused
+            .iter()
+            .map(|(name, (_, message))| Problem::new(route_of(name), message.clone()));
         let benched = self
             .benched
             .iter()
             .flat_map(BTreeMap::keys)
             .map(|name| Problem::new(route_of(name), BENCHED));
-        let unexplained = self.unexplained.iter().map(|error| {
+        let unexplained = self.unexplained.iter().map(|(node, error)| {
             Problem::new(
                 EVERY_ROUTE,
-                format!("Envoy rejected the route configuration, and no route on trial explains it: {error}"),
+                format!("Envoy {node} rejected the route configuration, and no route on trial explains it: {error}"),
             )
         });
         refused.chain(benched).chain(unexplained).collect()
@@ -375,7 +389,7 @@ mod tests {
             .map(|p| {
                 (
                     p.virtual_host.as_str(),
-                    p.message.starts_with(REFUSED_BY_ENVOY),
+                    is_refusal(&p.message),
                 )
             })
             .collect()
@@ -388,12 +402,19 @@ mod tests {
         q.accepted(&config(&first));
         let with_bad = snapshot(&[live("ns/a", "1"), trial("ns/a", "2"), trial("ns/bad", "1")]);
         let sent = q.apply(&with_bad);
-        assert!(q.refused(
-            &config(&sent),
+        assert!(q.refused(&config(&sent), "envoy-0",
             "RE2 program size of 165 > max program size of 100"
         ));
         assert_eq!(routes(&q.problems()), [("ns/bad", true)]);
         assert!(q.problems()[0].message.ends_with("max program size of 100"));
+        // The problem names the Envoy that refused: status tells a user where to look.
+        assert!(
+            q.problems()[0]
+                .message
+                .starts_with("Envoy envoy-0 rejected these routes: "),
+            "{:?}",
+            q.problems()
+        );
 
         let next = q.apply(&with_bad);
         assert_eq!(
@@ -422,7 +443,7 @@ mod tests {
             assert!(round < 10, "narrowing down did not end");
             let sent = q.apply(&all);
             let changed = if served(&sent).iter().any(|n| n == bad) {
-                q.refused(&config(&sent), "bad regex")
+                q.refused(&config(&sent), "envoy-0", "bad regex")
             } else {
                 q.accepted(&config(&sent))
             };
@@ -456,7 +477,7 @@ mod tests {
             assert!(rounds < 500, "narrowing down did not end");
             let sent = q.apply(&all);
             let changed = if served(&sent).iter().any(|n| bad.contains(n)) {
-                q.refused(&config(&sent), "bad regex")
+                q.refused(&config(&sent), "envoy-0", "bad regex")
             } else {
                 q.accepted(&config(&sent))
             };
@@ -468,7 +489,7 @@ mod tests {
         assert!(
             problems
                 .iter()
-                .all(|p| p.message.starts_with(REFUSED_BY_ENVOY))
+                .all(|p| is_refusal(&p.message))
         );
         assert_eq!(problems.len(), bad.len(), "{problems:?}");
         assert_eq!(served(&q.apply(&all)).len(), ids.len() - bad.len());
@@ -490,10 +511,10 @@ mod tests {
         ]);
         // Refused: c and d sit out, b goes alone and is refused too.
         let sent = q.apply(&more);
-        assert!(q.refused(&config(&sent), "bad"));
+        assert!(q.refused(&config(&sent), "envoy-0", "bad"));
         let sent = q.apply(&more);
         assert_eq!(served(&sent).len(), 2, "a and b");
-        assert!(q.refused(&config(&sent), "bad"));
+        assert!(q.refused(&config(&sent), "envoy-0", "bad"));
         // Without b it is what the Envoys hold already, which none of them would answer:
         // c and d come back at once.
         let next = q.apply(&more);
@@ -513,7 +534,7 @@ mod tests {
         let mut q = Quarantine::default();
         let old = q.apply(&snapshot(&[trial("ns/a", "1")]));
         let _new = q.apply(&snapshot(&[trial("ns/a", "2")]));
-        assert!(!q.refused(&config(&old), "late"));
+        assert!(!q.refused(&config(&old), "envoy-0", "late"));
         assert_eq!(q.problems(), []);
     }
 
@@ -521,7 +542,7 @@ mod tests {
     fn a_refusal_no_trial_explains_concerns_every_route() {
         let mut q = Quarantine::default();
         let sent = q.apply(&snapshot(&[live("ns/a", "1")]));
-        assert!(q.refused(&config(&sent), "something else"));
+        assert!(q.refused(&config(&sent), "envoy-0", "something else"));
         assert_eq!(routes(&q.problems()), [(EVERY_ROUTE, false)]);
         assert!(q.accepted(&config(&sent)), "an acceptance clears it");
         assert_eq!(q.problems(), []);
@@ -532,9 +553,9 @@ mod tests {
         let mut q = Quarantine::default();
         let s = snapshot(&[trial("ns/a", "1"), trial("ns/b", "1")]);
         let sent = q.apply(&s);
-        q.refused(&config(&sent), "no");
+        q.refused(&config(&sent), "envoy-0", "no");
         let again = q.apply(&s);
-        q.refused(&config(&again), "no");
+        q.refused(&config(&again), "envoy-0", "no");
         let out = RouteConfiguration::decode(config(&q.apply(&s)).body.value.as_slice())
             .expect("decodes");
         assert_eq!(out.name, ROUTE_CONFIG_NAME);

@@ -34,7 +34,7 @@ pub struct Nodes {
 }
 
 /// A NACK that holds its node back.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct BlockingNack {
     pub node: String,
     /// The type's short name, e.g. "Cluster".
@@ -61,6 +61,8 @@ pub enum RouteVerdict {
     Accepted(Arc<Resource>),
     Refused {
         config: Arc<Resource>,
+        /// The node id of the Envoy that refused it.
+        node: String,
         error: String,
     },
 }

@@ -164,7 +164,11 @@ impl AdsServer {
                 named = true;
                 just_named = true;
             }
-            self.record(session.take_events(), &mut sent_at);
+            let events = session.take_events();
+            if !events.is_empty() {
+                let node = session.node().map(|n| n.id.as_str()).unwrap_or_default();
+                self.record(node, events, &mut sent_at);
+            }
             for response in responses {
                 if tx.send(Ok(response)).await.is_err() {
                     return Ok(());
@@ -188,7 +192,7 @@ impl AdsServer {
         }
     }
 
-    fn record(&self, events: Vec<Event>, sent_at: &mut HashMap<String, Instant>) {
+    fn record(&self, node: &str, events: Vec<Event>, sent_at: &mut HashMap<String, Instant>) {
         for event in events {
             match event {
                 Event::Sent {
@@ -239,6 +243,7 @@ impl AdsServer {
                         for config in resources.values().filter(|r| r.has_content()) {
                             self.nodes.report_verdict(RouteVerdict::Refused {
                                 config: config.clone(),
+                                node: node.to_owned(),
                                 error: error.clone(),
                             });
                         }

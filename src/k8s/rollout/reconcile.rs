@@ -23,7 +23,7 @@ use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, probe_name, reso
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::model::trial_id;
 use crate::prober::FleetResult;
-use crate::translate::REFUSED_BY_ENVOY;
+use crate::translate::is_refusal;
 
 /// Steps one pass takes at most before it hands over to the next (a pass normally ends
 /// sooner: Ready, waiting on the fleet, or refused).
@@ -352,7 +352,7 @@ pub(super) async fn requeue_waiting(
     // Routes on trial that Envoy refused wait for their own change, which reconciles them:
     // the fleet converging brings them nothing, and hundreds of them probing on every
     // convergence would slow everyone else's rollouts.
-    let after = if troubles.iter().any(|t| t.starts_with(REFUSED_BY_ENVOY)) {
+    let after = if troubles.iter().any(|t| is_refusal(t)) {
         ctx.progressed(&key);
         Duration::from_secs(300)
     } else {

@@ -15,6 +15,7 @@ use switchyard::k8s::address_map::AddressMap;
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
+use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
 use switchyard::k8s::index::{Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
@@ -632,6 +633,21 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         duration_seconds: args.leader.lease_duration_seconds,
         grace_seconds: args.leader.lease_grace_seconds,
     };
+    // Every replica reports its Envoys' NACKs; the leader reads the others' reports.
+    let report_settings = ReportSettings {
+        namespace: lease.namespace.clone(),
+        lease_name: lease.name.clone(),
+        identity: lease.identity.clone(),
+        pod: std::env::var("POD_NAME")
+            .ok()
+            .zip(std::env::var("POD_UID").ok()),
+    };
+    tokio::spawn(fleet_report::publish(
+        client.clone(),
+        report_settings.clone(),
+        envoys.clone(),
+        problems.subscribe(),
+    ));
     let lead = {
         let client = client.clone();
         let scope = scope.clone();
@@ -650,6 +666,20 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             )
         });
         move || {
+            // This term's view of the fleet: its Envoys and the other replicas' reports.
+            let (reports, report_changes) = Reports::watch(&client, &report_settings);
+            let (fleet_tx, fleet) = tokio::sync::watch::channel(FleetView::default());
+            let fleet_view = fleet_report::keep_fleet_view(
+                reports,
+                report_changes,
+                envoys.clone(),
+                problems.subscribe(),
+                fleet_tx,
+                (
+                    metrics.fleet_envoys_rejecting.clone(),
+                    metrics.fleet_routes_refused.clone(),
+                ),
+            );
             let gateways = gateway_api.clone().map(|(controller_name, service_type)| {
                 let settings = gateway::controller::Settings {
                     controller_name,
@@ -673,18 +703,19 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     two_phase,
                     problems: problems.subscribe(),
                     envoys: envoys.clone(),
+                    fleet,
                     metrics: metrics.clone(),
                     proxy_configs: proxy_configs.clone(),
                 },
             );
             async move {
-                match gateways {
-                    // Both run while leading; neither ends the other.
-                    Some(gateways) => {
-                        tokio::join!(rollout, gateways);
+                // All run while leading; none ends the others.
+                let gateways = async {
+                    if let Some(gateways) = gateways {
+                        gateways.await;
                     }
-                    None => rollout.await,
-                }
+                };
+                tokio::join!(rollout, gateways, fleet_view);
             }
         }
     };

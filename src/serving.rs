@@ -37,6 +37,15 @@ impl Envoys for Serving {
         self.nodes.blocking_nacks()
     }
 
+    fn connected(&self) -> BTreeSet<String> {
+        self.nodes
+            .list()
+            .into_iter()
+            .map(|n| n.node_id)
+            .filter(|id| !id.is_empty())
+            .collect()
+    }
+
     fn set_draining(&self, nodes: BTreeSet<String>) {
         self.nodes.set_draining(nodes);
     }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use switchyard_e2e::Load;
 use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::{Load, free_port};
 
 const BIG_PROGRAM: &str = "^/[a-z]{200}[0-9]{200}$";
 
@@ -544,4 +544,86 @@ async fn every_input_envoy_was_seen_to_refuse_is_contained() {
         report.sent, report.by_status
     );
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}
+
+/// With two replicas, an Envoy's NACK reaches the route's status whichever replica the
+/// Envoy is connected to: here every Envoy is connected to the replica that does not lead,
+/// which reports what they rejected in its own Lease for the leader to read. The status
+/// names the Envoy and its error, one Event is recorded, the leader's metrics count it,
+/// and all of it clears once the route is fixed and the Envoys take it.
+#[tokio::test]
+async fn a_nack_from_an_envoy_of_another_replica_reaches_status() {
+    let mut rig = Rig::start(2).await;
+    rig.add_backend("blue").await;
+    let (leader_port, follower_port) = (free_port(), free_port());
+    rig.connect_envoys_to(&[follower_port]);
+    rig.start_operator_on("switchyard-1", leader_port, &[]);
+    rig.wait_lease_holder(Duration::from_secs(30), |h| h == Some("switchyard-1"))
+        .await;
+    rig.start_operator_on("switchyard-2", follower_port, &[]);
+    let started = Instant::now();
+    while rig
+        .operator("switchyard-2")
+        .desired_version()
+        .await
+        .is_none()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "follower not serving"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rig.start_envoys();
+    rig.operator("switchyard-2")
+        .wait_synced(2, Duration::from_secs(30))
+        .await;
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+
+    rig.apply_route("bad", &bad_route_yaml("bad.test", BIG_PROGRAM))
+        .await;
+    let message = wait_rejected_by_envoy(&rig, "bad").await;
+    eprintln!("bad: Ready=False EnvoyRejected \"{message}\"");
+    assert!(message.contains("RE2 program size"), "{message}");
+    assert!(
+        message.contains("Envoy envoy-0 ") || message.contains("Envoy envoy-1 "),
+        "the status names the Envoy: {message}"
+    );
+    let events = rig.event_reasons("bad").await;
+    assert_eq!(
+        events.iter().filter(|r| *r == "EnvoyRejected").count(),
+        1,
+        "one EnvoyRejected Event: {events:?}"
+    );
+    let metrics = rig.operator_metrics("switchyard-1").await;
+    assert_eq!(
+        metric(&metrics, "switchyard_fleet_routes_refused"),
+        Some(1.0)
+    );
+    let own_nacks = metric(
+        &metrics,
+        "switchyard_xds_nacks_total{type=\"RouteConfiguration\"}",
+    );
+    assert_eq!(own_nacks, None, "no Envoy is connected to the leader");
+
+    // Fixed: Ready, and nothing of the refusal is left.
+    rig.apply_route("bad", &Rig::route_yaml("bad.test", &[("blue", 1)]))
+        .await;
+    rig.wait_ready("bad", Duration::from_secs(30)).await;
+    let started = Instant::now();
+    loop {
+        let metrics = rig.operator_metrics("switchyard-1").await;
+        if metric(&metrics, "switchyard_fleet_routes_refused") == Some(0.0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the refusal is still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rig.answers_for("bad.test").await, ["blue"; 2]);
+    assert_eq!(rig.lease_holder().await.as_deref(), Some("switchyard-1"));
 }

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub config_errors: Counter,
     pub trials_left_out: Gauge,
     pub fleet_envoys_rejecting: Gauge,
+    pub fleet_routes_refused: Gauge,
     pub reconcile_failures: Family<ErrorLabel, Counter>,
 }
 
@@ -56,6 +57,7 @@ impl Metrics {
             config_errors: Counter::default(),
             trials_left_out: Gauge::default(),
             fleet_envoys_rejecting: Gauge::default(),
+            fleet_routes_refused: Gauge::default(),
             reconcile_failures: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
@@ -104,6 +106,11 @@ impl Metrics {
             "fleet_envoys_rejecting",
             "Envoys of the whole fleet held back by a NACK, whichever replica they are connected to (the leader's view)",
             metrics.fleet_envoys_rejecting.clone(),
+        );
+        r.register(
+            "fleet_routes_refused",
+            "Routes on trial that an Envoy of the fleet refused, whichever replica it is connected to (the leader's view)",
+            metrics.fleet_routes_refused.clone(),
         );
         r.register(
             "reconcile_failures",

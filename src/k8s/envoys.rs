@@ -21,6 +21,8 @@ pub trait Envoys: Send + Sync + 'static {
     fn converged_version(&self) -> Option<String>;
     /// The NACKs that hold Envoys back.
     fn blocking_nacks(&self) -> Vec<BlockingNack>;
+    /// The node ids of the Envoys connected here.
+    fn connected(&self) -> BTreeSet<String>;
     /// The Envoys about to stop (by node id): their connections are drained.
     fn set_draining(&self, nodes: BTreeSet<String>);
 }

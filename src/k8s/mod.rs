@@ -13,6 +13,7 @@ pub mod envoys;
 #[cfg(test)]
 mod fixtures;
 pub mod fleet_drain;
+pub mod fleet_report;
 pub mod index;
 pub mod leader;
 pub mod model_cache;

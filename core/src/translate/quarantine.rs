@@ -386,12 +386,7 @@ mod tests {
     fn routes(problems: &[Problem]) -> Vec<(&str, bool)> {
         problems
             .iter()
-            .map(|p| {
-                (
-                    p.virtual_host.as_str(),
-                    is_refusal(&p.message),
-                )
-            })
+            .map(|p| (p.virtual_host.as_str(), is_refusal(&p.message)))
             .collect()
     }
 
@@ -402,7 +397,9 @@ mod tests {
         q.accepted(&config(&first));
         let with_bad = snapshot(&[live("ns/a", "1"), trial("ns/a", "2"), trial("ns/bad", "1")]);
         let sent = q.apply(&with_bad);
-        assert!(q.refused(&config(&sent), "envoy-0",
+        assert!(q.refused(
+            &config(&sent),
+            "envoy-0",
             "RE2 program size of 165 > max program size of 100"
         ));
         assert_eq!(routes(&q.problems()), [("ns/bad", true)]);
@@ -486,11 +483,7 @@ mod tests {
             }
         }
         let problems = q.problems();
-        assert!(
-            problems
-                .iter()
-                .all(|p| is_refusal(&p.message))
-        );
+        assert!(problems.iter().all(|p| is_refusal(&p.message)));
         assert_eq!(problems.len(), bad.len(), "{problems:?}");
         assert_eq!(served(&q.apply(&all)).len(), ids.len() - bad.len());
         // Depth first: about k·log2(n) rounds (13 bad among 64: 78), not k·n.

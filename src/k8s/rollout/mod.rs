@@ -36,6 +36,7 @@ use tracing::warn;
 
 use super::address_map::AddressMap;
 use super::envoys::Envoys;
+use super::fleet_report::FleetView;
 use super::index::{Scope, WatchBackoff, Watched};
 use super::status::StatusWriter;
 use super::to_model::SERVICE_NAME_LABEL;
@@ -45,7 +46,8 @@ use crate::prober::Prober;
 use crate::translate::Problem;
 use reconcile::reconcile;
 use triggers::{
-    collect_orphans, shares_a_host, track_convergence, wake_on_secret_troubles, wake_waiting,
+    collect_orphans, shares_a_host, track_convergence, wake_on_fleet_rejections,
+    wake_on_secret_troubles, wake_waiting,
 };
 
 pub const FIELD_MANAGER: &str = "switchyard";
@@ -87,8 +89,10 @@ pub struct Settings {
     pub two_phase: bool,
     /// What this replica's snapshot builder left out, to explain stuck rollouts.
     pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
-    /// Envoys connected to this replica: when they converge, and their NACKs.
+    /// Envoys connected to this replica: when they converge.
     pub envoys: Arc<dyn Envoys>,
+    /// What the whole fleet's Envoys rejected, whichever replica they are connected to.
+    pub fleet: watch::Receiver<FleetView>,
     pub metrics: Metrics,
     /// Every ProxyConfig: the snapshot builder's store, shared (one watch for both).
     pub proxy_configs: Watched<ProxyConfig>,
@@ -173,6 +177,8 @@ pub async fn run(client: Client, settings: Settings) {
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
     let secrets = wake_on_secret_troubles(context.settings.problems.clone());
+    let rejections =
+        wake_on_fleet_rejections(context.settings.fleet.clone(), context.attempts.clone());
     let reconciling = controller
         // A watch that failed (the API server restarted, say) retries within a second, so
         // rollouts go on as soon as the API is back.
@@ -181,6 +187,8 @@ pub async fn run(client: Client, settings: Settings) {
         // A TLS Secret deleted, broken or back changes what its routes' status says, and
         // nothing else would reconcile them.
         .reconcile_on(secrets)
+        // An Envoy connected to any replica rejecting, or taking back a rejection.
+        .reconcile_on(rejections)
         // A ProxyConfig event reconciles its route, and every route asking for one of its
         // hosts: when a route goes, or comes, which of them gets a host may change.
         .watches(

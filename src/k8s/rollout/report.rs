@@ -7,11 +7,12 @@ use super::{Context, ENVOY_REJECTED, ROUTE_CONFIGURATION};
 use crate::api::TrafficRouteStatus;
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, TrafficRoute};
+use crate::k8s::fleet_report::from_an_envoy;
 use crate::k8s::resolve::RouteError;
 use crate::k8s::status::condition;
 use crate::k8s::tls_secrets::{SecretTrouble, secret_troubles};
 use crate::prober::FleetResult;
-use crate::translate::EVERY_ROUTE;
+use crate::translate::{EVERY_ROUTE, Problem};
 
 impl Context {
     /// What this replica's snapshot builder says of the route's TLS Secret.
@@ -24,27 +25,31 @@ impl Context {
         secret_troubles(&self.settings.problems.borrow(), &id)
     }
 
-    /// Why a rollout may be stuck: what the snapshot builder left out of this route (its
-    /// routes on trial among it, when an Envoy rejected them), and Envoys (connected here)
-    /// that rejected other configuration. A rejected route configuration is the builder's
-    /// to blame on one route; told here, it would be every route's.
+    /// Why a rollout may be stuck: what this replica's snapshot builder left out of this
+    /// route, and what the whole fleet's Envoys said ([`FleetView`]: its routes on trial
+    /// they refused, and NACKs of other configuration, whichever replica they are
+    /// connected to). A rejected route configuration is the builders' to blame on one
+    /// route; told here, it would be every route's.
     pub(super) fn troubles(&self, key: &(String, String)) -> Vec<String> {
         let id = format!("{}/{}", key.0, key.1);
+        let concerns = |p: &Problem| p.virtual_host == id || p.virtual_host == EVERY_ROUTE;
+        let fleet = self.settings.fleet.borrow();
         let mut out: Vec<String> = self
             .settings
             .problems
             .borrow()
             .iter()
-            .filter(|p| p.virtual_host == id || p.virtual_host == EVERY_ROUTE)
-            .map(|p| {
-                if p.message.starts_with("Envoy ") {
-                    p.message.clone()
-                } else {
-                    format!("left out: {}", p.message)
-                }
-            })
+            .filter(|p| concerns(p) && !from_an_envoy(p))
+            .map(|p| format!("left out: {}", p.message))
             .collect();
-        for nack in self.settings.envoys.blocking_nacks() {
+        out.extend(
+            fleet
+                .left_out
+                .iter()
+                .filter(|p| concerns(p))
+                .map(|p| p.message.clone()),
+        );
+        for nack in &fleet.rejections {
             if nack.kind != ROUTE_CONFIGURATION {
                 out.push(format!(
                     "Envoy {} rejected {}: {}",

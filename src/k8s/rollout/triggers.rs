@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::{Context, is_gateways};
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::envoys::Envoys;
+use crate::k8s::fleet_report::FleetView;
 use crate::translate::Problem;
 
 /// Whether the route asks for one of `hosts`.
@@ -127,6 +128,47 @@ pub(super) fn wake_on_secret_troubles(
             Some((futures::stream::iter(refs), (problems, now)))
         },
     )
+    .flatten()
+}
+
+/// Routes to look at again when the fleet's view changes: those whose refusals appeared,
+/// changed or went, and, when NACKs of other configuration did, every route waiting on
+/// the fleet (such a NACK holds every rollout back).
+pub(super) fn wake_on_fleet_rejections(
+    fleet: watch::Receiver<FleetView>,
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    use std::collections::BTreeSet;
+    let before = fleet.borrow().clone();
+    futures::stream::unfold((fleet, before), move |(mut fleet, before)| {
+        let attempts = attempts.clone();
+        async move {
+            fleet.changed().await.ok()?;
+            let now = fleet.borrow_and_update().clone();
+            let mut routes: BTreeSet<(String, String)> = before
+                .left_out
+                .iter()
+                .chain(&now.left_out)
+                .filter(|p| !(before.left_out.contains(p) && now.left_out.contains(p)))
+                .filter_map(|p| p.virtual_host.split_once('/'))
+                .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
+                .collect();
+            if before.rejections != now.rejections {
+                routes.extend(
+                    attempts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .keys()
+                        .cloned(),
+                );
+            }
+            let refs: Vec<ObjectRef<TrafficRoute>> = routes
+                .into_iter()
+                .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+                .collect();
+            Some((futures::stream::iter(refs), (fleet, now)))
+        }
+    })
     .flatten()
 }
 

@@ -12,6 +12,7 @@ pub mod prober;
 pub mod proxy_status;
 pub mod serving;
 pub mod standalone;
+pub mod xds_tls;
 
 // The Kubernetes-free core: model, translator, xDS server (crate switchyard-core).
 pub use switchyard_core::{duration, hash, metrics, model, translate, xds};

@@ -12,6 +12,7 @@ use tracing_subscriber::EnvFilter;
 use switchyard::admin::Admin;
 use switchyard::gateway;
 use switchyard::k8s::address_map::AddressMap;
+use switchyard::xds_tls::{ReloadingTls, TlsFiles};
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
@@ -357,13 +358,14 @@ struct ServeArgs {
     )]
     admin_address: SocketAddr,
     /// Serve xDS over TLS with this certificate (PEM). With --xds-tls-key and
-    /// --xds-client-ca; read once at startup (restart to rotate).
+    /// --xds-client-ca; read again when they change (new connections use the new files,
+    /// open streams keep theirs).
     #[arg(long, env = "SWITCHYARD_XDS_TLS_CERT", value_name = "PEM")]
     xds_tls_cert: Option<PathBuf>,
     /// The private key of --xds-tls-cert (PEM).
     #[arg(long, env = "SWITCHYARD_XDS_TLS_KEY", value_name = "PEM")]
     xds_tls_key: Option<PathBuf>,
-    /// Accept only Envoys whose client certificate this CA signed (PEM).
+    /// Accept only Envoys whose client certificate one of these CAs signed (PEM bundle).
     #[arg(long, env = "SWITCHYARD_XDS_CLIENT_CA", value_name = "PEM")]
     xds_client_ca: Option<PathBuf>,
     /// Secret that probe requests must carry. Every replica must use the same one.
@@ -804,29 +806,39 @@ async fn serve(
     } else {
         Ordering::MakeBeforeBreak
     };
-    let ads = AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
     let admin = Admin {
-        desired,
-        nodes,
+        desired: desired.clone(),
+        nodes: nodes.clone(),
         registry: Arc::new(registry),
     };
-    let tls = xds_tls(&args)?;
+    let tls = match xds_tls_files(&args)? {
+        Some(files) => Some(
+            ReloadingTls::load(files).context("the xDS TLS certificate, key or client CA")?,
+        ),
+        None => None,
+    };
     info!(
         xds = %args.xds_address,
         admin = %args.admin_address,
         xds_tls = if tls.is_some() { "mutual TLS" } else { "plaintext" },
         "starting"
     );
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server
-            .tls_config(tls)
-            .context("the xDS TLS certificate, key or client CA")?;
-    }
-    let xds = server
+    let reload_failures = metrics.xds_tls_reload_failures.clone();
+    let ads = AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .add_service(ads.into_service())
-        .serve(args.xds_address);
+        .add_service(ads.into_service());
+    let xds = async {
+        match tls {
+            Some(tls) => {
+                let incoming = tls.incoming(args.xds_address).await?;
+                tokio::spawn(tls.keep_reloading(reload_failures));
+                router.serve_with_incoming(incoming).await?;
+            }
+            None => router.serve(args.xds_address).await?,
+        }
+        anyhow::Ok(())
+    };
     tokio::select! {
         result = xds => result.with_context(|| format!("xDS server on {}", args.xds_address)),
         result = admin.serve(args.admin_address) => result,
@@ -837,28 +849,22 @@ async fn serve(
     }
 }
 
-/// The ADS server's TLS: its certificate and key, and a client certificate signed by the
-/// client CA required of every Envoy. None without the flags (plaintext). The files are
-/// read once: rotating them takes a restart.
-fn xds_tls(args: &ServeArgs) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
-    let (cert, key, ca) = match (&args.xds_tls_cert, &args.xds_tls_key, &args.xds_client_ca) {
-        (None, None, None) => return Ok(None),
-        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
+/// The ADS server's TLS files: its certificate and key, and the client CA whose signature
+/// every Envoy's certificate must bear. None without the flags (plaintext). Read again
+/// whenever they change (see [`switchyard::xds_tls`]).
+fn xds_tls_files(args: &ServeArgs) -> anyhow::Result<Option<TlsFiles>> {
+    match (&args.xds_tls_cert, &args.xds_tls_key, &args.xds_client_ca) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), Some(ca)) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: ca.clone(),
+        })),
         _ => anyhow::bail!(
             "--xds-tls-cert, --xds-tls-key and --xds-client-ca go together: \
              Switchyard serves xDS with mutual TLS or not at all"
         ),
-    };
-    let read =
-        |path: &PathBuf| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
-    let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
-    let client_ca = tonic::transport::Certificate::from_pem(read(ca)?);
-    Ok(Some(
-        tonic::transport::ServerTlsConfig::new()
-            .identity(identity)
-            .client_ca_root(client_ca)
-            .timeout(Duration::from_secs(10)),
-    ))
+    }
 }
 
 async fn shutdown_signal() {

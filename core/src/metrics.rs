@@ -36,6 +36,7 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     pub snapshot_resources: Family<TypeLabel, Gauge>,
     pub config_errors: Counter,
+    pub xds_tls_reload_failures: Counter,
     pub trials_left_out: Gauge,
     pub fleet_envoys_rejecting: Gauge,
     pub fleet_routes_refused: Gauge,
@@ -55,6 +56,7 @@ impl Metrics {
             snapshot_build_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
             snapshot_resources: Family::default(),
             config_errors: Counter::default(),
+            xds_tls_reload_failures: Counter::default(),
             trials_left_out: Gauge::default(),
             fleet_envoys_rejecting: Gauge::default(),
             fleet_routes_refused: Gauge::default(),
@@ -96,6 +98,11 @@ impl Metrics {
             "config_errors",
             "Configuration loads or translations that reported a problem",
             metrics.config_errors.clone(),
+        );
+        r.register(
+            "xds_tls_reload_failures",
+            "Changes of the xDS TLS files that did not load (the last good ones stay in use)",
+            metrics.xds_tls_reload_failures.clone(),
         );
         r.register(
             "trials_left_out",

@@ -12,7 +12,6 @@ use tracing_subscriber::EnvFilter;
 use switchyard::admin::Admin;
 use switchyard::gateway;
 use switchyard::k8s::address_map::AddressMap;
-use switchyard::xds_tls::{ReloadingTls, TlsFiles};
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
@@ -27,6 +26,7 @@ use switchyard::prober::Prober;
 use switchyard::serving::Serving;
 use switchyard::standalone;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering, Protocol};
+use switchyard::xds_tls::{ReloadingTls, TlsFiles};
 
 #[derive(Parser)]
 #[command(
@@ -812,9 +812,9 @@ async fn serve(
         registry: Arc::new(registry),
     };
     let tls = match xds_tls_files(&args)? {
-        Some(files) => Some(
-            ReloadingTls::load(files).context("the xDS TLS certificate, key or client CA")?,
-        ),
+        Some(files) => {
+            Some(ReloadingTls::load(files).context("the xDS TLS certificate, key or client CA")?)
+        }
         None => None,
     };
     info!(

@@ -63,7 +63,8 @@ fn server_config(files: &TlsFiles, [cert, key, ca]: &Contents) -> anyhow::Result
         .with_context(|| format!("{}: no PEM private key", files.key.display()))?;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(ca) {
-        let ca = ca.with_context(|| format!("{}: not PEM certificates", files.client_ca.display()))?;
+        let ca =
+            ca.with_context(|| format!("{}: not PEM certificates", files.client_ca.display()))?;
         roots
             .add(ca)
             .with_context(|| format!("{}: a CA that cannot be used", files.client_ca.display()))?;
@@ -163,8 +164,7 @@ impl ReloadingTls {
     pub async fn incoming(
         &self,
         address: SocketAddr,
-    ) -> anyhow::Result<impl futures::Stream<Item = io::Result<TlsStream<TcpStream>>> + use<>>
-    {
+    ) -> anyhow::Result<impl futures::Stream<Item = io::Result<TlsStream<TcpStream>>> + use<>> {
         let listener = TcpListener::bind(address)
             .await
             .with_context(|| format!("binding the xDS address {address}"))?;

@@ -36,7 +36,7 @@ use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
 use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
-use super::snapshot::{ResourceType, Snapshot, short_type};
+use super::snapshot::{CLUSTER, ResourceType, Snapshot, short_type};
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -278,6 +278,15 @@ impl Session {
         // planning now would run every step for nobody (nothing subscribed, nothing to
         // wait for) and release listeners before this stream's clusters were ACKed.
         if !self.types.values().any(|t| t.requested) {
+            return out;
+        }
+        // Nor can routes go out before this stream has asked for the clusters they send
+        // to: the make step would pass for want of a subscription, and the routes would
+        // name clusters the Envoy does not hold (Envoy asks for clusters first; a client
+        // that asks for routes first waits for its own cluster request). Found by fuzzing.
+        if desired.resources(CLUSTER).is_some()
+            && !self.types.get(CLUSTER).is_some_and(|t| t.requested)
+        {
             return out;
         }
         // Each pass either sends something (and waits for ACKs) or completes a step whose

@@ -173,6 +173,22 @@ mod tests {
         (s, nonces)
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/xds_session.rs): a stream whose first request
+    /// was for routes got them at once, naming clusters it had never been sent.
+    #[test]
+    fn routes_wait_until_the_stream_asks_for_clusters() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        assert!(
+            s.on_sotw_request(sotw(ROUTE, &["switchyard"], ""), now)
+                .is_empty()
+        );
+        assert!(s.set_desired(switch_to("a"), now).is_empty(), "no routes yet");
+        let out = s.on_sotw_request(sotw(CLUSTER, &[], ""), now);
+        let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
+        assert_eq!(kinds, ["Cluster"], "clusters first");
+    }
+
     #[test]
     fn a_subscription_to_every_name_of_the_view_shares_the_view() {
         let (s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);

@@ -54,7 +54,15 @@ pub fn validate_virtual_host(vh: &model::VirtualHost, inputs: &Inputs<'_>) -> Ve
             }
         }
     }
-    for (i, route) in vh.routes.iter().enumerate() {
+    errors.extend(validate_routes(&vh.routes, inputs));
+    errors
+}
+
+/// Every reason why these routes cannot be served, each labeled with its route: a virtual
+/// host's, or the routes on trial of a version probe.
+pub fn validate_routes(routes: &[model::Route], inputs: &Inputs<'_>) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (i, route) in routes.iter().enumerate() {
         let label = if route.name.is_empty() {
             format!("route #{}", i + 1)
         } else {
@@ -217,7 +225,12 @@ fn redirect_errors(redirect: &model::Redirect) -> Vec<String> {
 
 /// The clusters a (valid) virtual host routes to.
 pub fn referenced_clusters(vh: &model::VirtualHost) -> impl Iterator<Item = &str> {
-    vh.routes.iter().flat_map(|r| match &r.action {
+    routed_clusters(&vh.routes)
+}
+
+/// The clusters these routes send to.
+pub fn routed_clusters(routes: &[model::Route]) -> impl Iterator<Item = &str> {
+    routes.iter().flat_map(|r| match &r.action {
         model::RouteAction::Forward(f) => f.backends.iter().map(|b| b.cluster.as_str()).collect(),
         model::RouteAction::RedirectHttps
         | model::RouteAction::Redirect(_)

@@ -449,6 +449,52 @@ fn bad_endpoints_are_reported_per_cluster() {
     );
 }
 
+/// Found by fuzzing (fuzz/fuzz_targets/proxy_config.rs): a probe whose routes on trial
+/// named a cluster the model lacks was served, routing to nothing. It is left out, says
+/// why, and comes back (incrementally too) once the cluster does, which its routes on
+/// trial then keep served (a use, like a virtual host's), endpoint probe or not.
+#[test]
+fn routes_on_trial_are_served_only_with_their_clusters() {
+    let mut c = config();
+    c.clusters = vec![cluster("a")];
+    c.version_probes = vec![model::VersionProbe {
+        id: "ns/a".into(),
+        version: "1".into(),
+        routes: vec![forward_to("b")],
+        ..Default::default()
+    }];
+    let t = translate_ok(&c);
+    let probe_vhost = format!("{VERSION_PROBE_VHOST_PREFIX}ns/a");
+    assert!(
+        !vhost_names(&t).contains(&probe_vhost),
+        "{:?}",
+        vhost_names(&t)
+    );
+    assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+    assert_eq!(t.problems[0].virtual_host, "version-probe/ns/a");
+    assert!(
+        t.problems[0].message.contains("route on trial"),
+        "{}",
+        t.problems[0].message
+    );
+
+    let mut translator = Translator::new();
+    translator.update(&c);
+    c.clusters.push(cluster("b"));
+    let incremental = translator.update(&c);
+    check_consistency(&incremental.snapshot).unwrap();
+    assert!(vhost_names(&incremental).contains(&probe_vhost));
+    assert!(
+        incremental.problems.is_empty(),
+        "{:?}",
+        incremental.problems
+    );
+    assert_eq!(
+        incremental.snapshot.version(),
+        translate(&c).snapshot.version()
+    );
+}
+
 #[test]
 fn an_invalid_probe_token_disables_probes_only() {
     let mut c = config();

@@ -181,6 +181,9 @@ pub struct Translator {
     route_entries: BTreeMap<EntryKey, Vec<u8>>,
     /// The route configuration each placed version probe is in, by id.
     probe_entries: HashMap<String, String>,
+    /// Version probe id → the clusters its served routes on trial send to: uses of them,
+    /// like a virtual host's.
+    probe_cluster_uses: HashMap<String, Vec<String>>,
     /// Problems by what they are about; flattened and sorted into each translation.
     problems: BTreeMap<String, Vec<Problem>>,
     /// Names defined more than once (see [`Translator::update`]).
@@ -233,6 +236,7 @@ impl Translator {
             tls_hosts: BTreeMap::new(),
             route_entries: BTreeMap::new(),
             probe_entries: HashMap::new(),
+            probe_cluster_uses: HashMap::new(),
             problems: BTreeMap::new(),
             duplicate_problems: Vec::new(),
             duplicate_probe_problems: Vec::new(),
@@ -362,10 +366,12 @@ impl Translator {
             );
             out.listeners_changed = true;
         }
+        let mut usable_changed_clusters: HashSet<String> = HashSet::new();
         for edit in changes.clusters {
             let (name, usable_changed) = self.edit_cluster(edit);
             // Virtual hosts and probes only care whether the cluster can be used.
             if usable_changed {
+                usable_changed_clusters.insert(name.clone());
                 dirty_hosts.extend(
                     self.hosts_by_cluster
                         .get(&name)
@@ -379,6 +385,19 @@ impl Translator {
                     .any(|p| p.clusters.contains_key(&name));
             }
             dirty_clusters.insert(name);
+        }
+        // Routes on trial are served only while their clusters can be (one pass over the
+        // probes, not one per cluster).
+        if !usable_changed_clusters.is_empty() {
+            dirty_version_probes.extend(
+                self.version_probes
+                    .values()
+                    .filter(|p| {
+                        route::routed_clusters(&p.routes)
+                            .any(|c| usable_changed_clusters.contains(c))
+                    })
+                    .map(|p| p.id.clone()),
+            );
         }
         for edit in changes.secrets {
             let (name, usable_changed) = self.edit_secret(edit);
@@ -690,6 +709,7 @@ impl Translator {
         if let Some(p) = self.version_probes.get(id).filter(|_| self.token_ok) {
             let mut problems = Vec::new();
             let listener = p.listener.as_ref();
+            let trial_errors = route::validate_routes(&p.routes, &self.inputs());
             if let Some(l) = listener.filter(|l| !self.served_gateway_listeners.contains_key(*l)) {
                 problems.push(Problem::new(
                     format!("version-probe/{id}"),
@@ -699,6 +719,16 @@ impl Translator {
             } else if probe::select_version_probes(std::slice::from_ref(p), &mut problems)
                 .is_empty()
             {
+                self.problems.insert(key(VERSION_PROBE, id), problems);
+            } else if !trial_errors.is_empty() {
+                // Routes on trial are served only as they would be live: a ProxyConfig
+                // written by hand (or by another version) may name clusters it lacks.
+                problems.extend(trial_errors.into_iter().map(|e| {
+                    Problem::new(
+                        format!("version-probe/{id}"),
+                        format!("route on trial: {e}"),
+                    )
+                }));
                 self.problems.insert(key(VERSION_PROBE, id), problems);
             } else {
                 let vhost = probe::version_probe_virtual_host(p, &self.listeners.probe_token);
@@ -1070,11 +1100,42 @@ impl Translator {
                 );
             }
         }
+        let mut trial_clusters: Vec<String> = Vec::new();
         if entry.is_some() {
             self.probe_entries
                 .insert(id.to_owned(), route_config.clone());
+            if let Some(p) = self.version_probes.get(id) {
+                trial_clusters = route::routed_clusters(&p.routes)
+                    .map(str::to_owned)
+                    .collect();
+                trial_clusters.sort();
+                trial_clusters.dedup();
+            }
         }
+        self.set_probe_cluster_uses(id, trial_clusters, out);
         self.set_entry((route_config, name, EntryKind::Probe), entry, out);
+    }
+
+    /// The clusters a version probe's routes on trial use: served while it is.
+    fn set_probe_cluster_uses(&mut self, id: &str, clusters: Vec<String>, out: &mut Output) {
+        let old = self.probe_cluster_uses.remove(id).unwrap_or_default();
+        if old == clusters {
+            if !clusters.is_empty() {
+                self.probe_cluster_uses.insert(id.to_owned(), clusters);
+            }
+            return;
+        }
+        for c in old {
+            decrement(&mut self.cluster_uses, &c);
+            out.touched_clusters.insert(c);
+        }
+        for c in &clusters {
+            *self.cluster_uses.entry(c.clone()).or_default() += 1;
+            out.touched_clusters.insert(c.clone());
+        }
+        if !clusters.is_empty() {
+            self.probe_cluster_uses.insert(id.to_owned(), clusters);
+        }
     }
 
     /// Endpoint probes are few: all of them are selected again when any of their inputs

@@ -183,7 +183,10 @@ mod tests {
             s.on_sotw_request(sotw(ROUTE, &["switchyard"], ""), now)
                 .is_empty()
         );
-        assert!(s.set_desired(switch_to("a"), now).is_empty(), "no routes yet");
+        assert!(
+            s.set_desired(switch_to("a"), now).is_empty(),
+            "no routes yet"
+        );
         let out = s.on_sotw_request(sotw(CLUSTER, &[], ""), now);
         let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
         assert_eq!(kinds, ["Cluster"], "clusters first");

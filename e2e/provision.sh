@@ -25,7 +25,8 @@ paths are symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
                 argocd-health (Argo CD's Lua health code, from
                 e2e/argocd-health), gateway-api (the Gateway API CRDs, from
                 its Go module), kopium (the generator of the Gateway API
-                types, from crates.io), gateway-conformance (the Gateway API
+                types, from crates.io), cargo-fuzz (from crates.io, for
+                e2e/fuzz.sh), gateway-conformance (the Gateway API
                 conformance suite, its echo backend and CoreDNS, from
                 e2e/conformance), kube-apiserver (all five Kubernetes
                 binaries), or all
@@ -42,6 +43,7 @@ Environment:
   GATEWAY_API_VERSION    sigs.k8s.io/gateway-api module version (must match
                          the generated types in src/gateway/api)
   KOPIUM_VERSION         kopium crate version
+  CARGO_FUZZ_VERSION     cargo-fuzz crate version
                          (the three Go tool versions also accept "latest")
   KUBEBUILDER_ASSETS     folder with prebuilt kube-apiserver and etcd: used
                          instead of building them
@@ -64,9 +66,10 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # The Gateway API release Switchyard's types are generated from (src/gateway/api).
 GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.5.1}"
 KOPIUM_VERSION="${KOPIUM_VERSION:-0.24.1}"
+CARGO_FUZZ_VERSION="${CARGO_FUZZ_VERSION:-0.13.2}"
 PYTHON="${PYTHON:-python3}"
 NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
-ALL_TOOLS=(envoy kubectl node-packages gateway-api etcd helm coredns argocd-health kopium gateway-conformance kube-apiserver) # quick ones first
+ALL_TOOLS=(envoy kubectl node-packages gateway-api etcd helm coredns argocd-health kopium cargo-fuzz gateway-conformance kube-apiserver) # quick ones first
 # Sources in the repository that a tool is built from (argocd-health).
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 
@@ -827,6 +830,36 @@ provision_kopium() {
 	STATUS=built
 }
 
+# cargo-fuzz, which builds and runs the fuzz targets in fuzz/ (e2e/fuzz.sh), on stable
+# Rust with --sanitizer none. Built from crates.io with cargo.
+provision_cargo_fuzz() {
+	local v="$CARGO_FUZZ_VERSION" dest tmp
+	TOOL_VERSION="$v"
+	dest="$CACHE/cargo-fuzz-$v"
+	if ((!FORCE)) && run_ok "$dest/bin/cargo-fuzz" --version; then
+		link_bin cargo-fuzz "cargo-fuzz-$v/bin/cargo-fuzz"
+		STATUS=cached
+		return 0
+	fi
+	command -v cargo >/dev/null 2>&1 ||
+		die "cargo is needed to build cargo-fuzz but was not found on PATH." \
+			"Provide it: install Rust (stable) with rustup."
+	new_tmp cargo-fuzz
+	tmp="$NEW_TMP"
+	log "cargo-fuzz $v: building from crates.io (log: $LOGS/cargo-fuzz-$v.log)"
+	if ! nice -n "$NICE_LEVEL" cargo install cargo-fuzz --version "=$v" --locked --root "$tmp/out" \
+		--target-dir "$tmp/target" >"$LOGS/cargo-fuzz-$v.log" 2>&1; then
+		show_log_tail "$LOGS/cargo-fuzz-$v.log"
+		die "cargo install cargo-fuzz $v failed (full log: $LOGS/cargo-fuzz-$v.log)." \
+			"Check that crates.io is reachable, or pick another version via CARGO_FUZZ_VERSION."
+	fi
+	rm -rf "$tmp/target"
+	run_ok "$tmp/out/bin/cargo-fuzz" --version || die "the freshly built cargo-fuzz does not run"
+	commit_dir "$tmp/out" "$dest"
+	link_bin cargo-fuzz "cargo-fuzz-$v/bin/cargo-fuzz"
+	STATUS=built
+}
+
 write_env() {
 	local tmpf="$BIN/.env.sh.tmp" t var
 	{
@@ -867,6 +900,7 @@ for tool in "${SELECTED[@]}"; do
 	argocd-health) provision_argocd_health ;;
 	gateway-api) provision_gateway_api ;;
 	kopium) provision_kopium ;;
+	cargo-fuzz) provision_cargo_fuzz ;;
 	gateway-conformance) provision_gateway_conformance ;;
 	esac
 	took=$((SECONDS - start))

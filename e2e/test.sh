@@ -25,6 +25,10 @@ cargo fmt --all -- --check
 
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The fuzz targets are a workspace of their own (cargo-fuzz builds them apart); linted
+# against the project's build directory, whose dependencies they share.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo clippy --manifest-path fuzz/Cargo.toml --target-dir target --all-targets --locked -- -D warnings
 
 step "the core crate knows no Kubernetes"
 # The dependency direction, compiled in: model, translator and xDS server (core/) must not
@@ -38,3 +42,8 @@ step "cargo test"
 # Integration tests run real Envoys and bounded load; two at a time keeps a
 # 2-core machine honest.
 cargo test --workspace --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-2}"
+
+step "fuzzing: every target of fuzz/ for ${SWITCHYARD_FUZZ_SECONDS:-45} s"
+# The standalone file parser, TrafficRoute and ProxyConfig specs into the model, and xDS
+# request sequences into the session state machine (fuzz/README.md).
+e2e/fuzz.sh

@@ -80,34 +80,13 @@ fn load_paths(dir: &Path, paths: &[PathBuf]) -> Result<Loaded, LoadError> {
         let path = path.to_path_buf();
         move |source| LoadError::Io { path, source }
     };
-    let schema = schemars::schema_for!(File);
     let mut merged = File::default();
     let mut contents = Vec::new();
     let mut seen_routes = BTreeSet::new();
     let mut seen_services = BTreeSet::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(io(path))?;
-        let part: File = if text.trim().is_empty() {
-            File::default()
-        } else {
-            serde_saphyr::from_str(&text).map_err(|e| {
-                let location = e.location();
-                LoadError::Parse {
-                    path: path.clone(),
-                    line: location.map_or(0, |l| l.line()),
-                    column: location.map_or(0, |l| l.column()),
-                    message: first_line(&e.to_string()),
-                }
-            })?
-        };
-        if let Some(unknown) = unknown_fields::first_unknown(&text, &schema) {
-            return Err(LoadError::Parse {
-                path: path.clone(),
-                line: unknown.line,
-                column: unknown.column,
-                message: format!("unknown field {}", unknown.path),
-            });
-        }
+        let part = parse(path, &text)?;
         for route in &part.routes {
             if !seen_routes.insert((route.namespace.clone(), route.name.clone())) {
                 return Err(invalid(
@@ -162,6 +141,34 @@ fn load_paths(dir: &Path, paths: &[PathBuf]) -> Result<Loaded, LoadError> {
         secrets,
         fingerprint: hash::digest_of_versions(contents),
     })
+}
+
+/// One file's text, read as the format. `path` only names it in errors. Pure, so that it can be fuzzed.
+pub fn parse(path: &Path, text: &str) -> Result<File, LoadError> {
+    if text.trim().is_empty() {
+        return Ok(File::default());
+    }
+    let part: File = serde_saphyr::from_str(text).map_err(|e| {
+        let location = e.location();
+        LoadError::Parse {
+            path: path.to_path_buf(),
+            line: location.map_or(0, |l| l.line()),
+            column: location.map_or(0, |l| l.column()),
+            message: first_line(&e.to_string()),
+        }
+    })?;
+    // The schema is made once: the watcher parses every file each time it looks.
+    static SCHEMA: std::sync::LazyLock<schemars::Schema> =
+        std::sync::LazyLock::new(|| schemars::schema_for!(File));
+    if let Some(unknown) = unknown_fields::first_unknown(text, &SCHEMA) {
+        return Err(LoadError::Parse {
+            path: path.to_path_buf(),
+            line: unknown.line,
+            column: unknown.column,
+            message: format!("unknown field {}", unknown.path),
+        });
+    }
+    Ok(part)
 }
 
 fn invalid(path: &Path, message: String) -> LoadError {

@@ -140,7 +140,8 @@ impl<'a> Pass<'a> {
 
     async fn stage(&mut self, spec: ProxyConfigSpec) -> Result<Next, Error> {
         let probe_name = probe_name(&self.name);
-        match apply(self.ctx, self.route, &probe_name, spec, None).await {
+        let current = self.probe.as_ref();
+        match apply(self.ctx, self.route, &probe_name, spec, None, current).await {
             Ok(pc) => self.probe = Some(pc),
             Err(error) => return self.refused(error).await,
         }
@@ -184,7 +185,8 @@ impl<'a> Pass<'a> {
             _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
         };
         let live_name = live_name(&self.name);
-        match apply(self.ctx, self.route, &live_name, spec, promoted_at).await {
+        let current = self.live.as_ref();
+        match apply(self.ctx, self.route, &live_name, spec, promoted_at, current).await {
             Ok(pc) => self.live = Some(pc),
             Err(error) => return self.refused(error).await,
         }
@@ -227,7 +229,11 @@ impl<'a> Pass<'a> {
         }
         let api: Api<ProxyConfig> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         let probe_name = probe_name(&self.name);
-        let deleted = api.delete(&probe_name, &DeleteParams::default()).await;
+        let params = DeleteParams {
+            preconditions: self.probe.as_ref().map(unchanged_since),
+            ..DeleteParams::default()
+        };
+        let deleted = api.delete(&probe_name, &params).await;
         if let Err(e) = deleted
             && !matches!(&e, kube::Error::Api(s) if s.code == 404)
         {
@@ -269,17 +275,31 @@ pub(crate) fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
     Duration::try_from(ago).ok()
 }
 
-/// Server-side applies a ProxyConfig owned by the route.
+/// Preconditions of a write that holds only if `pc` is still as this pass read (or last
+/// wrote) it: a leader that lost its lease without knowing, or any other writer that got
+/// there first, makes the API server refuse it (409), and the next pass reads afresh.
+pub(super) fn unchanged_since(pc: &ProxyConfig) -> kube::api::Preconditions {
+    kube::api::Preconditions {
+        uid: pc.uid(),
+        resource_version: pc.resource_version(),
+    }
+}
+
+/// Server-side applies a ProxyConfig owned by the route; conditional on `current`, the
+/// object as this pass read or wrote it (none: it did not exist).
 pub(super) async fn apply(
     ctx: &Context,
     route: &TrafficRoute,
     name: &str,
     spec: ProxyConfigSpec,
     promoted_at: Option<String>,
+    current: Option<&ProxyConfig>,
 ) -> Result<ProxyConfig, Error> {
     let namespace = route.namespace().unwrap_or_default();
     let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut pc = ProxyConfig::new(name, spec);
+    // An apply carrying a resourceVersion is refused if the object moved on since.
+    pc.metadata.resource_version = current.and_then(|c| c.resource_version());
     pc.metadata.owner_references = route.controller_owner_ref(&()).map(|o| vec![o]);
     pc.metadata.labels = Some([("switchyard.dev/route".to_string(), route.name_any())].into());
     pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_string(), at)].into());
@@ -427,5 +447,20 @@ pub(super) async fn publish(
     };
     if let Err(error) = ctx.recorder.publish(&event, &route.object_ref(&())).await {
         warn!(%error, "cannot record an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_holds_only_while_the_object_is_as_read() {
+        let mut pc = ProxyConfig::new("web-probe", ProxyConfigSpec::default());
+        pc.metadata.uid = Some("u-1".into());
+        pc.metadata.resource_version = Some("41".into());
+        let pre = unchanged_since(&pc);
+        assert_eq!(pre.uid.as_deref(), Some("u-1"));
+        assert_eq!(pre.resource_version.as_deref(), Some("41"));
     }
 }

@@ -51,11 +51,10 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
                 continue;
             }
             let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+            // Only as this replica saw it: a ProxyConfig rewritten since (by a route
+            // that came back) is the next look's business.
             let params = DeleteParams {
-                preconditions: pc.uid().map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
+                preconditions: Some(super::reconcile::unchanged_since(&pc)),
                 ..DeleteParams::default()
             };
             match api.delete(&pc.name_any(), &params).await {

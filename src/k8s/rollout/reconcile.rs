@@ -456,7 +456,11 @@ mod tests {
 
     #[test]
     fn a_write_holds_only_while_the_object_is_as_read() {
-        let mut pc = ProxyConfig::new("web-probe", ProxyConfigSpec::default());
+        let spec: ProxyConfigSpec = serde_json::from_value(serde_json::json!({
+            "role": "probe", "route": "web", "generation": 1, "version": "p1", "clusters": [],
+        }))
+        .expect("spec");
+        let mut pc = ProxyConfig::new("web-probe", spec);
         pc.metadata.uid = Some("u-1".into());
         pc.metadata.resource_version = Some("41".into());
         let pre = unchanged_since(&pc);

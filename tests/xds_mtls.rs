@@ -67,6 +67,17 @@ impl Rig {
         }
     }
 
+    /// Routes web.test to `backend` (named `service`) from now on.
+    fn route_to(&self, service: &str, backend: &Backend) {
+        write_route(
+            &self.config,
+            "web.test",
+            self.http_port,
+            self.probe_port,
+            &[(service, backend)],
+        );
+    }
+
     /// Client certificate and key from `dir`, and this rig's CA to trust the server with.
     fn client_tls(&self, dir: &Path) -> XdsTls {
         XdsTls {
@@ -204,13 +215,7 @@ async fn envoy_with_the_client_certificate_is_served() {
     );
     // And it keeps following changes.
     let other = Backend::start("other", ip).await;
-    write_route(
-        &rig.config,
-        "web.test",
-        rig.http_port,
-        rig.probe_port,
-        &[("other", &other)],
-    );
+    rig.route_to("other", &other);
     let started = Instant::now();
     while !matches!(get(&url, "web.test").await, Ok((200, body)) if body == "other") {
         assert!(
@@ -502,13 +507,7 @@ async fn certificates_rotated_under_load_are_taken_up_without_a_restart() {
         "the xDS stream from before the rotation: {nodes:#}"
     );
     let other = Backend::start("other", ip).await;
-    write_route(
-        &rig.config,
-        "web.test",
-        rig.http_port,
-        rig.probe_port,
-        &[("other", &other)],
-    );
+    rig.route_to("other", &other);
     eventually(
         "the change after the rotation reaches both Envoys",
         || async {

@@ -42,13 +42,14 @@ impl Context {
             .filter(|p| concerns(p) && !from_an_envoy(p))
             .map(|p| format!("left out: {}", p.message))
             .collect();
-        out.extend(
-            fleet
-                .left_out
-                .iter()
-                .filter(|p| concerns(p))
-                .map(|p| p.message.clone()),
-        );
+        out.extend(fleet.left_out.iter().filter(|p| concerns(p)).map(|p| {
+            // Envoy's own words stand as they are (they become the Ready reason).
+            if p.message.starts_with("Envoy ") {
+                p.message.clone()
+            } else {
+                format!("left out: {}", p.message)
+            }
+        }));
         for nack in &fleet.rejections {
             if nack.kind != ROUTE_CONFIGURATION {
                 out.push(format!(

@@ -38,10 +38,12 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 const LEASE_SECONDS: i32 = 30;
 /// Changes arriving within this interval are written together.
 const DEBOUNCE: Duration = Duration::from_millis(100);
-/// Bounds that keep a report well inside an annotation's size limit (256 KiB for all).
+/// Bounds that keep a report well inside an annotation's size limit (256 KiB for all);
+/// past MAX_ENVOYS, an Envoy that moved may be told by two replicas for a while.
 const MAX_REJECTIONS: usize = 100;
 const MAX_LEFT_OUT: usize = 300;
 const MAX_MESSAGE: usize = 512;
+const MAX_ENVOYS: usize = 4000;
 
 /// One replica's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +101,7 @@ impl Report {
         left_out.dedup();
         left_out.truncate(MAX_LEFT_OUT);
         Report {
-            envoys: envoys.connected(),
+            envoys: envoys.connected().into_iter().take(MAX_ENVOYS).collect(),
             rejections,
             left_out,
         }
@@ -373,6 +375,8 @@ pub async fn keep_fleet_view(
             changed = problems.changed() => if changed.is_err() { return },
             () = view.closed() => return,
         }
+        // Envoys answer many times a second in a busy fleet: one look per DEBOUNCE.
+        tokio::time::sleep(DEBOUNCE).await;
     }
 }
 

@@ -21,7 +21,7 @@ use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
 use switchyard::k8s::rollout;
 use switchyard::metrics::Metrics;
-use switchyard::model::ListenerSettings;
+use switchyard::model::{AccessLog, ListenerSettings};
 use switchyard::prober::Prober;
 use switchyard::serving::Serving;
 use switchyard::standalone;
@@ -252,6 +252,24 @@ struct ListenerArgs {
     /// Internal port for readiness probes; the public Service must not expose it.
     #[arg(long, env = "SWITCHYARD_PROBE_PORT", default_value_t = 8090)]
     probe_port: u16,
+    /// Envoy's access log of the public listeners, to its stdout: json (one object a
+    /// line), text (Envoy's default line) or off.
+    #[arg(long, env = "SWITCHYARD_ACCESS_LOG", default_value = "json", value_parser = ["json", "text", "off"])]
+    access_log: String,
+    /// Of every 100 requests, how many the access log records.
+    #[arg(long, env = "SWITCHYARD_ACCESS_LOG_SAMPLE_PERCENT", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    access_log_sample_percent: u32,
+}
+
+impl ListenerArgs {
+    fn access_log(&self) -> AccessLog {
+        AccessLog {
+            // clap admits only the names format_named knows.
+            format: AccessLog::format_named(&self.access_log).unwrap_or_default(),
+            sample_percent: self.access_log_sample_percent,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -603,6 +621,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         address_map: args.endpoint_address_map,
         hold: args.hold,
         listeners: ListenerSettings {
+            access_log: args.listeners.access_log(),
             address: args.listeners.listen_address.clone(),
             http_port: args.listeners.http_port,
             https_port: args.listeners.https_port,

@@ -484,3 +484,162 @@ async fn standalone_certificate_files_renewed_under_https_load_drop_nothing() {
         "every certificate was served"
     );
 }
+
+/// The route file of the access log tests: web.test to `backend`, the access log as
+/// `access_log` says (YAML flow mapping; empty for the default).
+fn access_log_route(rig: &Rig, backend: &Backend, access_log: &str) {
+    let log = if access_log.is_empty() {
+        String::new()
+    } else {
+        format!(", accessLog: {access_log}")
+    };
+    let yaml = format!(
+        "listeners: {{ httpPort: {}, probePort: {}{log} }}\n\
+         routes:\n- name: web\n  spec:\n    hosts: [web.test]\n    rules:\n    - name: all\n      backends: [ {{ service: web, port: {port} }} ]\n\
+         services:\n- name: web\n  endpoints: [ {{ address: \"{ip}\", port: {port} }} ]\n",
+        rig.http_port,
+        rig.probe_port,
+        ip = backend.address.ip(),
+        port = backend.address.port(),
+    );
+    let tmp = rig.config.join(".routes.yaml.tmp");
+    std::fs::write(&tmp, yaml).expect("write config");
+    std::fs::rename(&tmp, rig.config.join("routes.yaml")).expect("rename");
+}
+
+/// Envoy's JSON access log lines (stdout is in its process log) for requests to `path`.
+fn access_log_lines(envoy: &Envoy, path: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&envoy.process.log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["path"] == path)
+        .collect()
+}
+
+/// By default every request through a public listener is logged to Envoy's stdout as one
+/// JSON object with the fields operators look for; the prober's requests are not.
+#[tokio::test]
+async fn requests_are_logged_as_json_by_default() {
+    let ip = "127.0.0.77";
+    let backend = Backend::start("web", ip).await;
+    let rig = Rig::new();
+    access_log_route(&rig, &backend, "");
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let envoy = Envoy::start(
+        &rig.work,
+        "envoy-log",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    let url = format!("http://{ip}:{}/logged", rig.http_port);
+    wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
+    let started = std::time::Instant::now();
+    let line = loop {
+        // Envoy flushes its access log about every second.
+        if let Some(line) = access_log_lines(&envoy, "/logged").pop() {
+            break line;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no access log line:\n{}",
+            envoy.process.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("access log line: {line}");
+    assert_eq!(line["method"], "GET");
+    assert_eq!(line["authority"], "web.test");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["response_flags"], "-");
+    assert_eq!(line["route_name"], "all");
+    assert!(
+        line["upstream_cluster"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("default/web/")),
+        "{line}"
+    );
+    assert_eq!(line["upstream_host"], backend.address.to_string());
+    for field in [
+        "start_time",
+        "request_id",
+        "duration_ms",
+        "protocol",
+        "bytes_sent",
+    ] {
+        assert!(
+            !line[field].is_null() && line[field] != "-",
+            "{field}: {line}"
+        );
+    }
+    // A 404 says why in its flags.
+    let missing = format!("http://{ip}:{}/x", rig.http_port);
+    let _ = reqwest::Client::new()
+        .get(&missing)
+        .header("host", "nobody.test")
+        .send()
+        .await;
+    let started = std::time::Instant::now();
+    while !access_log_lines(&envoy, "/x")
+        .iter()
+        .any(|l| l["status"] == 404 && l["response_flags"] == "NR")
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "no NR line");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The access log's format changed three times under load (json → text → off → json): a
+/// listener change Envoy takes without dropping a request.
+#[tokio::test]
+async fn changing_the_access_log_under_load_drops_nothing() {
+    use switchyard_e2e::Load;
+
+    let ip = "127.0.0.78";
+    let backend = Backend::start("web", ip).await;
+    let rig = Rig::new();
+    access_log_route(&rig, &backend, "");
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let _envoy = Envoy::start(
+        &rig.work,
+        "envoy-log",
+        ip,
+        switchyard.xds_port,
+        Protocol::Sotw,
+    );
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
+    let load = Load::start(
+        vec![format!("http://{ip}:{}", rig.http_port)],
+        "web.test",
+        200,
+        Duration::from_secs(120),
+    );
+    for access_log in [
+        "{ format: text }",
+        "{ format: off }",
+        "{ format: json, samplePercent: 50 }",
+    ] {
+        let before = switchyard.desired_version().await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        access_log_route(&rig, &backend, access_log);
+        let started = std::time::Instant::now();
+        while switchyard.desired_version().await == before {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the configuration never changed for {access_log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        switchyard.wait_synced(1, Duration::from_secs(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let report = load.finish().await;
+    eprintln!(
+        "access log changed 3 times under load: {} requests, by status {:?}",
+        report.sent, report.by_status
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}

@@ -39,6 +39,64 @@ pub struct ListenerSettings {
     /// Shared secret that every probe request must carry; without it the probe
     /// listener answers nothing but 404.
     pub probe_token: String,
+    /// What the public listeners log (the probes' log nothing).
+    #[serde(default, skip_serializing_if = "AccessLog::is_default")]
+    pub access_log: AccessLog,
+}
+
+/// Envoy's access log of the requests through its public listeners, to its stdout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AccessLog {
+    #[serde(default)]
+    pub format: AccessLogFormat,
+    /// Of every 100 requests, how many are logged (100: all, at most).
+    #[serde(default = "all")]
+    #[schemars(range(max = 100))]
+    pub sample_percent: u32,
+}
+
+fn all() -> u32 {
+    100
+}
+
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object a line.
+    #[default]
+    Json,
+    /// Envoy's default text line.
+    Text,
+    /// Nothing logged.
+    Off,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        Self {
+            format: AccessLogFormat::Json,
+            sample_percent: 100,
+        }
+    }
+}
+
+impl AccessLog {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Parses `json`, `text` or `off`.
+    pub fn format_named(name: &str) -> Option<AccessLogFormat> {
+        match name {
+            "json" => Some(AccessLogFormat::Json),
+            "text" => Some(AccessLogFormat::Text),
+            "off" => Some(AccessLogFormat::Off),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ListenerSettings {
@@ -49,6 +107,7 @@ impl Default for ListenerSettings {
             https_port: 8443,
             probe_port: 8090,
             probe_token: String::new(),
+            access_log: AccessLog::default(),
         }
     }
 }

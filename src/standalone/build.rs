@@ -40,6 +40,14 @@ pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
         listeners: listeners(file, probe_token),
         ..Config::default()
     };
+    let log = &mut config.listeners.access_log;
+    if log.sample_percent > 100 {
+        problems.push(format!(
+            "listeners.accessLog.samplePercent {} is more than 100: every request is logged",
+            log.sample_percent
+        ));
+        log.sample_percent = 100;
+    }
     for route in &file.routes {
         let namespace = route.namespace.as_str();
         let id = lower::route_id(namespace, &route.name);
@@ -113,6 +121,9 @@ fn listeners(file: &File, probe_token: &str) -> ListenerSettings {
         listeners.http_port = l.http_port.unwrap_or(listeners.http_port);
         listeners.https_port = l.https_port.unwrap_or(listeners.https_port);
         listeners.probe_port = l.probe_port.unwrap_or(listeners.probe_port);
+        if let Some(log) = &l.access_log {
+            listeners.access_log = log.clone();
+        }
     }
     listeners
 }

@@ -29,6 +29,9 @@ pub struct Listeners {
     pub http_port: Option<u16>,
     pub https_port: Option<u16>,
     pub probe_port: Option<u16>,
+    /// Envoy's access log: `{ format: json | text | off, samplePercent: 0-100 }`
+    /// (default: JSON, every request).
+    pub access_log: Option<crate::model::AccessLog>,
 }
 
 /// A route: its name and namespace, and its spec: the TrafficRoute's, the same type.

@@ -19,7 +19,11 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
 };
 
-use super::{HTTP_LISTENER, HTTPS_LISTENER, PROBE_LISTENER, ROUTE_CONFIG_NAME, probe, proto};
+use envoy_types::pb::envoy::config::accesslog::v3::AccessLog;
+
+use super::{
+    HTTP_LISTENER, HTTPS_LISTENER, PROBE_LISTENER, ROUTE_CONFIG_NAME, access_log, probe, proto,
+};
 use crate::model;
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
@@ -48,6 +52,7 @@ pub fn listeners(
         settings.http_port,
         ROUTE_CONFIG_NAME,
         Vec::new(),
+        Logged::Yes,
     )];
     if !tls_hosts.is_empty() {
         out.push(tls_listener(
@@ -69,6 +74,7 @@ pub fn listeners(
         settings.probe_port,
         ROUTE_CONFIG_NAME,
         health_checks,
+        Logged::No,
     ));
     out
 }
@@ -97,6 +103,7 @@ pub fn gateway_listeners(
             gateway.port,
             name,
             Vec::new(),
+            Logged::Yes,
         ));
     } else if !tls_hosts.is_empty() || default_secret.is_some() {
         out.push(tls_listener(
@@ -114,8 +121,24 @@ pub fn gateway_listeners(
         gateway.probe_port,
         name,
         Vec::new(),
+        Logged::No,
     ));
     out
+}
+
+/// Whether a listener's requests are access-logged: the public listeners', not the
+/// probes'.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Logged {
+    Yes,
+    No,
+}
+
+fn access_logs(settings: &model::ListenerSettings, logged: Logged) -> Vec<AccessLog> {
+    match logged {
+        Logged::Yes => access_log::access_logs(&settings.access_log),
+        Logged::No => Vec::new(),
+    }
 }
 
 /// A plain-HTTP listener: `http_filters` (health checks), then the router.
@@ -125,13 +148,15 @@ fn plain_listener(
     port: u16,
     route_config: &str,
     http_filters: Vec<HttpFilter>,
+    logged: Logged,
 ) -> Listener {
+    let logs = access_logs(settings, logged);
     listener(
         name,
         settings,
         port,
         vec![FilterChain {
-            filters: vec![hcm_filter(name, route_config, http_filters)],
+            filters: vec![hcm_filter(name, route_config, http_filters, logs)],
             ..Default::default()
         }],
     )
@@ -147,9 +172,10 @@ fn tls_listener(
     tls_hosts: &[TlsHost<'_>],
     default_secret: Option<&str>,
 ) -> Listener {
+    let logs = access_logs(settings, Logged::Yes);
     let chains = tls_hosts
         .iter()
-        .map(|h| tls_filter_chain(name, route_config, h))
+        .map(|h| tls_filter_chain(name, route_config, h, &logs))
         .collect();
     let mut https = listener(name, settings, port, chains);
     https.default_filter_chain = default_secret.map(|secret| {
@@ -160,7 +186,7 @@ fn tls_listener(
         };
         FilterChain {
             filter_chain_match: None,
-            ..tls_filter_chain(name, route_config, &any)
+            ..tls_filter_chain(name, route_config, &any, &logs)
         }
     });
     https.listener_filters = vec![ListenerFilter {
@@ -193,7 +219,12 @@ fn listener(
     }
 }
 
-fn tls_filter_chain(listener: &str, route_config: &str, host: &TlsHost<'_>) -> FilterChain {
+fn tls_filter_chain(
+    listener: &str,
+    route_config: &str,
+    host: &TlsHost<'_>,
+    logs: &[AccessLog],
+) -> FilterChain {
     let tls = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
@@ -212,7 +243,12 @@ fn tls_filter_chain(listener: &str, route_config: &str, host: &TlsHost<'_>) -> F
             server_names: host.hosts.iter().filter(|h| *h != "*").cloned().collect(),
             ..Default::default()
         }),
-        filters: vec![hcm_filter(listener, route_config, Vec::new())],
+        filters: vec![hcm_filter(
+            listener,
+            route_config,
+            Vec::new(),
+            logs.to_vec(),
+        )],
         transport_socket: Some(TransportSocket {
             name: TLS_TRANSPORT_SOCKET.to_owned(),
             config_type: Some(transport_socket::ConfigType::TypedConfig(proto::pack(&tls))),
@@ -222,8 +258,13 @@ fn tls_filter_chain(listener: &str, route_config: &str, host: &TlsHost<'_>) -> F
 }
 
 /// The HTTP connection manager: `filters` (health checks), then the router, routes from
-/// `route_config` over ADS.
-fn hcm_filter(stat_prefix: &str, route_config: &str, mut http_filters: Vec<HttpFilter>) -> Filter {
+/// `route_config` over ADS, each request logged to `access_log`.
+fn hcm_filter(
+    stat_prefix: &str,
+    route_config: &str,
+    mut http_filters: Vec<HttpFilter>,
+    access_log: Vec<AccessLog>,
+) -> Filter {
     http_filters.push(HttpFilter {
         name: ROUTER_FILTER.to_owned(),
         config_type: Some(http_filter::ConfigType::TypedConfig(proto::pack(
@@ -239,6 +280,7 @@ fn hcm_filter(stat_prefix: &str, route_config: &str, mut http_filters: Vec<HttpF
             route_config_name: route_config.to_owned(),
         })),
         http_filters,
+        access_log,
         // The connection itself says whether the request came over TLS (x-forwarded-proto),
         // which require_tls relies on.
         use_remote_address: proto::bool_value(true),

@@ -18,6 +18,7 @@ use std::fmt;
 use crate::model;
 use crate::xds;
 
+mod access_log;
 mod check;
 mod cluster;
 mod endpoint;

@@ -9,13 +9,19 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use envoy_types::pb::envoy::config::accesslog::v3::access_log;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{data_source::Specifier, transport_socket};
+use envoy_types::pb::envoy::config::core::v3::{
+    data_source::Specifier, substitution_format_string, transport_socket,
+};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{
     FilterChain, Listener, filter, listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::access_loggers::stream::v3::{
+    StdoutAccessLog, stdout_access_log,
+};
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -88,6 +94,11 @@ pub fn render_any(any: &Any) -> String {
                         take(a, format!("http_filters[{i}] {:?}", f.name), &mut nested);
                     }
                 }
+                for (i, log) in h.access_log.iter_mut().enumerate() {
+                    if let Some(access_log::ConfigType::TypedConfig(a)) = &mut log.config_type {
+                        take(a, format!("access_log[{i}] {:?}", log.name), &mut nested);
+                    }
+                }
                 format!("{h:#?}")
             })
         }
@@ -137,6 +148,24 @@ pub fn render_any(any: &Any) -> String {
         t if t == DownstreamTlsContext::type_url() => {
             decoded::<DownstreamTlsContext>(any, |m| format!("{m:#?}"))
         }
+        t if t == StdoutAccessLog::type_url() => decoded::<StdoutAccessLog>(any, |mut l| {
+            // A JSON format's fields are a map: printed sorted, after.
+            if let Some(stdout_access_log::AccessLogFormat::LogFormat(format)) =
+                &mut l.access_log_format
+                && let Some(substitution_format_string::Format::JsonFormat(json)) =
+                    &mut format.format
+            {
+                let map: BTreeMap<_, _> = std::mem::take(&mut json.fields)
+                    .into_iter()
+                    .map(|(k, v)| (k, v.kind))
+                    .collect();
+                nested.push((
+                    "json_format (sorted)".to_owned(),
+                    Nested::Text(format!("{map:#?}")),
+                ));
+            }
+            format!("{l:#?}")
+        }),
         t if t == Router::type_url() => decoded::<Router>(any, |m| format!("{m:#?}")),
         t if t == TlsInspector::type_url() => decoded::<TlsInspector>(any, |m| format!("{m:#?}")),
         t if t == HttpProtocolOptions::type_url() => {

@@ -507,6 +507,16 @@ fn access_log_route(rig: &Rig, backend: &Backend, access_log: &str) {
     std::fs::rename(&tmp, rig.config.join("routes.yaml")).expect("rename");
 }
 
+/// A backend on `ip`, the access log route to it (default log), Switchyard and an Envoy.
+async fn access_log_rig(ip: &str, protocol: Protocol) -> (Rig, Backend, Switchyard, Envoy) {
+    let backend = Backend::start("web", ip).await;
+    let rig = Rig::new();
+    access_log_route(&rig, &backend, "");
+    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
+    let envoy = Envoy::start(&rig.work, "envoy-log", ip, switchyard.xds_port, protocol);
+    (rig, backend, switchyard, envoy)
+}
+
 /// Envoy's JSON access log lines (stdout is in its process log) for requests to `path`.
 fn access_log_lines(envoy: &Envoy, path: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(&envoy.process.log)
@@ -522,17 +532,7 @@ fn access_log_lines(envoy: &Envoy, path: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn requests_are_logged_as_json_by_default() {
     let ip = "127.0.0.77";
-    let backend = Backend::start("web", ip).await;
-    let rig = Rig::new();
-    access_log_route(&rig, &backend, "");
-    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
-    let envoy = Envoy::start(
-        &rig.work,
-        "envoy-log",
-        ip,
-        switchyard.xds_port,
-        Protocol::Delta,
-    );
+    let (rig, backend, _switchyard, envoy) = access_log_rig(ip, Protocol::Delta).await;
     let url = format!("http://{ip}:{}/logged", rig.http_port);
     wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
     let started = std::time::Instant::now();
@@ -597,17 +597,7 @@ async fn changing_the_access_log_under_load_drops_nothing() {
     use switchyard_e2e::Load;
 
     let ip = "127.0.0.78";
-    let backend = Backend::start("web", ip).await;
-    let rig = Rig::new();
-    access_log_route(&rig, &backend, "");
-    let switchyard = Switchyard::start_standalone(&rig.work, &rig.config, &[]);
-    let _envoy = Envoy::start(
-        &rig.work,
-        "envoy-log",
-        ip,
-        switchyard.xds_port,
-        Protocol::Sotw,
-    );
+    let (rig, backend, switchyard, _envoy) = access_log_rig(ip, Protocol::Sotw).await;
     let url = format!("http://{ip}:{}/", rig.http_port);
     wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
     let load = Load::start(

@@ -21,7 +21,7 @@ use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
 use switchyard::k8s::rollout;
 use switchyard::metrics::Metrics;
-use switchyard::model::{AccessLog, ListenerSettings};
+use switchyard::model::{AccessLog, ClientIp, ListenerSettings};
 use switchyard::prober::Prober;
 use switchyard::serving::Serving;
 use switchyard::standalone;
@@ -260,6 +260,15 @@ struct ListenerArgs {
     #[arg(long, env = "SWITCHYARD_ACCESS_LOG_SAMPLE_PERCENT", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(0..=100))]
     access_log_sample_percent: u32,
+    /// Proxies in front of the Envoys (an L7 load balancer: 1) whose X-Forwarded-For
+    /// entries are believed: the client is the address this many from the right.
+    #[arg(long, env = "SWITCHYARD_XFF_TRUSTED_HOPS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=10))]
+    xff_trusted_hops: u32,
+    /// Read client addresses from PROXY protocol headers put before each connection by
+    /// an L4 load balancer (connections without one are served too).
+    #[arg(long, env = "SWITCHYARD_PROXY_PROTOCOL")]
+    proxy_protocol: bool,
 }
 
 impl ListenerArgs {
@@ -268,6 +277,13 @@ impl ListenerArgs {
             // clap admits only the names format_named knows.
             format: AccessLog::format_named(&self.access_log).unwrap_or_default(),
             sample_percent: self.access_log_sample_percent,
+        }
+    }
+
+    fn client_ip(&self) -> ClientIp {
+        ClientIp {
+            xff_trusted_hops: self.xff_trusted_hops,
+            proxy_protocol: self.proxy_protocol,
         }
     }
 }
@@ -622,6 +638,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         hold: args.hold,
         listeners: ListenerSettings {
             access_log: args.listeners.access_log(),
+            client_ip: args.listeners.client_ip(),
             address: args.listeners.listen_address.clone(),
             http_port: args.listeners.http_port,
             https_port: args.listeners.https_port,

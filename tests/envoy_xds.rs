@@ -485,13 +485,13 @@ async fn standalone_certificate_files_renewed_under_https_load_drop_nothing() {
     );
 }
 
-/// The route file of the access log tests: web.test to `backend`, the access log as
-/// `access_log` says (YAML flow mapping; empty for the default).
-fn access_log_route(rig: &Rig, backend: &Backend, access_log: &str) {
-    let log = if access_log.is_empty() {
+/// The route file of the access log tests: web.test to `backend`, with more listener
+/// settings (YAML flow mapping entries, e.g. `accessLog: { format: text }`; empty: none).
+fn access_log_route(rig: &Rig, backend: &Backend, listener_fields: &str) {
+    let log = if listener_fields.is_empty() {
         String::new()
     } else {
-        format!(", accessLog: {access_log}")
+        format!(", {listener_fields}")
     };
     let yaml = format!(
         "listeners: {{ httpPort: {}, probePort: {}{log} }}\n\
@@ -613,7 +613,7 @@ async fn changing_the_access_log_under_load_drops_nothing() {
     ] {
         let before = switchyard.desired_version().await;
         tokio::time::sleep(Duration::from_millis(700)).await;
-        access_log_route(&rig, &backend, access_log);
+        access_log_route(&rig, &backend, &format!("accessLog: {access_log}"));
         let started = std::time::Instant::now();
         while switchyard.desired_version().await == before {
             assert!(
@@ -629,6 +629,127 @@ async fn changing_the_access_log_under_load_drops_nothing() {
     eprintln!(
         "access log changed 3 times under load: {} requests, by status {:?}",
         report.sent, report.by_status
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}
+
+/// What a request with `x-forwarded-for: 203.0.113.7` is logged as coming from, sent
+/// directly or after a PROXY protocol v1 header naming 198.51.100.9:5555.
+async fn logged_client(rig: &Rig, envoy: &Envoy, ip: &str, path: &str, proxy: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((ip, rig.http_port))
+        .await
+        .expect("connect to Envoy");
+    let header = if proxy {
+        format!("PROXY TCP4 198.51.100.9 {ip} 5555 {}\r\n", rig.http_port)
+    } else {
+        String::new()
+    };
+    let request = format!(
+        "{header}GET {path} HTTP/1.1\r\nhost: web.test\r\nx-forwarded-for: 203.0.113.7\r\nconnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write the request");
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(line) = access_log_lines(envoy, path).pop() {
+            let address = line["downstream_remote_address"].as_str().unwrap_or("-");
+            return address.to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no access log line for {path}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// By default the client is the connection's peer, whatever X-Forwarded-For says; with
+/// one trusted hop, the address its last proxy appended; with the PROXY protocol, what
+/// the header names, and a connection without one is served with its own address.
+#[tokio::test]
+async fn the_client_address_comes_from_the_proxies_trusted() {
+    let ip = "127.0.0.79";
+    let (rig, backend, switchyard, envoy) = access_log_rig(ip, Protocol::Delta).await;
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
+    let client = logged_client(&rig, &envoy, ip, "/direct", false).await;
+    assert!(client.starts_with("127.0.0.1:"), "untrusted XFF: {client}");
+
+    // (listener settings, None: unchanged; a PROXY header sent; the client logged)
+    let cases = [
+        (
+            Some("clientIp: { xffTrustedHops: 1 }"),
+            false,
+            "203.0.113.7:0",
+        ),
+        (
+            Some("clientIp: { proxyProtocol: true }"),
+            true,
+            "198.51.100.9:5555",
+        ),
+        (None, false, "127.0.0.1:"),
+    ];
+    for (i, (fields, proxy, expected)) in cases.into_iter().enumerate() {
+        if let Some(fields) = fields {
+            let before = switchyard.desired_version().await;
+            access_log_route(&rig, &backend, fields);
+            switchyard
+                .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
+                .await;
+            switchyard.wait_synced(1, Duration::from_secs(10)).await;
+        }
+        let client = logged_client(&rig, &envoy, ip, &format!("/case-{i}"), proxy).await;
+        assert!(
+            client.starts_with(expected),
+            "case {i} {fields:?} (PROXY header: {proxy}): {client}"
+        );
+    }
+}
+
+/// Trusted hops and the PROXY protocol turned on and off under plain-HTTP load: listener
+/// changes, and not one request fails (connections without a PROXY header are served).
+#[tokio::test]
+async fn changing_the_client_address_settings_under_load_drops_nothing() {
+    use switchyard_e2e::Load;
+
+    let ip = "127.0.0.80";
+    let (rig, backend, switchyard, _envoy) = access_log_rig(ip, Protocol::Delta).await;
+    let url = format!("http://{ip}:{}/", rig.http_port);
+    wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
+    let load = Load::start(
+        vec![format!("http://{ip}:{}", rig.http_port)],
+        "web.test",
+        200,
+        Duration::from_secs(120),
+    );
+    let steps = [
+        "clientIp: { xffTrustedHops: 1 }",
+        "clientIp: { xffTrustedHops: 2, proxyProtocol: true }",
+        "clientIp: { proxyProtocol: false }",
+    ];
+    for fields in steps {
+        let before = switchyard.desired_version().await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        access_log_route(&rig, &backend, fields);
+        switchyard
+            .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
+            .await;
+        switchyard.wait_synced(1, Duration::from_secs(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let report = load.finish().await;
+    eprintln!(
+        "client address settings changed {} times under load: {} requests, by status {:?}",
+        steps.len(),
+        report.sent,
+        report.by_status
     );
     assert!(report.sent > 0);
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);

@@ -42,6 +42,36 @@ pub struct ListenerSettings {
     /// What the public listeners log (the probes' log nothing).
     #[serde(default, skip_serializing_if = "AccessLog::is_default")]
     pub access_log: AccessLog,
+    /// Which address of a request is its client's.
+    #[serde(default, skip_serializing_if = "ClientIp::is_default")]
+    pub client_ip: ClientIp,
+}
+
+/// Where the public listeners find the client's address: by default the connection's
+/// peer. Behind proxies or load balancers, what they say.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientIp {
+    /// Proxies in front of Envoy that each append the address they got a request from to
+    /// X-Forwarded-For: the client is the address this many from the right. 0 trusts no
+    /// X-Forwarded-For (a client can write anything there).
+    #[serde(default)]
+    #[schemars(range(max = 10))]
+    pub xff_trusted_hops: u32,
+    /// Read the client's address from a PROXY protocol header (v1 or v2) that a load
+    /// balancer puts before each connection's bytes; connections without one are served
+    /// with their own source address.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+/// More proxies in a row than anyone runs in front of an ingress.
+pub const MAX_TRUSTED_HOPS: u32 = 10;
+
+impl ClientIp {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Envoy's access log of the requests through its public listeners, to its stdout.
@@ -108,6 +138,7 @@ impl Default for ListenerSettings {
             probe_port: 8090,
             probe_token: String::new(),
             access_log: AccessLog::default(),
+            client_ip: ClientIp::default(),
         }
     }
 }
@@ -257,6 +288,38 @@ pub struct Forward {
     /// WebSocket upgrades pass through to the backends.
     #[serde(default)]
     pub websocket: bool,
+    /// Cross-origin requests allowed: Envoy answers preflights and adds the CORS headers.
+    /// (Boxed: most routes have none, and every route action is as large as this one.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Box<Cors>>,
+    /// Requests each Envoy lets through; the rest are answered 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Larger request bodies are answered 413; Envoy buffers each body up to this size
+    /// before forwarding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<u32>,
+}
+
+/// A CORS policy. Origins are exact (`https://app.example.com`), `*` for any, or hold `*`
+/// for any run of characters other than `/` (`https://*.example.com`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cors {
+    pub allow_origins: Vec<String>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    /// How long a browser may cache a preflight's answer.
+    pub max_age: Option<Duration>,
+    pub allow_credentials: bool,
+}
+
+/// A token bucket per Envoy: `requests` every `per`, up to `requests + burst` at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub requests: u32,
+    pub per: Duration,
+    pub burst: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -112,6 +112,11 @@ impl Envoy {
             // SWITCHYARD_E2E_ENVOY_LOG: e.g. "debug" or "info,conn_handler:debug" to read
             // why a connection closed (with SWITCHYARD_E2E_KEEP to keep the logs).
             .args(envoy_log_level())
+            // As the chart runs Envoy (docs/concepts.md): when a listener changes, each of
+            // its connections closes after its next response; a gradual drain instead
+            // closes the ones still open at the end of the drain time, and a request
+            // written just then fails ("connection closed before message completed").
+            .args(["--drain-strategy", "immediate"])
             .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"])
             .arg("--admin-address-path")
             .arg(&admin_address_file);

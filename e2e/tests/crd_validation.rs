@@ -328,6 +328,35 @@ fn cases() -> Vec<Case> {
             &rule("requestHeaders: {remove: [\"x: y\"]}"),
             "spec.rules[0].requestHeaders.remove[0] in body should match",
         ),
+        // --- CORS, rate limit, body limit
+        case(
+            &rule("cors: {allowOrigins: [app.example.com]}"),
+            "spec.rules[0].cors.allowOrigins[0] in body should match",
+        ),
+        case(
+            &rule("cors: {allowOrigins: []}"),
+            "spec.rules[0].cors.allowOrigins in body should have at least 1 items",
+        ),
+        case(
+            &rule("cors: {allowOrigins: [\"*\"], allowMethods: [get]}"),
+            "spec.rules[0].cors.allowMethods[0] in body should match",
+        ),
+        case(
+            &rule("cors: {allowOrigins: [\"*\"], maxAge: 1d}"),
+            "spec.rules[0].cors.maxAge in body should match",
+        ),
+        case(
+            &rule("rateLimit: {requests: 10, unit: day}"),
+            "spec.rules[0].rateLimit.unit in body should match",
+        ),
+        case(
+            &rule("rateLimit: {requests: 0, unit: second}"),
+            "spec.rules[0].rateLimit.requests in body should be greater than or equal to 1",
+        ),
+        case(
+            &rule("maxRequestBodyBytes: 0"),
+            "spec.rules[0].maxRequestBodyBytes in body should be greater than or equal to 1",
+        ),
         generated(
             "responseHeaders: {set: {x-h0: v … x-h32: v}} (33 headers)",
             rule(&format!(
@@ -418,6 +447,12 @@ fn cases() -> Vec<Case> {
         valid(
             "full-featured (TLS, canary weights, header match, retries, rewrite, header edits, rollout)",
             FULL,
+        ),
+        valid(
+            "CORS, a rate limit and a body limit",
+            &rule(
+                "cors: {allowOrigins: [\"https://*.example.com\", \"*\"], allowMethods: [GET, \"*\"], allowHeaders: [x-token], exposeHeaders: [x-request-id], maxAge: 10m, allowCredentials: true}, rateLimit: {requests: 100, unit: minute, burst: 20}, maxRequestBodyBytes: 1048576",
+            ),
         ),
         valid(
             "redirect-only rule, then a catch-all",
@@ -541,6 +576,31 @@ fn cell(text: &str) -> String {
 
 fn get_json(out: &str) -> Value {
     serde_json::from_str(out).expect("kubectl -o json prints JSON")
+}
+
+/// Every example of docs/crd-reference.md is a TrafficRoute the API server accepts.
+#[tokio::test]
+async fn the_reference_examples_are_accepted() {
+    let api = KubeApi::shared().await;
+    let client = api.client().await;
+    let ns = rig::unique_name("crdexamples");
+    rig::create_namespace(&client, &ns).await;
+    install_crds(&api, &ns).await;
+    for (title, yaml) in switchyard::api::reference::EXAMPLES {
+        let yaml = yaml.replace("namespace: shop", &format!("namespace: {ns}"));
+        let out = api
+            .kubectl_input(
+                ["create", "--dry-run=server", "-o", "name", "-f", "-"],
+                &yaml,
+            )
+            .await;
+        assert!(
+            out.status.success(),
+            "the {title} example is refused: {}",
+            stderr(&out)
+        );
+    }
+    rig::delete_namespace(&client, &ns).await;
 }
 
 #[tokio::test]
@@ -759,7 +819,7 @@ async fn the_largest_proxy_config_a_route_can_produce_is_accepted() {
     let rules: Vec<String> = (0..32)
         .map(|i| {
             format!(
-                "{{name: r{i}, match: {{pathPrefix: /r{i}, headers: [{{name: x-r, exact: \"{i}\"}}]}}, backends: [{}], redirectHttps: false, retries: {{attempts: 2, \"on\": [5xx]}}}}",
+                "{{name: r{i}, match: {{pathPrefix: /r{i}, headers: [{{name: x-r, exact: \"{i}\"}}]}}, backends: [{}], redirectHttps: false, retries: {{attempts: 2, \"on\": [5xx]}}, cors: {{allowOrigins: [\"https://*.example.com\"], allowMethods: [GET]}}, rateLimit: {{requests: 10, unit: second}}, maxRequestBodyBytes: 1024}}",
                 backends.join(", ")
             )
         })

@@ -48,6 +48,15 @@ pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
         ));
         log.sample_percent = 100;
     }
+    const MAX_TRUSTED_HOPS: u32 = model::MAX_TRUSTED_HOPS;
+    let client_ip = &mut config.listeners.client_ip;
+    if client_ip.xff_trusted_hops > MAX_TRUSTED_HOPS {
+        problems.push(format!(
+            "listeners.clientIp.xffTrustedHops {} is more than {MAX_TRUSTED_HOPS}: {MAX_TRUSTED_HOPS} are trusted",
+            client_ip.xff_trusted_hops
+        ));
+        client_ip.xff_trusted_hops = MAX_TRUSTED_HOPS;
+    }
     for route in &file.routes {
         let namespace = route.namespace.as_str();
         let id = lower::route_id(namespace, &route.name);
@@ -124,6 +133,9 @@ fn listeners(file: &File, probe_token: &str) -> ListenerSettings {
         if let Some(log) = &l.access_log {
             listeners.access_log = log.clone();
         }
+        if let Some(client_ip) = &l.client_ip {
+            listeners.client_ip = client_ip.clone();
+        }
     }
     listeners
 }
@@ -182,4 +194,39 @@ fn endpoints(services: &Services<'_>, namespace: &str, cluster: &ResolvedCluster
             zone: e.zone.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn built(text: &str) -> Built {
+        let file = super::super::parse(Path::new("listeners.yaml"), text).expect("parses");
+        build(&file, &[], "token")
+    }
+
+    #[test]
+    fn listener_settings_out_of_range_are_named_and_clamped() {
+        let out = built(
+            "listeners:\n  accessLog: { samplePercent: 150 }\n  clientIp: { xffTrustedHops: 11, proxyProtocol: true }\n",
+        );
+        assert_eq!(
+            out.problems,
+            [
+                "listeners.accessLog.samplePercent 150 is more than 100: every request is logged",
+                "listeners.clientIp.xffTrustedHops 11 is more than 10: 10 are trusted",
+            ]
+        );
+        let listeners = &out.config.listeners;
+        assert_eq!(listeners.access_log.sample_percent, 100);
+        assert_eq!(
+            listeners.client_ip,
+            model::ClientIp {
+                xff_trusted_hops: 10,
+                proxy_protocol: true
+            }
+        );
+    }
 }

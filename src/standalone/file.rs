@@ -32,6 +32,9 @@ pub struct Listeners {
     /// Envoy's access log: `{ format: json | text | off, samplePercent: 0-100 }`
     /// (default: JSON, every request).
     pub access_log: Option<crate::model::AccessLog>,
+    /// Where the client's address comes from: `{ xffTrustedHops: 0-10, proxyProtocol }`
+    /// (default: the connection's peer).
+    pub client_ip: Option<crate::model::ClientIp>,
 }
 
 /// A route: its name and namespace, and its spec: the TrafficRoute's, the same type.

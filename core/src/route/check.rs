@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::spec::{
-    Backend, REDIRECT_CODES, Redirect, RouteRule, RouteSpec, RuleMatch, RuleOptions,
+    Backend, Cors, RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit, Redirect, RouteRule, RouteSpec,
+    RuleMatch, RuleOptions,
 };
 use crate::duration;
 
@@ -257,6 +258,93 @@ fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
     }
     if options.rewrite_host.as_deref() == Some("") {
         return Err(error(format!("{at}.rewriteHost"), "must not be empty"));
+    }
+    if let Some(cors) = &options.cors {
+        check_cors(&format!("{at}.cors"), cors)?;
+    }
+    if let Some(limit) = &options.rate_limit {
+        check_rate_limit(&format!("{at}.rateLimit"), limit)?;
+    }
+    if let Some(bytes) = options.max_request_body_bytes
+        && !(1..=MAX_REQUEST_BODY_BYTES).contains(&bytes)
+    {
+        return Err(error(
+            format!("{at}.maxRequestBodyBytes"),
+            format!("{bytes} is not within 1..{MAX_REQUEST_BODY_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
+/// 1 GiB: what a rule may ask Envoy to buffer of one request.
+const MAX_REQUEST_BODY_BYTES: i64 = 1 << 30;
+
+static ORIGIN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(\*|https?://[^/\s]+)$").expect("origin pattern"));
+static TOKEN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$").expect("token pattern"));
+static METHOD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^([A-Z]{1,16}|\*)$").expect("method pattern"));
+
+fn check_cors(at: &str, cors: &Cors) -> Result<(), SpecError> {
+    if cors.allow_origins.is_empty() {
+        return Err(error(
+            format!("{at}.allowOrigins"),
+            "name at least one origin (or \"*\")",
+        ));
+    }
+    for (i, origin) in cors.allow_origins.iter().enumerate() {
+        if !ORIGIN.is_match(origin) {
+            return Err(error(
+                format!("{at}.allowOrigins[{i}]"),
+                format!("{origin:?} is not \"*\" nor an origin like https://app.example.com"),
+            ));
+        }
+    }
+    for (i, method) in cors.allow_methods.iter().enumerate() {
+        if !METHOD.is_match(method) {
+            return Err(error(
+                format!("{at}.allowMethods[{i}]"),
+                format!("{method:?} is not an HTTP method nor \"*\""),
+            ));
+        }
+    }
+    for (name, headers) in [
+        ("allowHeaders", &cors.allow_headers),
+        ("exposeHeaders", &cors.expose_headers),
+    ] {
+        for (i, header) in headers.iter().enumerate() {
+            if !TOKEN.is_match(header) {
+                return Err(error(
+                    format!("{at}.{name}[{i}]"),
+                    format!("{header:?} is not a header name"),
+                ));
+            }
+        }
+    }
+    duration_field(&format!("{at}.maxAge"), cors.max_age.as_deref())
+}
+
+fn check_rate_limit(at: &str, limit: &RateLimit) -> Result<(), SpecError> {
+    if !(1..=1_000_000).contains(&limit.requests) {
+        return Err(error(
+            format!("{at}.requests"),
+            format!("{} is not within 1..1000000", limit.requests),
+        ));
+    }
+    if !RATE_LIMIT_UNITS.iter().any(|(u, _)| *u == limit.unit) {
+        return Err(error(
+            format!("{at}.unit"),
+            format!("{:?} is not second, minute or hour", limit.unit),
+        ));
+    }
+    if let Some(burst) = limit.burst
+        && !(0..=1_000_000).contains(&burst)
+    {
+        return Err(error(
+            format!("{at}.burst"),
+            format!("{burst} is not within 0..1000000"),
+        ));
     }
     Ok(())
 }
@@ -584,6 +672,74 @@ mod tests {
                         attempts: 11,
                         ..Retries::default()
                     }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].cors.allowOrigins: name at least one origin",
+                spec(vec![RouteRule {
+                    cors: Some(Cors::default()),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].cors.allowOrigins[0]: \"app.example.com\" is not",
+                spec(vec![RouteRule {
+                    cors: Some(Cors {
+                        allow_origins: vec!["app.example.com".into()],
+                        ..Cors::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].cors.allowMethods[0]: \"get\" is not an HTTP method",
+                spec(vec![RouteRule {
+                    cors: Some(Cors {
+                        allow_origins: vec!["*".into()],
+                        allow_methods: vec!["get".into()],
+                        ..Cors::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].cors.maxAge",
+                spec(vec![RouteRule {
+                    cors: Some(Cors {
+                        allow_origins: vec!["*".into()],
+                        max_age: Some("ten minutes".into()),
+                        ..Cors::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].rateLimit.unit: \"day\" is not second, minute or hour",
+                spec(vec![RouteRule {
+                    rate_limit: Some(RateLimit {
+                        requests: 1,
+                        unit: "day".into(),
+                        burst: None,
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].rateLimit.requests: 0 is not within 1..1000000",
+                spec(vec![RouteRule {
+                    rate_limit: Some(RateLimit {
+                        requests: 0,
+                        unit: "second".into(),
+                        burst: None,
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].maxRequestBodyBytes: 0 is not within 1..1073741824",
+                spec(vec![RouteRule {
+                    max_request_body_bytes: Some(0),
                     ..rule()
                 }]),
             ),

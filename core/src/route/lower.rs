@@ -10,14 +10,16 @@ use std::time::Duration;
 
 use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
-    DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
-    QueryParamMatch as SpecQueryMatch, Redirect as SpecRedirect,
+    Cors as SpecCors, DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits,
+    HeaderMatch as SpecHeaderMatch, QueryParamMatch as SpecQueryMatch, RATE_LIMIT_UNITS,
+    RateLimit as SpecRateLimit, Redirect as SpecRedirect,
 };
 use crate::duration;
 use crate::model::{
-    self, ClusterSettings, EndpointProbe, Forward, HeaderEdits, HeaderMatch, HeaderValueMatch,
-    PathMatch, QueryMatch, QueryValueMatch, Redirect, RedirectPath, RetryPolicy, Route,
-    RouteAction, ServiceRef, VersionProbe, VirtualHost, VirtualHostTls, WeightedCluster, trial_id,
+    self, ClusterSettings, Cors, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
+    HeaderValueMatch, PathMatch, QueryMatch, QueryValueMatch, RateLimit, Redirect, RedirectPath,
+    RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost, VirtualHostTls,
+    WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
 
@@ -305,6 +307,22 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
             path_rewrite: options.rewrite_path.clone(),
             host_rewrite: options.rewrite_host.clone(),
             websocket: options.websocket.unwrap_or(false),
+            cors: match &options.cors {
+                Some(c) => Some(Box::new(cors(c, duration(&c.max_age)?))),
+                None => None,
+            },
+            rate_limit: options
+                .rate_limit
+                .as_ref()
+                .map(rate_limit)
+                .transpose()
+                .map_err(|e| format!("rule {}: {e}", rule.name))?,
+            max_request_bytes: options
+                .max_request_body_bytes
+                .map(|b| {
+                    u32::try_from(b).map_err(|_| format!("rule {}: body limit {b}", rule.name))
+                })
+                .transpose()?,
         })
     };
     Ok(Route {
@@ -316,6 +334,30 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         action,
         request_headers: header_edits(options.request_headers.as_ref()),
         response_headers: header_edits(options.response_headers.as_ref()),
+    })
+}
+
+fn cors(c: &SpecCors, max_age: Option<Duration>) -> Cors {
+    Cors {
+        allow_origins: c.allow_origins.clone(),
+        allow_methods: c.allow_methods.clone(),
+        allow_headers: c.allow_headers.clone(),
+        expose_headers: c.expose_headers.clone(),
+        max_age,
+        allow_credentials: c.allow_credentials.unwrap_or(false),
+    }
+}
+
+fn rate_limit(r: &SpecRateLimit) -> Result<RateLimit, String> {
+    let seconds = RATE_LIMIT_UNITS
+        .iter()
+        .find(|(u, _)| *u == r.unit)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| format!("rate limit unit {:?}", r.unit))?;
+    Ok(RateLimit {
+        requests: u32::try_from(r.requests).map_err(|_| format!("rate limit {}", r.requests))?,
+        per: Duration::from_secs(seconds),
+        burst: u32::try_from(r.burst.unwrap_or(0)).unwrap_or(0),
     })
 }
 

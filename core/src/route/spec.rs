@@ -164,7 +164,88 @@ pub struct RouteRule {
     /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<bool>,
+
+    /// Allow cross-origin requests from browsers: Envoy answers preflights (`OPTIONS`
+    /// with `Access-Control-Request-Method`) and adds the CORS headers to answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
+
+    /// Limit the requests each Envoy forwards for this rule; the rest are answered 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+
+    /// Answer requests whose body is larger than this many bytes with 413. Envoy buffers
+    /// each request body (up to this size) before forwarding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1073741824))]
+    pub max_request_body_bytes: Option<i64>,
 }
+
+/// A CORS policy (the Gateway API's CORS filter, in the same words).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Cors {
+    /// Origins allowed: exact (`https://app.example.com`), `*` for any, or with `*`
+    /// standing for any run of characters other than `/` (`https://*.example.com`).
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 253),
+            regex(pattern = r"^(\*|https?://[^/\s]+)$")
+        )
+    )]
+    pub allow_origins: Vec<String>,
+    /// Methods allowed, e.g. `GET`, or `*` (default: the CORS-safelisted GET, HEAD, POST).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(regex(pattern = r"^([A-Z]{1,16}|\*)$")))]
+    pub allow_methods: Vec<String>,
+    /// Request headers allowed beyond the CORS-safelisted ones, or `*`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+        )
+    )]
+    pub allow_headers: Vec<String>,
+    /// Response headers a script may read beyond the CORS-safelisted ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(
+            length(min = 1, max = 256),
+            regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+        )
+    )]
+    pub expose_headers: Vec<String>,
+    /// How long a browser may cache a preflight's answer, e.g. "10m" (whole seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub max_age: Option<String>,
+    /// Let requests carry cookies and credentials (`Access-Control-Allow-Credentials`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_credentials: Option<bool>,
+}
+
+/// Requests each Envoy forwards for a rule: `requests` per `unit`, and up to `burst` more
+/// at once after a quiet spell. Each Envoy counts alone: N Envoys let N times as many
+/// through.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    #[schemars(range(min = 1, max = 1000000))]
+    pub requests: i32,
+    /// `second`, `minute` or `hour`.
+    #[schemars(regex(pattern = r"^(second|minute|hour)$"))]
+    pub unit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub burst: Option<i32>,
+}
+
+/// The units of a rate limit, with their length.
+pub const RATE_LIMIT_UNITS: [(&str, u64); 3] = [("second", 1), ("minute", 60), ("hour", 3600)];
 
 /// A redirect: each part given replaces the request's; the rest stays as requested.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -221,6 +302,9 @@ impl RouteRule {
             request_headers: self.request_headers.clone(),
             response_headers: self.response_headers.clone(),
             websocket: self.websocket,
+            cors: self.cors.clone(),
+            rate_limit: self.rate_limit.clone(),
+            max_request_body_bytes: self.max_request_body_bytes,
         }
     }
 }
@@ -271,6 +355,21 @@ pub struct RuleOptions {
     /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<bool>,
+
+    /// Allow cross-origin requests from browsers: Envoy answers preflights (`OPTIONS`
+    /// with `Access-Control-Request-Method`) and adds the CORS headers to answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
+
+    /// Limit the requests each Envoy forwards for this rule; the rest are answered 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+
+    /// Answer requests whose body is larger than this many bytes with 413. Envoy buffers
+    /// each request body (up to this size) before forwarding it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1073741824))]
+    pub max_request_body_bytes: Option<i64>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -510,6 +609,17 @@ mod tests {
                 ..HeaderEdits::default()
             }),
             websocket: Some(true),
+            cors: Some(Cors {
+                allow_origins: vec!["https://app.example.com".into()],
+                max_age: Some("10m".into()),
+                ..Cors::default()
+            }),
+            rate_limit: Some(RateLimit {
+                requests: 10,
+                unit: "second".into(),
+                burst: Some(5),
+            }),
+            max_request_body_bytes: Some(1024),
         };
         let json = serde_json::to_value(&options).expect("serializes");
         assert_eq!(

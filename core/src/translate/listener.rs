@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
@@ -22,13 +23,15 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::envoy::config::accesslog::v3::AccessLog;
 
 use super::{
-    HTTP_LISTENER, HTTPS_LISTENER, PROBE_LISTENER, ROUTE_CONFIG_NAME, access_log, probe, proto,
+    HTTP_LISTENER, HTTPS_LISTENER, PROBE_LISTENER, ROUTE_CONFIG_NAME, access_log, http_filters,
+    probe, proto,
 };
 use crate::model;
 
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
 pub const TLS_INSPECTOR_FILTER: &str = "envoy.filters.listener.tls_inspector";
+pub const PROXY_PROTOCOL_FILTER: &str = "envoy.filters.listener.proxy_protocol";
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 
 /// A served virtual host with TLS: its own filter chain on the HTTPS listener (its Gateway
@@ -52,7 +55,7 @@ pub fn listeners(
         settings.http_port,
         ROUTE_CONFIG_NAME,
         Vec::new(),
-        Logged::Yes,
+        Side::Public,
     )];
     if !tls_hosts.is_empty() {
         out.push(tls_listener(
@@ -74,7 +77,7 @@ pub fn listeners(
         settings.probe_port,
         ROUTE_CONFIG_NAME,
         health_checks,
-        Logged::No,
+        Side::Probe,
     ));
     out
 }
@@ -103,7 +106,7 @@ pub fn gateway_listeners(
             gateway.port,
             name,
             Vec::new(),
-            Logged::Yes,
+            Side::Public,
         ));
     } else if !tls_hosts.is_empty() || default_secret.is_some() {
         out.push(tls_listener(
@@ -121,24 +124,50 @@ pub fn gateway_listeners(
         gateway.probe_port,
         name,
         Vec::new(),
-        Logged::No,
+        Side::Probe,
     ));
     out
 }
 
-/// Whether a listener's requests are access-logged: the public listeners', not the
-/// probes'.
+/// Whom a listener faces: clients (access-logged, behind the proxies the client IP
+/// settings trust), or the prober.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Logged {
-    Yes,
-    No,
+enum Side {
+    Public,
+    Probe,
 }
 
-fn access_logs(settings: &model::ListenerSettings, logged: Logged) -> Vec<AccessLog> {
-    match logged {
-        Logged::Yes => access_log::access_logs(&settings.access_log),
-        Logged::No => Vec::new(),
+/// What the connection managers of a listener add to the common ones.
+#[derive(Clone, Default)]
+struct ManagerExtras {
+    access_log: Vec<AccessLog>,
+    xff_num_trusted_hops: u32,
+}
+
+fn manager_extras(settings: &model::ListenerSettings, side: Side) -> ManagerExtras {
+    match side {
+        Side::Public => ManagerExtras {
+            access_log: access_log::access_logs(&settings.access_log),
+            xff_num_trusted_hops: settings.client_ip.xff_trusted_hops,
+        },
+        Side::Probe => ManagerExtras::default(),
     }
+}
+
+/// The PROXY protocol filter, when the public listeners read one. Connections without
+/// the header are served too, with their own source address: so it can be turned on
+/// before the load balancer sends it, and off after it stops, dropping nothing.
+fn proxy_protocol(settings: &model::ListenerSettings, side: Side) -> Option<ListenerFilter> {
+    (side == Side::Public && settings.client_ip.proxy_protocol).then(|| ListenerFilter {
+        name: PROXY_PROTOCOL_FILTER.to_owned(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
+            &ProxyProtocol {
+                allow_requests_without_proxy_protocol: true,
+                ..Default::default()
+            },
+        ))),
+        ..Default::default()
+    })
 }
 
 /// A plain-HTTP listener: `http_filters` (health checks), then the router.
@@ -148,18 +177,20 @@ fn plain_listener(
     port: u16,
     route_config: &str,
     http_filters: Vec<HttpFilter>,
-    logged: Logged,
+    side: Side,
 ) -> Listener {
-    let logs = access_logs(settings, logged);
-    listener(
+    let extras = manager_extras(settings, side);
+    let mut plain = listener(
         name,
         settings,
         port,
         vec![FilterChain {
-            filters: vec![hcm_filter(name, route_config, http_filters, logs)],
+            filters: vec![hcm_filter(name, route_config, http_filters, extras)],
             ..Default::default()
         }],
-    )
+    );
+    plain.listener_filters = proxy_protocol(settings, side).into_iter().collect();
+    plain
 }
 
 /// An HTTPS listener: one filter chain per TLS host, chosen by SNI, and the default chain
@@ -172,10 +203,10 @@ fn tls_listener(
     tls_hosts: &[TlsHost<'_>],
     default_secret: Option<&str>,
 ) -> Listener {
-    let logs = access_logs(settings, Logged::Yes);
+    let extras = manager_extras(settings, Side::Public);
     let chains = tls_hosts
         .iter()
-        .map(|h| tls_filter_chain(name, route_config, h, &logs))
+        .map(|h| tls_filter_chain(name, route_config, h, &extras))
         .collect();
     let mut https = listener(name, settings, port, chains);
     https.default_filter_chain = default_secret.map(|secret| {
@@ -186,16 +217,20 @@ fn tls_listener(
         };
         FilterChain {
             filter_chain_match: None,
-            ..tls_filter_chain(name, route_config, &any, &logs)
+            ..tls_filter_chain(name, route_config, &any, &extras)
         }
     });
-    https.listener_filters = vec![ListenerFilter {
-        name: TLS_INSPECTOR_FILTER.to_owned(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
-            &TlsInspector::default(),
-        ))),
-        ..Default::default()
-    }];
+    // The PROXY header comes before the TLS handshake the inspector reads.
+    https.listener_filters = proxy_protocol(settings, Side::Public)
+        .into_iter()
+        .chain([ListenerFilter {
+            name: TLS_INSPECTOR_FILTER.to_owned(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
+                &TlsInspector::default(),
+            ))),
+            ..Default::default()
+        }])
+        .collect();
     https
 }
 
@@ -223,7 +258,7 @@ fn tls_filter_chain(
     listener: &str,
     route_config: &str,
     host: &TlsHost<'_>,
-    logs: &[AccessLog],
+    extras: &ManagerExtras,
 ) -> FilterChain {
     let tls = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
@@ -247,7 +282,7 @@ fn tls_filter_chain(
             listener,
             route_config,
             Vec::new(),
-            logs.to_vec(),
+            extras.clone(),
         )],
         transport_socket: Some(TransportSocket {
             name: TLS_TRANSPORT_SOCKET.to_owned(),
@@ -257,14 +292,16 @@ fn tls_filter_chain(
     }
 }
 
-/// The HTTP connection manager: `filters` (health checks), then the router, routes from
+/// The HTTP connection manager: `filters` (health checks), the filters routes can turn on
+/// (disabled until they do), then the router, routes from
 /// `route_config` over ADS, each request logged to `access_log`.
 fn hcm_filter(
     stat_prefix: &str,
     route_config: &str,
     mut http_filters: Vec<HttpFilter>,
-    access_log: Vec<AccessLog>,
+    extras: ManagerExtras,
 ) -> Filter {
+    http_filters.extend(http_filters::disabled_filters());
     http_filters.push(HttpFilter {
         name: ROUTER_FILTER.to_owned(),
         config_type: Some(http_filter::ConfigType::TypedConfig(proto::pack(
@@ -280,7 +317,10 @@ fn hcm_filter(
             route_config_name: route_config.to_owned(),
         })),
         http_filters,
-        access_log,
+        access_log: extras.access_log,
+        // Of the addresses in X-Forwarded-For, the one this many hops from the right is
+        // the client's (0: the connection's peer, or what a PROXY header says).
+        xff_num_trusted_hops: extras.xff_num_trusted_hops,
         // The connection itself says whether the request came over TLS (x-forwarded-proto),
         // which require_tls relies on.
         use_remote_address: proto::bool_value(true),
@@ -297,7 +337,10 @@ fn hcm_filter(
 mod tests {
     use std::collections::BTreeMap;
 
+    use envoy_types::pb::envoy::extensions::filters::http::buffer::v3::Buffer;
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
     use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
+    use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
     use prost::{Message, Name};
 
     use super::*;
@@ -320,6 +363,18 @@ mod tests {
             .collect()
     }
 
+    /// `first`, then the filters routes can turn on, then the router.
+    fn after(first: &[String]) -> Vec<String> {
+        let mut types = first.to_vec();
+        types.extend([
+            Cors::type_url(),
+            LocalRateLimit::type_url(),
+            Buffer::type_url(),
+            Router::type_url(),
+        ]);
+        types
+    }
+
     #[test]
     fn plain_listeners_without_tls() {
         let settings = model::ListenerSettings::default();
@@ -335,7 +390,7 @@ mod tests {
                 panic!()
             };
             assert_eq!(rds.route_config_name, ROUTE_CONFIG_NAME);
-            assert_eq!(filter_types(&h), [Router::type_url()]);
+            assert_eq!(filter_types(&h), after(&[]));
         }
         let Some(address::Address::SocketAddress(sa)) = &ls[1].address.as_ref().unwrap().address
         else {
@@ -385,6 +440,51 @@ mod tests {
     }
 
     #[test]
+    fn only_public_listeners_trust_proxies_for_the_client_address() {
+        let settings = model::ListenerSettings {
+            client_ip: model::ClientIp {
+                xff_trusted_hops: 2,
+                proxy_protocol: true,
+            },
+            ..Default::default()
+        };
+        let host = vec!["a.example.com".to_owned()];
+        let tls = [TlsHost {
+            virtual_host: "ns/a",
+            hosts: &host,
+            secret: "ns/a-cert",
+        }];
+        let ls = listeners(&settings, &tls, &[]);
+        let filters = |l: &Listener| -> Vec<String> {
+            l.listener_filters.iter().map(|f| f.name.clone()).collect()
+        };
+        assert_eq!(ls[0].name, "http");
+        assert_eq!(filters(&ls[0]), [PROXY_PROTOCOL_FILTER]);
+        assert_eq!(hcm(&ls[0].filter_chains[0]).xff_num_trusted_hops, 2);
+        assert_eq!(ls[1].name, "https");
+        assert_eq!(
+            filters(&ls[1]),
+            [PROXY_PROTOCOL_FILTER, TLS_INSPECTOR_FILTER]
+        );
+        assert_eq!(hcm(&ls[1].filter_chains[0]).xff_num_trusted_hops, 2);
+        let Some(listener_filter::ConfigType::TypedConfig(any)) =
+            &ls[0].listener_filters[0].config_type
+        else {
+            panic!()
+        };
+        let proxy = ProxyProtocol::decode(any.value.as_slice()).unwrap();
+        assert!(proxy.allow_requests_without_proxy_protocol);
+        // The prober connects directly and sends no PROXY header.
+        assert_eq!(ls[2].name, "probe");
+        assert!(filters(&ls[2]).is_empty());
+        assert_eq!(hcm(&ls[2].filter_chains[0]).xff_num_trusted_hops, 0);
+        // By default: neither.
+        let ls = listeners(&model::ListenerSettings::default(), &[], &[]);
+        assert!(filters(&ls[0]).is_empty());
+        assert_eq!(hcm(&ls[0].filter_chains[0]).xff_num_trusted_hops, 0);
+    }
+
+    #[test]
     fn probe_listener_has_health_checks_before_the_router() {
         let settings = model::ListenerSettings {
             probe_token: "tok".into(),
@@ -402,16 +502,9 @@ mod tests {
         let h = hcm(&ls[1].filter_chains[0]);
         assert_eq!(
             filter_types(&h),
-            [
-                HealthCheck::type_url(),
-                HealthCheck::type_url(),
-                Router::type_url()
-            ]
+            after(&[HealthCheck::type_url(), HealthCheck::type_url()])
         );
         // The public listener never answers probes.
-        assert_eq!(
-            filter_types(&hcm(&ls[0].filter_chains[0])),
-            [Router::type_url()]
-        );
+        assert_eq!(filter_types(&hcm(&ls[0].filter_chains[0])), after(&[]));
     }
 }

@@ -22,6 +22,7 @@ mod access_log;
 mod check;
 mod cluster;
 mod endpoint;
+mod http_filters;
 mod listener;
 mod probe;
 mod proto;

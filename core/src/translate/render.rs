@@ -22,8 +22,12 @@ use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::access_loggers::stream::v3::{
     StdoutAccessLog, stdout_access_log,
 };
+use envoy_types::pb::envoy::extensions::filters::http::buffer::v3::{Buffer, BufferPerRoute};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::{Cors, CorsPolicy};
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
+use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3::LocalRateLimit;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_filter,
@@ -139,9 +143,26 @@ pub fn render_any(any: &Any) -> String {
             }
             format!("{s:#?}")
         }),
-        t if t == RouteConfiguration::type_url() => {
-            decoded::<RouteConfiguration>(any, |m| format!("{m:#?}"))
-        }
+        t if t == RouteConfiguration::type_url() => decoded::<RouteConfiguration>(any, |mut m| {
+            // Filter configurations per route are a map: printed sorted, after.
+            for (i, vhost) in m.virtual_hosts.iter_mut().enumerate() {
+                for (j, route) in vhost.routes.iter_mut().enumerate() {
+                    let map: BTreeMap<_, _> = std::mem::take(&mut route.typed_per_filter_config)
+                        .into_iter()
+                        .collect();
+                    for (key, a) in map {
+                        nested.push((
+                            format!(
+                                "virtual_hosts[{i}] {:?} routes[{j}] {:?} typed_per_filter_config[{key:?}]",
+                                vhost.name, route.name
+                            ),
+                            Nested::Any(a),
+                        ));
+                    }
+                }
+            }
+            format!("{m:#?}")
+        }),
         t if t == ClusterLoadAssignment::type_url() => {
             decoded::<ClusterLoadAssignment>(any, |m| format!("{m:#?}"))
         }
@@ -167,7 +188,17 @@ pub fn render_any(any: &Any) -> String {
             format!("{l:#?}")
         }),
         t if t == Router::type_url() => decoded::<Router>(any, |m| format!("{m:#?}")),
+        t if t == Cors::type_url() => decoded::<Cors>(any, |m| format!("{m:#?}")),
+        t if t == CorsPolicy::type_url() => decoded::<CorsPolicy>(any, |m| format!("{m:#?}")),
+        t if t == LocalRateLimit::type_url() => {
+            decoded::<LocalRateLimit>(any, |m| format!("{m:#?}"))
+        }
+        t if t == Buffer::type_url() => decoded::<Buffer>(any, |m| format!("{m:#?}")),
+        t if t == BufferPerRoute::type_url() => {
+            decoded::<BufferPerRoute>(any, |m| format!("{m:#?}"))
+        }
         t if t == TlsInspector::type_url() => decoded::<TlsInspector>(any, |m| format!("{m:#?}")),
+        t if t == ProxyProtocol::type_url() => decoded::<ProxyProtocol>(any, |m| format!("{m:#?}")),
         t if t == HttpProtocolOptions::type_url() => {
             decoded::<HttpProtocolOptions>(any, |m| format!("{m:#?}"))
         }

@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
-use super::{Inputs, proto, validate};
+use super::{Inputs, http_filters, proto, validate};
 use crate::model;
 
 /// The domains of a virtual host as served: lower-cased (Envoy matches hosts
@@ -194,6 +194,7 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
         if forward.prefix_rewrite.is_some() && forward.path_rewrite.is_some() {
             errors.push("a route rewrites either the prefix or the whole path".to_owned());
         }
+        errors.extend(http_filters::forward_errors(forward));
     }
     errors
 }
@@ -293,8 +294,27 @@ pub fn route(r: &model::Route) -> envoy_route::Route {
         response_headers_to_add: headers_to_add(&r.response_headers),
         response_headers_to_remove: r.response_headers.remove.clone(),
         action: Some(action),
+        typed_per_filter_config: match &r.action {
+            model::RouteAction::Forward(f) => http_filters::per_route(f),
+            _ => Default::default(),
+        },
         ..Default::default()
     }
+}
+
+/// A virtual host's encoding, the same bytes for the same host: each route's
+/// `typed_per_filter_config` (a `HashMap`) is encoded in key order. The host without its
+/// routes, then each route as a further entry of `routes` (field 3), in order.
+pub fn encode_virtual_host(mut vhost: envoy_route::VirtualHost) -> Vec<u8> {
+    let routes = std::mem::take(&mut vhost.routes);
+    let mut bytes = vhost.encode_to_vec();
+    for route in routes {
+        let encoded = proto::encode_with_sorted_map(route, |r| &mut r.typed_per_filter_config);
+        prost::encoding::encode_key(3, prost::encoding::WireType::LengthDelimited, &mut bytes);
+        prost::encoding::encode_varint(encoded.len() as u64, &mut bytes);
+        bytes.extend_from_slice(&encoded);
+    }
+    bytes
 }
 
 fn redirect_action(r: &model::Redirect) -> RedirectAction {
@@ -672,6 +692,41 @@ mod tests {
         assert_eq!(errors.len(), 2, "{errors:#?}");
         assert!(errors[0].contains("leading \"*.\""));
         assert_eq!(errors[1], "TLS secret \"missing\" is not defined");
+    }
+
+    #[test]
+    fn a_virtual_host_with_filter_configs_encodes_to_the_same_bytes_every_time() {
+        let mut policed = model::Forward {
+            cors: Some(Box::new(model::Cors {
+                allow_origins: vec!["*".into()],
+                ..Default::default()
+            })),
+            rate_limit: Some(model::RateLimit {
+                requests: 1,
+                per: Duration::from_secs(1),
+                burst: 0,
+            }),
+            max_request_bytes: Some(10),
+            ..Default::default()
+        };
+        policed.backends = vec![model::WeightedCluster {
+            cluster: "a".into(),
+            weight: 1,
+        }];
+        let routes = vec![
+            simple_route(model::RouteAction::Forward(policed)),
+            simple_route(forward(&[("b", 1)])),
+        ];
+        let vh = vhost(routes);
+        let hosts = normalized_hosts(&vh);
+        let first = encode_virtual_host(virtual_host(&vh, &hosts));
+        // Each encoding builds new maps, each with an iteration order of its own.
+        for _ in 0..20 {
+            assert_eq!(encode_virtual_host(virtual_host(&vh, &hosts)), first);
+        }
+        let decoded = envoy_route::VirtualHost::decode(first.as_slice()).unwrap();
+        assert_eq!(decoded, virtual_host(&vh, &hosts));
+        assert_eq!(decoded.routes[0].typed_per_filter_config.len(), 3);
     }
 
     #[test]

@@ -966,7 +966,8 @@ impl Translator {
         let Some(host) = self.hosts.get(name) else {
             return;
         };
-        let bytes = route::virtual_host(&host.model, &host.served_hosts).encode_to_vec();
+        let bytes =
+            route::encode_virtual_host(route::virtual_host(&host.model, &host.served_hosts));
         let route_config = route_config_of(host.model.listener.as_ref()).to_owned();
         let uses = Uses {
             route_config: route_config.clone(),
@@ -1094,10 +1095,9 @@ impl Translator {
                     )],
                 );
             } else {
-                entry = Some(
-                    probe::version_probe_virtual_host(p, &self.listeners.probe_token)
-                        .encode_to_vec(),
-                );
+                entry = Some(route::encode_virtual_host(
+                    probe::version_probe_virtual_host(p, &self.listeners.probe_token),
+                ));
             }
         }
         let mut trial_clusters: Vec<String> = Vec::new();

@@ -11,7 +11,7 @@ use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
 use crate::gateway::api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
-    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirect,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersCors, HttpRouteRulesFiltersRequestRedirect,
     HttpRouteRulesFiltersRequestRedirectPathType as RedirectPathType,
     HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
     HttpRouteRulesFiltersType as FilterType,
@@ -21,7 +21,8 @@ use crate::gateway::api::httproutes::{
 };
 use crate::k8s::resolve::service_cluster;
 use switchyard_core::route::spec::{
-    Backend, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, Retries, RuleMatch, RuleOptions,
+    Backend, Cors, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, Retries, RuleMatch,
+    RuleOptions,
 };
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
 
@@ -297,6 +298,7 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
             FilterType::RequestRedirect => {
                 lowering.redirect = filter.request_redirect.as_ref().map(redirect);
             }
+            FilterType::Cors => lowering.options.cors = filter.cors.as_ref().and_then(cors),
             ref other => return Err(format!("{at}: filter {other:?} is not supported")),
         }
     }
@@ -322,6 +324,23 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
         }
     }
     Ok(lowering)
+}
+
+/// A CORS filter in the vocabulary; None when it allows no origin (then no answer carries
+/// CORS headers, as without the filter). The Gateway API's default maxAge is 5 seconds.
+fn cors(c: &HttpRouteRulesFiltersCors) -> Option<Cors> {
+    let allow_origins = c.allow_origins.clone().unwrap_or_default();
+    if allow_origins.is_empty() {
+        return None;
+    }
+    Some(Cors {
+        allow_origins,
+        allow_methods: c.allow_methods.clone().unwrap_or_default(),
+        allow_headers: c.allow_headers.clone().unwrap_or_default(),
+        expose_headers: c.expose_headers.clone().unwrap_or_default(),
+        max_age: Some(format!("{}s", c.max_age.unwrap_or(5).max(0))),
+        allow_credentials: c.allow_credentials,
+    })
 }
 
 /// A RequestRedirect in the vocabulary: the Gateway API's default status is 302, as ours.

@@ -122,6 +122,7 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
                 port: 80,
             },
             settings: ClusterSettings {
+                lb_policy: Default::default(),
                 connect_timeout,
                 http2,
                 circuit_breakers: cb.map(|(max_connections, max_requests)| CircuitBreakers {

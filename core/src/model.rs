@@ -299,6 +299,22 @@ pub struct Forward {
     /// before forwarding it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_bytes: Option<u32>,
+    /// What keeps a client on one endpoint (its clusters hash: ring hash or Maglev).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+/// What a request is hashed by, to pick the same endpoint for the same value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Affinity {
+    /// Envoy sets the cookie when the request has none; `ttl` zero: a session cookie.
+    Cookie {
+        name: String,
+        ttl: Duration,
+        path: Option<String>,
+    },
+    Header(String),
+    SourceIp,
 }
 
 /// A CORS policy. Origins are exact (`https://app.example.com`), `*` for any, or hold `*`
@@ -368,6 +384,37 @@ pub struct ClusterSettings {
     pub connect_timeout: Duration,
     pub http2: bool,
     pub circuit_breakers: Option<CircuitBreakers>,
+    #[serde(default, skip_serializing_if = "LbPolicy::is_default")]
+    pub lb_policy: LbPolicy,
+}
+
+/// How Envoy picks an endpoint of a cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LbPolicy {
+    #[default]
+    RoundRobin,
+    LeastRequest,
+    Random,
+    RingHash,
+    Maglev,
+}
+
+impl LbPolicy {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The policy a spec names (`leastRequest`, ...); None for an unknown name.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "roundRobin" => Some(Self::RoundRobin),
+            "leastRequest" => Some(Self::LeastRequest),
+            "random" => Some(Self::Random),
+            "ringHash" => Some(Self::RingHash),
+            "maglev" => Some(Self::Maglev),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ClusterSettings {
@@ -376,6 +423,7 @@ impl Default for ClusterSettings {
             connect_timeout: Duration::from_secs(2),
             http2: false,
             circuit_breakers: None,
+            lb_policy: LbPolicy::RoundRobin,
         }
     }
 }

@@ -354,6 +354,22 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].rateLimit.requests in body should be greater than or equal to 1",
         ),
         case(
+            &rule("loadBalancer: {policy: weighted}"),
+            "spec.rules[0].loadBalancer.policy in body should match",
+        ),
+        case(
+            &rule("loadBalancer: {policy: random, affinity: {header: x-user}}"),
+            "affinity needs the policy ringHash or maglev",
+        ),
+        case(
+            &rule("loadBalancer: {affinity: {header: x-user, sourceIP: true}}"),
+            "give exactly one of cookie, header, sourceIP",
+        ),
+        case(
+            &rule("loadBalancer: {affinity: {cookie: {name: s, ttl: 1d}}}"),
+            "spec.rules[0].loadBalancer.affinity.cookie.ttl in body should match",
+        ),
+        case(
             &rule("maxRequestBodyBytes: 0"),
             "spec.rules[0].maxRequestBodyBytes in body should be greater than or equal to 1",
         ),
@@ -812,20 +828,20 @@ async fn the_largest_proxy_config_a_route_can_produce_is_accepted() {
     let backends: Vec<String> = (0..8)
         .map(|i| {
             format!(
-                "{{cluster: {{service: web{i}, port: 8080, portName: http, http2: false}}, weight: 1}}"
+                "{{cluster: {{service: web{i}, port: 8080, portName: http, http2: false, lbPolicy: maglev}}, weight: 1}}"
             )
         })
         .collect();
     let rules: Vec<String> = (0..32)
         .map(|i| {
             format!(
-                "{{name: r{i}, match: {{pathPrefix: /r{i}, headers: [{{name: x-r, exact: \"{i}\"}}]}}, backends: [{}], redirectHttps: false, retries: {{attempts: 2, \"on\": [5xx]}}, cors: {{allowOrigins: [\"https://*.example.com\"], allowMethods: [GET]}}, rateLimit: {{requests: 10, unit: second}}, maxRequestBodyBytes: 1024}}",
+                "{{name: r{i}, match: {{pathPrefix: /r{i}, headers: [{{name: x-r, exact: \"{i}\"}}]}}, backends: [{}], redirectHttps: false, retries: {{attempts: 2, \"on\": [5xx]}}, cors: {{allowOrigins: [\"https://*.example.com\"], allowMethods: [GET]}}, rateLimit: {{requests: 10, unit: second}}, maxRequestBodyBytes: 1024, loadBalancer: {{policy: maglev, affinity: {{cookie: {{name: session, ttl: 1h, path: /}}}}}}}}",
                 backends.join(", ")
             )
         })
         .collect();
     let clusters: Vec<String> = (0..8)
-        .map(|i| format!("{{service: web{i}, port: 8080, portName: http}}"))
+        .map(|i| format!("{{service: web{i}, port: 8080, portName: http, lbPolicy: maglev}}"))
         .collect();
     let hosts: Vec<String> = (0..16).map(|i| format!("h{i}.example.com")).collect();
     let live = format!(

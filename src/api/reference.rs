@@ -46,7 +46,7 @@ pub fn markdown() -> String {
 
 /// The TrafficRoute examples, each whole (the API server accepts each: see
 /// e2e/tests/crd_validation.rs).
-pub const EXAMPLES: [(&str, &str); 3] = [
+pub const EXAMPLES: [(&str, &str); 4] = [
     (
         "CORS",
         include_str!("../../examples/traffic-routes/cors.yaml"),
@@ -58,6 +58,10 @@ pub const EXAMPLES: [(&str, &str); 3] = [
     (
         "Request body limit",
         include_str!("../../examples/traffic-routes/body-limit.yaml"),
+    ),
+    (
+        "Load balancing and session affinity",
+        include_str!("../../examples/traffic-routes/load-balancing.yaml"),
     ),
 ];
 

@@ -17,6 +17,7 @@ pub fn cluster(service: &str) -> ResolvedCluster {
         port: 80,
         port_name: "http".into(),
         http2: false,
+        lb_policy: None,
     }
 }
 

@@ -263,6 +263,7 @@ impl ServiceLookup for ServiceIndex<'_> {
             port: port.port,
             port_name: port.name.clone().unwrap_or_default(),
             http2: is_http2(port.app_protocol.as_deref()),
+            lb_policy: None,
         })
     }
 }
@@ -417,6 +418,7 @@ mod tests {
             port,
             port_name: port_name.to_owned(),
             http2,
+            lb_policy: None,
         }
     }
 

@@ -12,8 +12,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::spec::{
-    Backend, Cors, RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit, Redirect, RouteRule, RouteSpec,
-    RuleMatch, RuleOptions,
+    Backend, Cors, LB_POLICIES, LoadBalancer, RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit,
+    Redirect, RouteRule, RouteSpec, RuleMatch, RuleOptions,
 };
 use crate::duration;
 
@@ -265,6 +265,9 @@ fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
     if let Some(limit) = &options.rate_limit {
         check_rate_limit(&format!("{at}.rateLimit"), limit)?;
     }
+    if let Some(lb) = &options.load_balancer {
+        check_load_balancer(&format!("{at}.loadBalancer"), lb)?;
+    }
     if let Some(bytes) = options.max_request_body_bytes
         && !(1..=MAX_REQUEST_BODY_BYTES).contains(&bytes)
     {
@@ -323,6 +326,65 @@ fn check_cors(at: &str, cors: &Cors) -> Result<(), SpecError> {
         }
     }
     duration_field(&format!("{at}.maxAge"), cors.max_age.as_deref())
+}
+
+fn check_load_balancer(at: &str, lb: &LoadBalancer) -> Result<(), SpecError> {
+    if let Some(policy) = &lb.policy
+        && !LB_POLICIES.contains(&policy.as_str())
+    {
+        return Err(error(
+            format!("{at}.policy"),
+            format!("{policy:?} is not one of {}", LB_POLICIES.join(", ")),
+        ));
+    }
+    let Some(affinity) = &lb.affinity else {
+        return Ok(());
+    };
+    let at = format!("{at}.affinity");
+    if lb
+        .policy
+        .as_deref()
+        .is_some_and(|p| p != "ringHash" && p != "maglev")
+    {
+        return Err(error(
+            &at,
+            "affinity needs the policy ringHash or maglev (or no policy: ringHash)",
+        ));
+    }
+    let given = [
+        affinity.cookie.is_some(),
+        affinity.header.is_some(),
+        affinity.source_ip == Some(true),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(error(&at, "give exactly one of cookie, header, sourceIP"));
+    }
+    if let Some(header) = &affinity.header
+        && !TOKEN.is_match(header)
+    {
+        return Err(error(
+            format!("{at}.header"),
+            format!("{header:?} is not a header name"),
+        ));
+    }
+    if let Some(cookie) = &affinity.cookie {
+        if !TOKEN.is_match(&cookie.name) {
+            return Err(error(
+                format!("{at}.cookie.name"),
+                format!("{:?} is not a cookie name", cookie.name),
+            ));
+        }
+        duration_field(&format!("{at}.cookie.ttl"), cookie.ttl.as_deref())?;
+        if let Some(path) = &cookie.path
+            && (!path.starts_with('/') || path.contains([';', ' ', '\t', '\r', '\n']))
+        {
+            return Err(error(
+                format!("{at}.cookie.path"),
+                format!("{path:?} is not a cookie path"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_rate_limit(at: &str, limit: &RateLimit) -> Result<(), SpecError> {
@@ -468,7 +530,7 @@ pub fn duration_field(at: &str, text: Option<&str>) -> Result<(), SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::spec::{HeaderMatch, Retries, RouteTls};
+    use crate::route::spec::{Affinity, AffinityCookie, HeaderMatch, Retries, RouteTls};
 
     fn spec(rules: Vec<RouteRule>) -> RouteSpec {
         RouteSpec {
@@ -732,6 +794,56 @@ mod tests {
                         requests: 0,
                         unit: "second".into(),
                         burst: None,
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].loadBalancer.policy: \"weighted\" is not one of",
+                spec(vec![RouteRule {
+                    load_balancer: Some(LoadBalancer {
+                        policy: Some("weighted".into()),
+                        affinity: None,
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].loadBalancer.affinity: affinity needs the policy ringHash or maglev",
+                spec(vec![RouteRule {
+                    load_balancer: Some(LoadBalancer {
+                        policy: Some("leastRequest".into()),
+                        affinity: Some(Affinity {
+                            source_ip: Some(true),
+                            ..Affinity::default()
+                        }),
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].loadBalancer.affinity: give exactly one of cookie, header, sourceIP",
+                spec(vec![RouteRule {
+                    load_balancer: Some(LoadBalancer {
+                        policy: None,
+                        affinity: Some(Affinity::default()),
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].loadBalancer.affinity.cookie.path: \"/a; b\" is not a cookie path",
+                spec(vec![RouteRule {
+                    load_balancer: Some(LoadBalancer {
+                        policy: None,
+                        affinity: Some(Affinity {
+                            cookie: Some(AffinityCookie {
+                                name: "s".into(),
+                                ttl: None,
+                                path: Some("/a; b".into()),
+                            }),
+                            ..Affinity::default()
+                        }),
                     }),
                     ..rule()
                 }]),

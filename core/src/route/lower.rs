@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
-    Cors as SpecCors, DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits,
+    Affinity as SpecAffinity, Cors as SpecCors, DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits,
     HeaderMatch as SpecHeaderMatch, QueryParamMatch as SpecQueryMatch, RATE_LIMIT_UNITS,
     RateLimit as SpecRateLimit, Redirect as SpecRedirect,
 };
 use crate::duration;
 use crate::model::{
-    self, ClusterSettings, Cors, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
-    HeaderValueMatch, PathMatch, QueryMatch, QueryValueMatch, RateLimit, Redirect, RedirectPath,
-    RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost, VirtualHostTls,
-    WeightedCluster, trial_id,
+    self, Affinity, ClusterSettings, Cors, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
+    HeaderValueMatch, LbPolicy, PathMatch, QueryMatch, QueryValueMatch, RateLimit, Redirect,
+    RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
+    VirtualHostTls, WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
 
@@ -229,6 +229,12 @@ fn service_ref(namespace: &str, cluster: &ResolvedCluster) -> ServiceRef {
 fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
     ClusterSettings {
         http2: cluster.http2,
+        // Resolution writes only names the spec's check admits.
+        lb_policy: cluster
+            .lb_policy
+            .as_deref()
+            .and_then(LbPolicy::named)
+            .unwrap_or_default(),
         ..ClusterSettings::default()
     }
 }
@@ -323,6 +329,17 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
                     u32::try_from(b).map_err(|_| format!("rule {}: body limit {b}", rule.name))
                 })
                 .transpose()?,
+            affinity: match options
+                .load_balancer
+                .as_ref()
+                .and_then(|lb| lb.affinity.as_ref())
+            {
+                Some(a) => {
+                    let ttl = a.cookie.as_ref().and_then(|c| c.ttl.clone());
+                    Some(affinity(a, duration(&ttl)?))
+                }
+                None => None,
+            },
         })
     };
     Ok(Route {
@@ -345,6 +362,18 @@ fn cors(c: &SpecCors, max_age: Option<Duration>) -> Cors {
         expose_headers: c.expose_headers.clone(),
         max_age,
         allow_credentials: c.allow_credentials.unwrap_or(false),
+    }
+}
+
+fn affinity(a: &SpecAffinity, ttl: Option<Duration>) -> Affinity {
+    match (&a.cookie, &a.header) {
+        (Some(c), _) => Affinity::Cookie {
+            name: c.name.clone(),
+            ttl: ttl.unwrap_or_default(),
+            path: c.path.clone(),
+        },
+        (None, Some(h)) => Affinity::Header(h.clone()),
+        (None, None) => Affinity::SourceIp,
     }
 }
 

@@ -9,7 +9,7 @@ use super::check::{self, SpecError};
 use super::resolved::{
     ResolvedBackend, ResolvedCluster, ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
 };
-use super::spec::{Backend, RouteRule, RouteSpec};
+use super::spec::{Backend, LoadBalancer, RouteRule, RouteSpec};
 use crate::hash;
 
 /// The services a route's backends name, in the route's namespace: Kubernetes Services,
@@ -97,12 +97,16 @@ fn resolve_rule(
     name: String,
     services: &dyn ServiceLookup,
 ) -> Result<ResolvedRule, ResolveError> {
+    let lb_policy = rule.load_balancer.as_ref().and_then(cluster_policy);
     let backends = rule
         .backends
         .iter()
         .map(|b| {
             Ok(ResolvedBackend {
-                cluster: services.cluster(b)?,
+                cluster: ResolvedCluster {
+                    lb_policy: lb_policy.clone(),
+                    ..services.cluster(b)?
+                },
                 weight: b.weight.unwrap_or(1),
             })
         })
@@ -117,7 +121,16 @@ fn resolve_rule(
     })
 }
 
-/// Sorted, without repeats.
+/// The policy of the clusters of a rule with `lb`: None for round robin (the default
+/// cluster); affinity without a policy is ring hash.
+fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
+    match lb.policy.as_deref() {
+        None if lb.affinity.is_some() => Some("ringHash".to_owned()),
+        None | Some("roundRobin") => None,
+        Some(policy) => Some(policy.to_owned()),
+    }
+}
+
 /// Every cluster the rules of `virtual_host` send to, sorted and deduplicated.
 pub fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
     sorted_unique(

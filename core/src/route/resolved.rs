@@ -153,4 +153,9 @@ pub struct ResolvedCluster {
     /// Upstream HTTP/2 (appProtocol h2c or kubernetes.io/h2c).
     #[serde(default)]
     pub http2: bool,
+    /// The load-balancing policy of the rule that sends here, when not round robin: a
+    /// cluster of its own (see `model::cluster_name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(leastRequest|random|ringHash|maglev)$"))]
+    pub lb_policy: Option<String>,
 }

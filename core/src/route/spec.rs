@@ -179,6 +179,10 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1073741824))]
     pub max_request_body_bytes: Option<i64>,
+
+    /// How each Envoy picks a backend Pod, and which requests stick to one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
 }
 
 /// A CORS policy (the Gateway API's CORS filter, in the same words).
@@ -244,6 +248,69 @@ pub struct RateLimit {
     pub burst: Option<i32>,
 }
 
+/// A rule's load balancing: the policy of its backends' clusters and the requests that
+/// stick to one Pod.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.affinity) || !has(self.policy) || self.policy in ['ringHash', 'maglev']",
+    "message": "affinity needs the policy ringHash or maglev (or no policy: ringHash)"
+}]))]
+pub struct LoadBalancer {
+    /// `roundRobin` (the default), `leastRequest`, `random`, `ringHash` or `maglev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(roundRobin|leastRequest|random|ringHash|maglev)$"))]
+    pub policy: Option<String>,
+    /// Session affinity: requests with the same cookie, header or client address go to the
+    /// same Pod while it is ready (when Pods come and go, some move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+/// The load-balancing policies, as the spec names them.
+pub const LB_POLICIES: [&str; 5] = ["roundRobin", "leastRequest", "random", "ringHash", "maglev"];
+
+/// What keeps a client on one Pod: exactly one of these.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.cookie), has(self.header), has(self.sourceIP) && self.sourceIP].filter(x, x).size() == 1",
+    "message": "give exactly one of cookie, header, sourceIP"
+}]))]
+pub struct Affinity {
+    /// A cookie Envoy sets on the first answer when the request has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<AffinityCookie>,
+    /// A request header, e.g. `x-user-id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    )]
+    pub header: Option<String>,
+    /// The client's address (see the client IP settings behind a load balancer).
+    #[serde(default, rename = "sourceIP", skip_serializing_if = "Option::is_none")]
+    pub source_ip: Option<bool>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AffinityCookie {
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+    )]
+    pub name: String,
+    /// How long the browser keeps it, e.g. "1h" (default: for the browser session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub ttl: Option<String>,
+    /// The cookie's Path (default: none, the browser's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/[^;\s]*$"))]
+    pub path: Option<String>,
+}
+
 /// The units of a rate limit, with their length.
 pub const RATE_LIMIT_UNITS: [(&str, u64); 3] = [("second", 1), ("minute", 60), ("hour", 3600)];
 
@@ -305,6 +372,7 @@ impl RouteRule {
             cors: self.cors.clone(),
             rate_limit: self.rate_limit.clone(),
             max_request_body_bytes: self.max_request_body_bytes,
+            load_balancer: self.load_balancer.clone(),
         }
     }
 }
@@ -370,6 +438,10 @@ pub struct RuleOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1073741824))]
     pub max_request_body_bytes: Option<i64>,
+
+    /// How each Envoy picks a backend Pod, and which requests stick to one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -620,6 +692,13 @@ mod tests {
                 burst: Some(5),
             }),
             max_request_body_bytes: Some(1024),
+            load_balancer: Some(LoadBalancer {
+                policy: Some("maglev".into()),
+                affinity: Some(Affinity {
+                    header: Some("x-user".into()),
+                    ..Affinity::default()
+                }),
+            }),
         };
         let json = serde_json::to_value(&options).expect("serializes");
         assert_eq!(

@@ -2,7 +2,7 @@
 
 use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, circuit_breakers::Thresholds, cluster::ClusterDiscoveryType,
-    cluster::DiscoveryType, cluster::EdsClusterConfig,
+    cluster::DiscoveryType, cluster::EdsClusterConfig, cluster::LbPolicy,
 };
 use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, RoutingPriority};
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
@@ -41,6 +41,7 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             service_name: String::new(),
         }),
         connect_timeout: Some(proto::duration(settings.connect_timeout)),
+        lb_policy: lb_policy(settings.lb_policy) as i32,
         circuit_breakers: settings
             .circuit_breakers
             .as_ref()
@@ -73,6 +74,16 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             .insert(HTTP_PROTOCOL_OPTIONS.to_owned(), proto::pack(&options));
     }
     cluster
+}
+
+fn lb_policy(policy: model::LbPolicy) -> LbPolicy {
+    match policy {
+        model::LbPolicy::RoundRobin => LbPolicy::RoundRobin,
+        model::LbPolicy::LeastRequest => LbPolicy::LeastRequest,
+        model::LbPolicy::Random => LbPolicy::Random,
+        model::LbPolicy::RingHash => LbPolicy::RingHash,
+        model::LbPolicy::Maglev => LbPolicy::Maglev,
+    }
 }
 
 /// Packs a cluster deterministically (it has a map field).
@@ -114,6 +125,18 @@ mod tests {
     }
 
     #[test]
+    fn a_policy_other_than_round_robin_is_a_cluster_of_its_own() {
+        let c = cluster(&model_cluster(Default::default()));
+        assert_eq!(c.lb_policy, LbPolicy::RoundRobin as i32);
+        let maglev = cluster(&model_cluster(model::ClusterSettings {
+            lb_policy: model::LbPolicy::Maglev,
+            ..Default::default()
+        }));
+        assert_eq!(maglev.lb_policy, LbPolicy::Maglev as i32);
+        assert!(maglev.name.starts_with("ns/web/8080/"), "{}", maglev.name);
+    }
+
+    #[test]
     fn eds_over_ads() {
         let c = cluster(&model_cluster(Default::default()));
         assert_eq!(c.name, "ns/web/8080");
@@ -135,6 +158,7 @@ mod tests {
     #[test]
     fn http2_and_circuit_breakers() {
         let c = cluster(&model_cluster(model::ClusterSettings {
+            lb_policy: Default::default(),
             connect_timeout: Duration::from_millis(250),
             http2: true,
             circuit_breakers: Some(model::CircuitBreakers {

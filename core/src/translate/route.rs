@@ -5,8 +5,11 @@ use envoy_types::pb::envoy::config::route::v3::{
     self as envoy_route, DirectResponseAction, HeaderMatcher, QueryParameterMatcher,
     RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
-    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::UpgradeConfig,
-    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::HashPolicy,
+    route_action::UpgradeConfig, route_action::hash_policy::ConnectionProperties,
+    route_action::hash_policy::Cookie, route_action::hash_policy::Header,
+    route_action::hash_policy::PolicySpecifier, route_match::PathSpecifier,
+    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -195,6 +198,35 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
             errors.push("a route rewrites either the prefix or the whole path".to_owned());
         }
         errors.extend(http_filters::forward_errors(forward));
+        // A hash policy on a cluster that does not hash is ignored by Envoy, not
+        // refused: lowering pairs them, and nothing here depends on a cluster's settings.
+        if let Some(affinity) = &forward.affinity {
+            errors.extend(affinity_errors(affinity));
+        }
+    }
+    errors
+}
+
+fn affinity_errors(affinity: &model::Affinity) -> Vec<String> {
+    let mut errors = Vec::new();
+    match affinity {
+        model::Affinity::Cookie { name, ttl, path } => {
+            if let Err(e) = validate::header_name(name) {
+                errors.push(format!("affinity cookie: {e}"));
+            }
+            if let Err(e) = proto::check_duration("affinity cookie ttl", *ttl) {
+                errors.push(e);
+            }
+            if let Some(Err(e)) = path.as_deref().map(validate::header_value) {
+                errors.push(format!("affinity cookie path {e}"));
+            }
+        }
+        model::Affinity::Header(name) => {
+            if let Err(e) = validate::header_name(name) {
+                errors.push(format!("affinity header: {e}"));
+            }
+        }
+        model::Affinity::SourceIp => {}
     }
     errors
 }
@@ -481,6 +513,7 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
             .host_rewrite
             .clone()
             .map(envoy_route::route_action::HostRewriteSpecifier::HostRewriteLiteral),
+        hash_policy: f.affinity.iter().map(hash_policy).collect(),
         // On the route alone: the listener enables no upgrade, so no other route has one.
         upgrade_configs: if f.websocket {
             vec![UpgradeConfig {
@@ -495,6 +528,31 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
 }
 
 const WEBSOCKET: &str = "websocket";
+
+/// What the clusters' ring hash or Maglev hashes: the same value, the same endpoint.
+fn hash_policy(affinity: &model::Affinity) -> HashPolicy {
+    let specifier = match affinity {
+        model::Affinity::Cookie { name, ttl, path } => PolicySpecifier::Cookie(Cookie {
+            name: name.clone(),
+            // Given (zero: a session cookie), Envoy sets the cookie on an answer to a
+            // request without one.
+            ttl: Some(proto::duration(*ttl)),
+            path: path.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        model::Affinity::Header(name) => PolicySpecifier::Header(Header {
+            header_name: name.clone(),
+            ..Default::default()
+        }),
+        model::Affinity::SourceIp => {
+            PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
+        }
+    };
+    HashPolicy {
+        policy_specifier: Some(specifier),
+        terminal: false,
+    }
+}
 
 /// The route configuration from its virtual hosts, each already encoded, in order, so that
 /// a change re-encodes only the virtual hosts it touched. Protobuf reads a message written

@@ -5,31 +5,13 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use switchyard::xds::Protocol;
-use switchyard_e2e::{Backend, Envoy, InProcessServer, Switchyard, free_port, write_route};
+use switchyard_e2e::{
+    Backend, Envoy, InProcessServer, StandaloneDir, Switchyard, changes_under_load, free_port,
+    write_route,
+};
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    work: std::path::PathBuf,
-    config: std::path::PathBuf,
-    http_port: u16,
-    probe_port: u16,
-}
-
-impl Rig {
-    fn new() -> Rig {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let work = dir.path().to_path_buf();
-        let config = work.join("config");
-        std::fs::create_dir(&config).expect("config dir");
-        Rig {
-            _dir: dir,
-            work,
-            config,
-            http_port: free_port(),
-            probe_port: free_port(),
-        }
-    }
-}
+/// The scratch folder of a standalone Switchyard and its Envoy's ports.
+type Rig = StandaloneDir;
 
 async fn get(url: &str, host: &str) -> Result<(u16, String), String> {
     let client = reqwest::Client::builder()
@@ -502,9 +484,7 @@ fn access_log_route(rig: &Rig, backend: &Backend, listener_fields: &str) {
         ip = backend.address.ip(),
         port = backend.address.port(),
     );
-    let tmp = rig.config.join(".routes.yaml.tmp");
-    std::fs::write(&tmp, yaml).expect("write config");
-    std::fs::rename(&tmp, rig.config.join("routes.yaml")).expect("rename");
+    rig.write("routes.yaml", &yaml);
 }
 
 /// A backend on `ip`, the access log route to it (default log), Switchyard and an Envoy.
@@ -594,38 +574,19 @@ async fn requests_are_logged_as_json_by_default() {
 /// listener change Envoy takes without dropping a request.
 #[tokio::test]
 async fn changing_the_access_log_under_load_drops_nothing() {
-    use switchyard_e2e::Load;
-
     let ip = "127.0.0.78";
     let (rig, backend, switchyard, _envoy) = access_log_rig(ip, Protocol::Sotw).await;
     let url = format!("http://{ip}:{}/", rig.http_port);
     wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
-    let load = Load::start(
-        vec![format!("http://{ip}:{}", rig.http_port)],
-        "web.test",
-        200,
-        Duration::from_secs(120),
-    );
-    for access_log in [
+    let (rig, backend) = (&rig, &backend);
+    let changes = [
         "{ format: text }",
         "{ format: off }",
         "{ format: json, samplePercent: 50 }",
-    ] {
-        let before = switchyard.desired_version().await;
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        access_log_route(&rig, &backend, &format!("accessLog: {access_log}"));
-        let started = std::time::Instant::now();
-        while switchyard.desired_version().await == before {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the configuration never changed for {access_log}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        switchyard.wait_synced(1, Duration::from_secs(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let report = load.finish().await;
+    ]
+    .map(|log| move || access_log_route(rig, backend, &format!("accessLog: {log}")));
+    let target = format!("http://{ip}:{}", rig.http_port);
+    let report = changes_under_load(&switchyard, 1, target, "web.test", changes).await;
     eprintln!(
         "access log changed 3 times under load: {} requests, by status {:?}",
         report.sent, report.by_status
@@ -717,34 +678,19 @@ async fn the_client_address_comes_from_the_proxies_trusted() {
 /// changes, and not one request fails (connections without a PROXY header are served).
 #[tokio::test]
 async fn changing_the_client_address_settings_under_load_drops_nothing() {
-    use switchyard_e2e::Load;
-
     let ip = "127.0.0.80";
     let (rig, backend, switchyard, _envoy) = access_log_rig(ip, Protocol::Delta).await;
     let url = format!("http://{ip}:{}/", rig.http_port);
     wait_for_body(&url, "web.test", "web", Duration::from_secs(20)).await;
-    let load = Load::start(
-        vec![format!("http://{ip}:{}", rig.http_port)],
-        "web.test",
-        200,
-        Duration::from_secs(120),
-    );
+    let (rig, backend) = (&rig, &backend);
     let steps = [
         "clientIp: { xffTrustedHops: 1 }",
         "clientIp: { xffTrustedHops: 2, proxyProtocol: true }",
         "clientIp: { proxyProtocol: false }",
     ];
-    for fields in steps {
-        let before = switchyard.desired_version().await;
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        access_log_route(&rig, &backend, fields);
-        switchyard
-            .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
-            .await;
-        switchyard.wait_synced(1, Duration::from_secs(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let report = load.finish().await;
+    let changes = steps.map(|fields| move || access_log_route(rig, backend, fields));
+    let target = format!("http://{ip}:{}", rig.http_port);
+    let report = changes_under_load(&switchyard, 1, target, "web.test", changes).await;
     eprintln!(
         "client address settings changed {} times under load: {} requests, by status {:?}",
         steps.len(),

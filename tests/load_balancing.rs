@@ -2,11 +2,10 @@
 //! over a service of two endpoints; and changing the policy under load drops nothing.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use switchyard::xds::Protocol;
-use switchyard_e2e::{Backend, Envoy, Load, Switchyard, free_port};
+use switchyard_e2e::{Backend, Envoy, StandaloneDir, Switchyard, changes_under_load};
 
 /// Envoy listens on the first; the two backends, one on each, share a port (the files'
 /// services have a port, and endpoints of that port).
@@ -14,26 +13,14 @@ const IP: &str = "127.0.0.86";
 const OTHER_IP: &str = "127.0.0.87";
 
 struct Rig {
-    _dir: tempfile::TempDir,
-    work: PathBuf,
-    config: PathBuf,
-    http_port: u16,
-    probe_port: u16,
+    dir: StandaloneDir,
     backends: [Backend; 2],
 }
 
 impl Rig {
     async fn new() -> Rig {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let work = dir.path().to_path_buf();
-        let config = work.join("config");
-        std::fs::create_dir(&config).expect("config dir");
         Rig {
-            _dir: dir,
-            work,
-            config,
-            http_port: free_port(),
-            probe_port: free_port(),
+            dir: StandaloneDir::new(),
             backends: two_backends().await,
         }
     }
@@ -52,20 +39,20 @@ impl Rig {
              \x20     loadBalancer: {{ policy: maglev, affinity: {{ header: x-user }} }}\n\
              \x20   - name: rest\n      backends: [ {{ service: web, port: {port} }} ]\n{options}\
              services:\n- name: web\n  endpoints: [ {{ address: \"{IP}\", port: {port} }}, {{ address: \"{OTHER_IP}\", port: {port} }} ]\n",
-            http = self.http_port,
-            probe = self.probe_port,
+            http = self.dir.http_port,
+            probe = self.dir.probe_port,
         );
-        write_atomically(&self.config.join("routes.yaml"), &yaml);
+        self.dir.write("routes.yaml", &yaml);
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{IP}:{}{path}", self.http_port)
+        format!("http://{IP}:{}{path}", self.dir.http_port)
     }
 
     async fn start(&self) -> (Switchyard, Envoy) {
-        let switchyard = Switchyard::start_standalone(&self.work, &self.config, &[]);
+        let switchyard = Switchyard::start_standalone(&self.dir.work, &self.dir.config, &[]);
         let envoy = Envoy::start(
-            &self.work,
+            &self.dir.work,
             "envoy-lb",
             IP,
             switchyard.xds_port,
@@ -93,12 +80,6 @@ async fn two_backends() -> [Backend; 2] {
     let port = a.address.port();
     let other: std::net::SocketAddr = format!("{OTHER_IP}:{port}").parse().expect("address");
     [a, Backend::start_on("b", other).await]
-}
-
-fn write_atomically(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write config");
-    std::fs::rename(&tmp, path).expect("rename config");
 }
 
 fn client() -> reqwest::Client {
@@ -178,29 +159,16 @@ async fn changing_the_policy_under_load_drops_nothing() {
     let rig = Rig::new().await;
     rig.write_routes("");
     let (switchyard, _envoy) = rig.start().await;
-    let load = Load::start(
-        vec![format!("http://{IP}:{}", rig.http_port)],
-        "web.test",
-        200,
-        Duration::from_secs(120),
-    );
     let steps = [
         "      loadBalancer: { policy: leastRequest }\n",
         "      loadBalancer: { policy: ringHash, affinity: { sourceIP: true } }\n",
         "      loadBalancer: { policy: random }\n",
         "",
     ];
-    for options in steps {
-        let before = switchyard.desired_version().await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        rig.write_routes(options);
-        switchyard
-            .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
-            .await;
-        switchyard.wait_synced(1, Duration::from_secs(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let report = load.finish().await;
+    let rig = &rig;
+    let changes = steps.map(|options| move || rig.write_routes(options));
+    let target = format!("http://{IP}:{}", rig.dir.http_port);
+    let report = changes_under_load(&switchyard, 1, target, "web.test", changes).await;
     eprintln!(
         "policy changed {} times under load: {} requests, by status {:?}, by backend {:?}",
         steps.len(),

@@ -1,33 +1,20 @@
 //! What a rule can ask of Envoy beyond forwarding, on real Envoy: a CORS policy, a local
 //! rate limit and a request body limit; and changing them under load drops nothing.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use switchyard::xds::Protocol;
-use switchyard_e2e::{Backend, Envoy, Load, Switchyard, free_port};
+use switchyard_e2e::{Backend, Envoy, StandaloneDir, Switchyard, changes_under_load};
 
 struct Rig {
-    _dir: tempfile::TempDir,
-    work: PathBuf,
-    config: PathBuf,
-    http_port: u16,
-    probe_port: u16,
+    dir: StandaloneDir,
     backend: Backend,
 }
 
 impl Rig {
     async fn new(ip: &str) -> Rig {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let work = dir.path().to_path_buf();
-        let config = work.join("config");
-        std::fs::create_dir(&config).expect("config dir");
         Rig {
-            _dir: dir,
-            work,
-            config,
-            http_port: free_port(),
-            probe_port: free_port(),
+            dir: StandaloneDir::new(),
             backend: Backend::start("web", ip).await,
         }
     }
@@ -36,7 +23,7 @@ impl Rig {
         format!(
             "http://{}:{}{path}",
             self.backend.address.ip(),
-            self.http_port
+            self.dir.http_port
         )
     }
 
@@ -50,17 +37,17 @@ impl Rig {
              \x20   - name: guarded\n      backends: [ {{ service: web, port: {port} }} ]\n{options}\
              services:\n- name: web\n  endpoints: [ {{ address: \"{ip}\", port: {port} }} ]\n",
             ip = self.backend.address.ip(),
-            http = self.http_port,
-            probe = self.probe_port,
+            http = self.dir.http_port,
+            probe = self.dir.probe_port,
             port = self.backend.address.port(),
         );
-        write_atomically(&self.config.join("routes.yaml"), &yaml);
+        self.dir.write("routes.yaml", &yaml);
     }
 
     async fn start(&self, protocol: Protocol) -> (Switchyard, Envoy) {
-        let switchyard = Switchyard::start_standalone(&self.work, &self.config, &[]);
+        let switchyard = Switchyard::start_standalone(&self.dir.work, &self.dir.config, &[]);
         let envoy = Envoy::start(
-            &self.work,
+            &self.dir.work,
             "envoy-policies",
             &self.backend.address.ip().to_string(),
             switchyard.xds_port,
@@ -70,12 +57,6 @@ impl Rig {
         wait_for_200(&self.url("/open")).await;
         (switchyard, envoy)
     }
-}
-
-fn write_atomically(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write config");
-    std::fs::rename(&tmp, path).expect("rename config");
 }
 
 fn client() -> reqwest::Client {
@@ -320,33 +301,18 @@ async fn changing_policies_under_load_drops_nothing() {
     let rig = Rig::new("127.0.0.84").await;
     rig.write_routes("");
     let (switchyard, _envoy) = rig.start(Protocol::Delta).await;
-    let load = Load::start(
-        vec![format!(
-            "http://{}:{}",
-            rig.backend.address.ip(),
-            rig.http_port
-        )],
-        "web.test",
-        200,
-        Duration::from_secs(120),
-    );
     let steps = [
         CORS.to_owned(),
         format!("{CORS}      rateLimit: {{ requests: 100000, unit: second }}\n"),
         "      rateLimit: { requests: 50000, unit: second, burst: 1000 }\n      maxRequestBodyBytes: 4096\n".to_owned(),
         String::new(),
     ];
-    for options in &steps {
-        let before = switchyard.desired_version().await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        rig.write_routes(options);
-        switchyard
-            .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
-            .await;
-        switchyard.wait_synced(1, Duration::from_secs(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let report = load.finish().await;
+    let rig = &rig;
+    let changes = steps
+        .iter()
+        .map(|options| move || rig.write_routes(options));
+    let target = format!("http://{}:{}", rig.backend.address.ip(), rig.dir.http_port);
+    let report = changes_under_load(&switchyard, 1, target, "web.test", changes).await;
     eprintln!(
         "policies changed {} times under load: {} requests, by status {:?}",
         steps.len(),

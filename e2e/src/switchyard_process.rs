@@ -194,6 +194,74 @@ impl Switchyard {
     }
 }
 
+/// A scratch folder for a standalone Switchyard: its work folder, the config folder it
+/// watches, and free ports for the Envoys' HTTP and probe listeners.
+pub struct StandaloneDir {
+    _dir: tempfile::TempDir,
+    pub work: PathBuf,
+    pub config: PathBuf,
+    pub http_port: u16,
+    pub probe_port: u16,
+}
+
+impl StandaloneDir {
+    pub fn new() -> StandaloneDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let work = dir.path().to_path_buf();
+        let config = work.join("config");
+        std::fs::create_dir(&config).expect("config dir");
+        StandaloneDir {
+            _dir: dir,
+            work,
+            config,
+            http_port: free_port(),
+            probe_port: free_port(),
+        }
+    }
+
+    /// Writes `file` of the config folder whole: written aside, then renamed, so the
+    /// watcher never reads half a file.
+    pub fn write(&self, file: &str, text: &str) {
+        let path = self.config.join(file);
+        let tmp = self.config.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).expect("write config");
+        std::fs::rename(&tmp, path).expect("rename config");
+    }
+}
+
+impl Default for StandaloneDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Makes each change of `changes` (it writes the config), one after the other, while
+/// 200 requests a second go to `target` for `host`: each change loaded and held by the
+/// `envoys` connected Envoys before the next. The load's report, once it stopped.
+pub async fn changes_under_load<C: FnMut()>(
+    switchyard: &Switchyard,
+    envoys: usize,
+    target: String,
+    host: &str,
+    changes: impl IntoIterator<Item = C>,
+) -> crate::LoadReport {
+    let load = crate::Load::start(vec![target], host, 200, Duration::from_secs(120));
+    for mut change in changes {
+        let before = switchyard.desired_version().await;
+        // Requests under the configuration before, then the change.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        change();
+        switchyard
+            .wait_for_new_version(before.as_deref(), Duration::from_secs(10))
+            .await;
+        switchyard
+            .wait_synced(envoys, Duration::from_secs(10))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.finish().await
+}
+
 /// Writes a standalone config with one route `host` → each (service, weight), every
 /// service pointing at `backend`.
 pub fn write_route(

@@ -1,5 +1,6 @@
-//! Load balancing on real Envoy: a rule's policy and session affinity by cookie or header
-//! over a service of two endpoints; and changing the policy under load drops nothing.
+//! Load balancing on real Envoy over a service of two endpoints: a rule's policy, session
+//! affinity by cookie or header, health checks, outlier detection and circuit breakers;
+//! and changing any of them under load drops nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -177,5 +178,138 @@ async fn changing_the_policy_under_load_drops_nothing() {
         report.by_backend
     );
     assert!(report.sent > 500, "{report:?}");
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+}
+
+/// Requests to `path` until the backends that answer `count` in a row are `expected`,
+/// for at most `within`.
+async fn wait_for_backends(rig: &Rig, path: &str, expected: &[&str], within: Duration) {
+    let expected: BTreeSet<String> = expected.iter().map(|b| b.to_string()).collect();
+    let started = std::time::Instant::now();
+    loop {
+        let backends = seen(rig, path, 10, &[]).await;
+        if backends == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{path}: answered by {backends:?}, not {expected:?}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Active health checks: every Envoy asks each Pod for /healthz; a Pod whose checks fail
+/// gets no traffic, and gets it again once it passes.
+#[tokio::test]
+async fn a_backend_failing_health_checks_gets_no_traffic_until_it_passes() {
+    let rig = Rig::new().await;
+    rig.write_routes(
+        "      healthCheck: { path: /healthz, interval: 200ms, timeout: 1s, unhealthyThreshold: 2, healthyThreshold: 1 }\n",
+    );
+    let (_switchyard, _envoy) = rig.start().await;
+    let [a, b] = &rig.backends;
+    assert!(b.health_checks_seen() > 0, "Envoy checks the backends");
+
+    b.set_unhealthy(true);
+    wait_for_backends(&rig, "/", &["a"], Duration::from_secs(10)).await;
+    assert_eq!(
+        seen(&rig, "/", 40, &[]).await,
+        BTreeSet::from(["a".to_owned()])
+    );
+    // Only the rule with the health check leaves b out.
+    assert_eq!(seen(&rig, "/sticky", 20, &[]).await.len(), 2);
+
+    b.set_unhealthy(false);
+    wait_for_backends(&rig, "/", &["a", "b"], Duration::from_secs(10)).await;
+    assert!(a.health_checks_seen() > 2);
+}
+
+/// Outlier detection: a Pod that answers 3 errors in a row is ejected, and the other
+/// takes every request.
+#[tokio::test]
+async fn a_backend_answering_errors_in_a_row_is_ejected() {
+    let rig = Rig::new().await;
+    rig.write_routes(
+        "      outlierDetection: { consecutive5xx: 3, baseEjectionTime: 60s, maxEjectionPercent: 50 }\n",
+    );
+    let (_switchyard, _envoy) = rig.start().await;
+    let b = &rig.backends[1];
+    b.fail_next(3, 500);
+    // Round robin: b gets about half of these, its first three fail.
+    seen(&rig, "/", 20, &[]).await;
+    assert_eq!(
+        seen(&rig, "/", 40, &[]).await,
+        BTreeSet::from(["a".to_owned()])
+    );
+    // A rule without outlier detection still uses both.
+    assert_eq!(seen(&rig, "/sticky", 20, &[]).await.len(), 2);
+}
+
+/// A circuit breaker of one request in flight: of six sent at once to slow backends, one
+/// is forwarded and five are answered 503 by Envoy at once, marked overloaded.
+#[tokio::test]
+async fn requests_over_the_circuit_breaker_are_refused_at_once() {
+    let rig = Rig::new().await;
+    rig.write_routes("      circuitBreaker: { maxRequests: 1 }\n");
+    let (_switchyard, _envoy) = rig.start().await;
+    for backend in &rig.backends {
+        backend.slow_down(Duration::from_secs(1));
+    }
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let request = client().get(rig.url("/")).header("host", "web.test");
+        requests.spawn(async move {
+            let started = std::time::Instant::now();
+            let answer = request.send().await.expect("answered");
+            let overloaded = answer.headers().get("x-envoy-overloaded").is_some();
+            (answer.status().as_u16(), overloaded, started.elapsed())
+        });
+    }
+    let mut forwarded = 0;
+    let mut refused = 0;
+    while let Some(result) = requests.join_next().await {
+        let (status, overloaded, took) = result.expect("request task");
+        match (status, overloaded) {
+            (200, false) => forwarded += 1,
+            (503, true) => {
+                refused += 1;
+                assert!(
+                    took < Duration::from_millis(900),
+                    "refused at once: {took:?}"
+                );
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!((forwarded, refused), (1, 5));
+}
+
+/// Health checks, outlier detection and circuit breakers put on, changed and taken off
+/// under load: each setting is a cluster of its own, and not one request fails.
+#[tokio::test]
+async fn changing_backend_health_settings_under_load_drops_nothing() {
+    let rig = Rig::new().await;
+    rig.write_routes("");
+    let (switchyard, _envoy) = rig.start().await;
+    let steps = [
+        "      circuitBreaker: { maxConnections: 100, maxRequests: 500 }\n",
+        "      outlierDetection: { consecutive5xx: 5 }\n      circuitBreaker: { maxRequests: 1000 }\n",
+        "      healthCheck: { path: /healthz, interval: 500ms }\n",
+        "      healthCheck: { path: /healthz, interval: 1s, unhealthyThreshold: 2 }\n      outlierDetection: { consecutive5xx: 3 }\n",
+        "",
+    ];
+    let rig = &rig;
+    let changes = steps.map(|options| move || rig.write_routes(options));
+    let target = format!("http://{IP}:{}", rig.dir.http_port);
+    let report = changes_under_load(&switchyard, 1, target, "web.test", changes).await;
+    eprintln!(
+        "backend health settings changed {} times under load: {} requests, by status {:?}, by backend {:?}",
+        steps.len(),
+        report.sent,
+        report.by_status,
+        report.by_backend
+    );
+    assert!(report.sent > 600, "{report:?}");
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
 }

@@ -122,6 +122,8 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
                 port: 80,
             },
             settings: ClusterSettings {
+                outlier_detection: None,
+                health_check: None,
                 lb_policy: Default::default(),
                 connect_timeout,
                 http2,

@@ -386,6 +386,10 @@ pub struct ClusterSettings {
     pub circuit_breakers: Option<CircuitBreakers>,
     #[serde(default, skip_serializing_if = "LbPolicy::is_default")]
     pub lb_policy: LbPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 /// How Envoy picks an endpoint of a cluster.
@@ -424,6 +428,8 @@ impl Default for ClusterSettings {
             http2: false,
             circuit_breakers: None,
             lb_policy: LbPolicy::RoundRobin,
+            outlier_detection: None,
+            health_check: None,
         }
     }
 }
@@ -434,6 +440,26 @@ pub struct CircuitBreakers {
     pub max_pending_requests: Option<u32>,
     pub max_requests: Option<u32>,
     pub max_retries: Option<u32>,
+}
+
+/// Passive health checking: ejection of hosts that answer errors in a row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OutlierDetection {
+    pub consecutive_5xx: u32,
+    pub interval: Duration,
+    pub base_ejection_time: Duration,
+    pub max_ejection_percent: u32,
+}
+
+/// Active HTTP health checking of every host.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub path: String,
+    pub host: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_threshold: u32,
+    pub healthy_threshold: u32,
 }
 
 /// The readable, stable cluster name for a Service port: `namespace/name/port`, with a

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use crate::traffic_runtime;
 
-/// An HTTP server on `address` that answers every request with its name.
+/// The path of a backend's health endpoint: 200, or 503 once told it is unhealthy.
+pub const HEALTH_PATH: &str = "/healthz";
+
+/// An HTTP server on `address` that answers every request with its name (and
+/// [`HEALTH_PATH`] with its health).
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
@@ -21,6 +25,10 @@ struct Behaviour {
     fail_next: std::sync::atomic::AtomicUsize,
     fail_status: std::sync::atomic::AtomicU16,
     delay_ms: std::sync::atomic::AtomicU64,
+    /// `GET /healthz` answers 503 (a health check endpoint that fails).
+    unhealthy: std::sync::atomic::AtomicBool,
+    /// Requests for `/healthz` seen so far.
+    health_checks: std::sync::atomic::AtomicUsize,
 }
 
 impl Backend {
@@ -42,7 +50,23 @@ impl Backend {
         let behaviour = Arc::new(Behaviour::default());
         let body = name.to_string();
         let state = behaviour.clone();
-        let app = axum::Router::new().fallback(move || {
+        let health = behaviour.clone();
+        let app = axum::Router::new().route(
+            HEALTH_PATH,
+            axum::routing::get(move || {
+                let health = health.clone();
+                async move {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    health.health_checks.fetch_add(1, SeqCst);
+                    if health.unhealthy.load(SeqCst) {
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        axum::http::StatusCode::OK
+                    }
+                }
+            }),
+        );
+        let app = app.fallback(move || {
             let body = body.clone();
             let state = state.clone();
             async move {
@@ -80,6 +104,20 @@ impl Backend {
         use std::sync::atomic::Ordering::SeqCst;
         self.behaviour.fail_status.store(status, SeqCst);
         self.behaviour.fail_next.store(count, SeqCst);
+    }
+
+    /// Makes `GET /healthz` answer 503 (true) or 200 (false).
+    pub fn set_unhealthy(&self, unhealthy: bool) {
+        self.behaviour
+            .unhealthy
+            .store(unhealthy, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many `GET /healthz` the backend has answered.
+    pub fn health_checks_seen(&self) -> usize {
+        self.behaviour
+            .health_checks
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every answer waits this long first (zero: answer at once).

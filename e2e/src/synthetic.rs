@@ -110,12 +110,10 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
         .map(|c| (c.name.as_str(), c))
         .collect();
     let resolved = |cluster: &Cluster| ResolvedCluster {
-        lb_policy: Default::default(),
-        namespace: None,
         service: cluster.service.name.clone(),
         port: i32::from(cluster.service.port),
         port_name: "http".into(),
-        http2: false,
+        ..ResolvedCluster::default()
     };
     let proxy_configs = config
         .virtual_hosts

@@ -46,7 +46,7 @@ pub fn markdown() -> String {
 
 /// The TrafficRoute examples, each whole (the API server accepts each: see
 /// e2e/tests/crd_validation.rs).
-pub const EXAMPLES: [(&str, &str); 4] = [
+pub const EXAMPLES: [(&str, &str); 5] = [
     (
         "CORS",
         include_str!("../../examples/traffic-routes/cors.yaml"),
@@ -62,6 +62,10 @@ pub const EXAMPLES: [(&str, &str); 4] = [
     (
         "Load balancing and session affinity",
         include_str!("../../examples/traffic-routes/load-balancing.yaml"),
+    ),
+    (
+        "Health checks, outlier detection and circuit breakers",
+        include_str!("../../examples/traffic-routes/backend-health.yaml"),
     ),
 ];
 

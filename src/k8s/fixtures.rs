@@ -12,6 +12,9 @@ pub const NS: &str = "shop";
 /// Port 80 of `service`, named "http", HTTP/1.
 pub fn cluster(service: &str) -> ResolvedCluster {
     ResolvedCluster {
+        outlier_detection: None,
+        health_check: None,
+        circuit_breaker: None,
         namespace: None,
         service: service.into(),
         port: 80,

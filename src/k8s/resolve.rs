@@ -263,7 +263,7 @@ impl ServiceLookup for ServiceIndex<'_> {
             port: port.port,
             port_name: port.name.clone().unwrap_or_default(),
             http2: is_http2(port.app_protocol.as_deref()),
-            lb_policy: None,
+            ..ResolvedCluster::default()
         })
     }
 }
@@ -413,6 +413,9 @@ mod tests {
 
     fn cluster(service: &str, port: i32, port_name: &str, http2: bool) -> ResolvedCluster {
         ResolvedCluster {
+            outlier_detection: None,
+            health_check: None,
+            circuit_breaker: None,
             namespace: None,
             service: service.to_owned(),
             port,

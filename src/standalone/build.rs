@@ -165,7 +165,7 @@ impl ServiceLookup for FileServices<'_> {
                 port,
                 port_name: String::new(),
                 http2: service.http2,
-                lb_policy: None,
+                ..ResolvedCluster::default()
             }),
             None => Err(ResolveError::UnsupportedBackend {
                 service: backend.service.clone(),

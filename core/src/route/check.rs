@@ -12,8 +12,9 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::spec::{
-    Backend, Cors, LB_POLICIES, LoadBalancer, RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit,
-    Redirect, RouteRule, RouteSpec, RuleMatch, RuleOptions,
+    Backend, CircuitBreaker, Cors, HealthCheck, LB_POLICIES, LoadBalancer, OutlierDetection,
+    RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit, Redirect, RouteRule, RouteSpec, RuleMatch,
+    RuleOptions,
 };
 use crate::duration;
 
@@ -268,6 +269,15 @@ fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
     if let Some(lb) = &options.load_balancer {
         check_load_balancer(&format!("{at}.loadBalancer"), lb)?;
     }
+    if let Some(cb) = &options.circuit_breaker {
+        check_circuit_breaker(&format!("{at}.circuitBreaker"), cb)?;
+    }
+    if let Some(od) = &options.outlier_detection {
+        check_outlier_detection(&format!("{at}.outlierDetection"), od)?;
+    }
+    if let Some(hc) = &options.health_check {
+        check_health_check(&format!("{at}.healthCheck"), hc)?;
+    }
     if let Some(bytes) = options.max_request_body_bytes
         && !(1..=MAX_REQUEST_BODY_BYTES).contains(&bytes)
     {
@@ -517,6 +527,93 @@ fn check_match(at: &str, m: &RuleMatch) -> Result<(), SpecError> {
         }
     }
     Ok(())
+}
+
+/// A number the spec bounds, when given.
+fn within(
+    at: String,
+    value: Option<i32>,
+    range: std::ops::RangeInclusive<i32>,
+) -> Result<(), SpecError> {
+    match value {
+        Some(v) if !range.contains(&v) => Err(error(
+            at,
+            format!("{v} is not within {}..{}", range.start(), range.end()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A duration the spec bounds below: it must be more than zero.
+fn positive_duration(at: String, text: Option<&str>) -> Result<(), SpecError> {
+    match text.map(duration::parse) {
+        Some(Err(e)) => Err(error(at, e)),
+        Some(Ok(d)) if d.is_zero() => Err(error(at, "must be more than 0s")),
+        _ => Ok(()),
+    }
+}
+
+fn check_circuit_breaker(at: &str, cb: &CircuitBreaker) -> Result<(), SpecError> {
+    within(
+        format!("{at}.maxConnections"),
+        cb.max_connections,
+        1..=1_000_000,
+    )?;
+    within(
+        format!("{at}.maxPendingRequests"),
+        cb.max_pending_requests,
+        1..=1_000_000,
+    )?;
+    within(format!("{at}.maxRequests"), cb.max_requests, 1..=1_000_000)?;
+    within(format!("{at}.maxRetries"), cb.max_retries, 0..=1_000_000)
+}
+
+fn check_outlier_detection(at: &str, od: &OutlierDetection) -> Result<(), SpecError> {
+    within(format!("{at}.consecutive5xx"), od.consecutive_5xx, 1..=1000)?;
+    positive_duration(format!("{at}.interval"), od.interval.as_deref())?;
+    positive_duration(
+        format!("{at}.baseEjectionTime"),
+        od.base_ejection_time.as_deref(),
+    )?;
+    within(
+        format!("{at}.maxEjectionPercent"),
+        od.max_ejection_percent,
+        0..=100,
+    )
+}
+
+static HOST_HEADER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?$")
+        .expect("host pattern")
+});
+
+fn check_health_check(at: &str, hc: &HealthCheck) -> Result<(), SpecError> {
+    if !hc.path.starts_with('/') || hc.path.len() > 1024 || hc.path.contains(char::is_whitespace) {
+        return Err(error(
+            format!("{at}.path"),
+            format!("{:?} is not a path (\"/...\", no spaces)", hc.path),
+        ));
+    }
+    if let Some(host) = &hc.host
+        && (host.len() > 253 || !HOST_HEADER.is_match(host))
+    {
+        return Err(error(
+            format!("{at}.host"),
+            format!("{host:?} is not a host name"),
+        ));
+    }
+    positive_duration(format!("{at}.interval"), hc.interval.as_deref())?;
+    positive_duration(format!("{at}.timeout"), hc.timeout.as_deref())?;
+    within(
+        format!("{at}.unhealthyThreshold"),
+        hc.unhealthy_threshold,
+        1..=100,
+    )?;
+    within(
+        format!("{at}.healthyThreshold"),
+        hc.healthy_threshold,
+        1..=100,
+    )
 }
 
 /// The spec keeps duration strings as written; they must parse as the lowering parses them.
@@ -827,6 +924,68 @@ mod tests {
                     load_balancer: Some(LoadBalancer {
                         policy: None,
                         affinity: Some(Affinity::default()),
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].circuitBreaker.maxRequests: 0 is not within 1..1000000",
+                spec(vec![RouteRule {
+                    circuit_breaker: Some(CircuitBreaker {
+                        max_requests: Some(0),
+                        ..CircuitBreaker::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].outlierDetection.interval: must be more than 0s",
+                spec(vec![RouteRule {
+                    outlier_detection: Some(OutlierDetection {
+                        interval: Some("0s".into()),
+                        ..OutlierDetection::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].outlierDetection.maxEjectionPercent: 101 is not within 0..100",
+                spec(vec![RouteRule {
+                    outlier_detection: Some(OutlierDetection {
+                        max_ejection_percent: Some(101),
+                        ..OutlierDetection::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].healthCheck.path: \"healthz\" is not a path (\"/...\", no spaces)",
+                spec(vec![RouteRule {
+                    health_check: Some(HealthCheck {
+                        path: "healthz".into(),
+                        ..HealthCheck::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].healthCheck.host: \"Web Server\" is not a host name",
+                spec(vec![RouteRule {
+                    health_check: Some(HealthCheck {
+                        path: "/healthz".into(),
+                        host: Some("Web Server".into()),
+                        ..HealthCheck::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].healthCheck.timeout: duration \"soon\" does not start with a number",
+                spec(vec![RouteRule {
+                    health_check: Some(HealthCheck {
+                        path: "/healthz".into(),
+                        timeout: Some("soon".into()),
+                        ..HealthCheck::default()
                     }),
                     ..rule()
                 }]),

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
-    Affinity as SpecAffinity, Cors as SpecCors, DEFAULT_RETRY_ON, HeaderEdits as SpecHeaderEdits,
-    HeaderMatch as SpecHeaderMatch, QueryParamMatch as SpecQueryMatch, RATE_LIMIT_UNITS,
-    RateLimit as SpecRateLimit, Redirect as SpecRedirect,
+    self, Affinity as SpecAffinity, Cors as SpecCors, DEFAULT_RETRY_ON,
+    HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
+    QueryParamMatch as SpecQueryMatch, RATE_LIMIT_UNITS, RateLimit as SpecRateLimit,
+    Redirect as SpecRedirect,
 };
 use crate::duration;
 use crate::model::{
@@ -235,7 +236,58 @@ fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
             .as_deref()
             .and_then(LbPolicy::named)
             .unwrap_or_default(),
+        circuit_breakers: cluster.circuit_breaker.as_ref().map(circuit_breakers),
+        outlier_detection: cluster.outlier_detection.as_ref().map(outlier_detection),
+        health_check: cluster.health_check.as_ref().map(health_check),
         ..ClusterSettings::default()
+    }
+}
+
+// The spec's check has admitted every number and duration below; what it would refuse
+// falls back to the default rather than fail a lowering that cannot fail.
+
+fn count(value: Option<i32>, default: u32) -> u32 {
+    value.and_then(|v| u32::try_from(v).ok()).unwrap_or(default)
+}
+
+fn duration_or(text: Option<&str>, default: Duration) -> Duration {
+    text.and_then(|t| duration::parse(t).ok())
+        .unwrap_or(default)
+}
+
+fn circuit_breakers(cb: &spec::CircuitBreaker) -> model::CircuitBreakers {
+    let limit = |v: Option<i32>| v.and_then(|v| u32::try_from(v).ok());
+    model::CircuitBreakers {
+        max_connections: limit(cb.max_connections),
+        max_pending_requests: limit(cb.max_pending_requests),
+        max_requests: limit(cb.max_requests),
+        max_retries: limit(cb.max_retries),
+    }
+}
+
+fn outlier_detection(od: &spec::OutlierDetection) -> model::OutlierDetection {
+    model::OutlierDetection {
+        consecutive_5xx: count(od.consecutive_5xx, 5),
+        interval: duration_or(od.interval.as_deref(), Duration::from_secs(10)),
+        base_ejection_time: duration_or(od.base_ejection_time.as_deref(), Duration::from_secs(30)),
+        max_ejection_percent: count(od.max_ejection_percent, 10),
+    }
+}
+
+/// The Host header of health checks when the spec names none.
+pub const HEALTH_CHECK_HOST: &str = "switchyard-health-check";
+
+fn health_check(hc: &spec::HealthCheck) -> model::HealthCheck {
+    model::HealthCheck {
+        path: hc.path.clone(),
+        host: hc
+            .host
+            .clone()
+            .unwrap_or_else(|| HEALTH_CHECK_HOST.to_owned()),
+        interval: duration_or(hc.interval.as_deref(), Duration::from_secs(5)),
+        timeout: duration_or(hc.timeout.as_deref(), Duration::from_secs(1)),
+        unhealthy_threshold: count(hc.unhealthy_threshold, 3),
+        healthy_threshold: count(hc.healthy_threshold, 2),
     }
 }
 

@@ -105,6 +105,9 @@ fn resolve_rule(
             Ok(ResolvedBackend {
                 cluster: ResolvedCluster {
                     lb_policy: lb_policy.clone(),
+                    circuit_breaker: rule.circuit_breaker.clone(),
+                    outlier_detection: rule.outlier_detection.clone(),
+                    health_check: rule.health_check.clone(),
                     ..services.cluster(b)?
                 },
                 weight: b.weight.unwrap_or(1),

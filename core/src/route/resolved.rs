@@ -6,7 +6,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{Redirect, RuleMatch, RuleOptions};
+use super::spec::{
+    CircuitBreaker, HealthCheck, OutlierDetection, Redirect, RuleMatch, RuleOptions,
+};
 
 /// What resolving a route's spec against its services gives.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,4 +160,13 @@ pub struct ResolvedCluster {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(leastRequest|random|ringHash|maglev)$"))]
     pub lb_policy: Option<String>,
+    /// The limits of the rule that sends here (a cluster of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+    /// The passive health checking of the rule that sends here (a cluster of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+    /// The active health checking of the rule that sends here (a cluster of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }

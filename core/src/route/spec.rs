@@ -183,6 +183,20 @@ pub struct RouteRule {
     /// How each Envoy picks a backend Pod, and which requests stick to one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<LoadBalancer>,
+
+    /// Limits each Envoy keeps on the rule's backends; what is over them is answered 503
+    /// at once (`x-envoy-overloaded`) instead of queueing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+
+    /// Passive health checking: a Pod that keeps answering errors is left out for a while.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+
+    /// Active health checking: each Envoy asks each Pod for a path, and a Pod that fails
+    /// gets no traffic. A rollout waits for a Pod of each new backend to pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 /// A CORS policy (the Gateway API's CORS filter, in the same words).
@@ -265,6 +279,100 @@ pub struct LoadBalancer {
     /// same Pod while it is ready (when Pods come and go, some move).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+}
+
+/// Limits per backend cluster, on each Envoy (all its Pods together). Unset limits are
+/// Envoy's: 1024 each, 3 retries.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreaker {
+    /// Connections open to the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_connections: Option<i32>,
+    /// Requests waiting for a connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_pending_requests: Option<i32>,
+    /// Requests in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_requests: Option<i32>,
+    /// Retries in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub max_retries: Option<i32>,
+}
+
+/// Passive health checking: after `consecutive5xx` errors in a row (5xx answers, resets,
+/// refused connections) a Pod is ejected for `baseEjectionTime` times the number of its
+/// ejections so far; at most `maxEjectionPercent` of the Pods are out at once.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OutlierDetection {
+    /// Errors in a row that eject a Pod (default 5).
+    #[serde(
+        default,
+        rename = "consecutive5xx",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 1000))]
+    pub consecutive_5xx: Option<i32>,
+    /// How often ejected Pods are looked at again (default "10s").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub interval: Option<String>,
+    /// How long a first ejection lasts (default "30s").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub base_ejection_time: Option<String>,
+    /// The most Pods out at once, in percent (default 10; one Pod may always go).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_ejection_percent: Option<i32>,
+}
+
+/// Active health checking over HTTP: every `interval`, each Envoy sends `GET path` to each
+/// Pod; an answer other than 2xx within `timeout` is a failure. A Pod that fails
+/// `unhealthyThreshold` checks in a row gets no traffic until it passes
+/// `healthyThreshold` in a row. New Pods get traffic only once they pass one.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// What each check asks for, e.g. `/healthz`.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/[^\s]*$"))]
+    pub path: String,
+    /// The Host header of the checks (default `switchyard-health-check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?$"
+        )
+    )]
+    pub host: Option<String>,
+    /// Default "5s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub interval: Option<String>,
+    /// Default "1s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub timeout: Option<String>,
+    /// Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub unhealthy_threshold: Option<i32>,
+    /// Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub healthy_threshold: Option<i32>,
 }
 
 /// The load-balancing policies, as the spec names them.
@@ -373,6 +481,9 @@ impl RouteRule {
             rate_limit: self.rate_limit.clone(),
             max_request_body_bytes: self.max_request_body_bytes,
             load_balancer: self.load_balancer.clone(),
+            circuit_breaker: self.circuit_breaker.clone(),
+            outlier_detection: self.outlier_detection.clone(),
+            health_check: self.health_check.clone(),
         }
     }
 }
@@ -442,6 +553,20 @@ pub struct RuleOptions {
     /// How each Envoy picks a backend Pod, and which requests stick to one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<LoadBalancer>,
+
+    /// Limits each Envoy keeps on the rule's backends; what is over them is answered 503
+    /// at once (`x-envoy-overloaded`) instead of queueing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+
+    /// Passive health checking: a Pod that keeps answering errors is left out for a while.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+
+    /// Active health checking: each Envoy asks each Pod for a path, and a Pod that fails
+    /// gets no traffic. A rollout waits for a Pod of each new backend to pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -698,6 +823,18 @@ mod tests {
                     header: Some("x-user".into()),
                     ..Affinity::default()
                 }),
+            }),
+            circuit_breaker: Some(CircuitBreaker {
+                max_connections: Some(10),
+                ..CircuitBreaker::default()
+            }),
+            outlier_detection: Some(OutlierDetection {
+                consecutive_5xx: Some(3),
+                ..OutlierDetection::default()
+            }),
+            health_check: Some(HealthCheck {
+                path: "/healthz".into(),
+                ..HealthCheck::default()
             }),
         };
         let json = serde_json::to_value(&options).expect("serializes");

@@ -1,15 +1,20 @@
 //! Clusters: one EDS cluster per Service port, endpoints delivered over ADS.
 
 use envoy_types::pb::envoy::config::cluster::v3::{
-    CircuitBreakers, Cluster, circuit_breakers::Thresholds, cluster::ClusterDiscoveryType,
-    cluster::DiscoveryType, cluster::EdsClusterConfig, cluster::LbPolicy,
+    CircuitBreakers, Cluster, OutlierDetection, circuit_breakers::Thresholds,
+    cluster::ClusterDiscoveryType, cluster::DiscoveryType, cluster::EdsClusterConfig,
+    cluster::LbPolicy,
 };
-use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, RoutingPriority};
+use envoy_types::pb::envoy::config::core::v3::{
+    HealthCheck, Http2ProtocolOptions, RoutingPriority, health_check::HealthChecker,
+    health_check::HttpHealthCheck,
+};
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::ExplicitHttpConfig,
     http_protocol_options::UpstreamProtocolOptions,
     http_protocol_options::explicit_http_config::ProtocolConfig,
 };
+use envoy_types::pb::envoy::r#type::v3::Int64Range;
 use envoy_types::pb::google::protobuf::Any;
 
 use super::proto;
@@ -27,7 +32,36 @@ pub fn validate(c: &model::Cluster) -> Result<(), String> {
     if timeout.is_zero() {
         return Err("connect timeout must be positive".to_owned());
     }
-    proto::check_duration("connect timeout", timeout)
+    proto::check_duration("connect timeout", timeout)?;
+    if let Some(od) = &c.settings.outlier_detection {
+        positive("outlier detection interval", od.interval)?;
+        positive(
+            "outlier detection base ejection time",
+            od.base_ejection_time,
+        )?;
+        if od.max_ejection_percent > 100 {
+            return Err(format!(
+                "outlier detection: max ejection percent {} is more than 100",
+                od.max_ejection_percent
+            ));
+        }
+    }
+    if let Some(hc) = &c.settings.health_check {
+        positive("health check interval", hc.interval)?;
+        positive("health check timeout", hc.timeout)?;
+        if hc.unhealthy_threshold == 0 || hc.healthy_threshold == 0 {
+            return Err("health check thresholds must be at least 1".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Envoy refuses zero intervals (and durations past its maximum).
+fn positive(what: &str, d: std::time::Duration) -> Result<(), String> {
+    if d.is_zero() {
+        return Err(format!("{what} must be positive"));
+    }
+    proto::check_duration(what, d)
 }
 
 pub fn cluster(c: &model::Cluster) -> Cluster {
@@ -56,6 +90,8 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
                 }],
                 ..Default::default()
             }),
+        outlier_detection: settings.outlier_detection.as_ref().map(outlier_detection),
+        health_checks: settings.health_check.iter().map(health_check).collect(),
         ..Default::default()
     };
     if settings.http2 {
@@ -74,6 +110,45 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             .insert(HTTP_PROTOCOL_OPTIONS.to_owned(), proto::pack(&options));
     }
     cluster
+}
+
+fn outlier_detection(od: &model::OutlierDetection) -> OutlierDetection {
+    OutlierDetection {
+        consecutive_5xx: proto::u32_value(od.consecutive_5xx),
+        interval: Some(proto::duration(od.interval)),
+        base_ejection_time: Some(proto::duration(od.base_ejection_time)),
+        max_ejection_percent: proto::u32_value(od.max_ejection_percent),
+        ..Default::default()
+    }
+}
+
+/// Any answer within `timeout` other than 2xx is a failure, and failures of every kind
+/// count towards the unhealthy threshold (Envoy's default marks a host unhealthy on the
+/// first non-200). Checks go on at `interval` while a cluster has no traffic too: a
+/// cluster staged for a rollout has none, and its readiness must not wait a minute.
+fn health_check(hc: &model::HealthCheck) -> HealthCheck {
+    let interval = proto::duration(hc.interval);
+    HealthCheck {
+        timeout: Some(proto::duration(hc.timeout)),
+        interval: Some(interval),
+        no_traffic_interval: Some(interval),
+        unhealthy_threshold: proto::u32_value(hc.unhealthy_threshold),
+        healthy_threshold: proto::u32_value(hc.healthy_threshold),
+        health_checker: Some(HealthChecker::HttpHealthCheck(HttpHealthCheck {
+            host: hc.host.clone(),
+            path: hc.path.clone(),
+            expected_statuses: vec![Int64Range {
+                start: 200,
+                end: 300,
+            }],
+            retriable_statuses: vec![Int64Range {
+                start: 100,
+                end: 600,
+            }],
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
 }
 
 fn lb_policy(policy: model::LbPolicy) -> LbPolicy {
@@ -167,6 +242,7 @@ mod tests {
                 max_requests: Some(100),
                 max_retries: Some(0),
             }),
+            ..Default::default()
         }));
         assert_eq!(c.connect_timeout.unwrap().nanos, 250_000_000);
         let any = &c.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS];
@@ -188,6 +264,75 @@ mod tests {
 
         let packed = pack(c.clone());
         assert_eq!(Cluster::decode(packed.value.as_slice()).unwrap(), c);
+    }
+
+    fn checked() -> model::ClusterSettings {
+        model::ClusterSettings {
+            outlier_detection: Some(model::OutlierDetection {
+                consecutive_5xx: 3,
+                interval: Duration::from_secs(1),
+                base_ejection_time: Duration::from_secs(30),
+                max_ejection_percent: 50,
+            }),
+            health_check: Some(model::HealthCheck {
+                path: "/healthz".into(),
+                host: "web".into(),
+                interval: Duration::from_millis(500),
+                timeout: Duration::from_millis(200),
+                unhealthy_threshold: 2,
+                healthy_threshold: 1,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn outlier_detection_and_health_checks() {
+        let c = cluster(&model_cluster(checked()));
+        let od = c.outlier_detection.as_ref().unwrap();
+        assert_eq!(od.consecutive_5xx.unwrap().value, 3);
+        assert_eq!(od.interval.unwrap().seconds, 1);
+        assert_eq!(od.max_ejection_percent.unwrap().value, 50);
+        let [hc] = c.health_checks.as_slice() else {
+            panic!("one health check: {:?}", c.health_checks)
+        };
+        assert_eq!(hc.no_traffic_interval, hc.interval);
+        assert_eq!(hc.interval.unwrap().nanos, 500_000_000);
+        let Some(HealthChecker::HttpHealthCheck(http)) = &hc.health_checker else {
+            panic!("an HTTP health check: {hc:?}")
+        };
+        assert_eq!(
+            (http.path.as_str(), http.host.as_str()),
+            ("/healthz", "web")
+        );
+        assert_eq!(
+            (
+                http.expected_statuses[0].start,
+                http.expected_statuses[0].end
+            ),
+            (200, 300)
+        );
+        assert!(validate(&model_cluster(checked())).is_ok());
+    }
+
+    #[test]
+    fn zero_intervals_are_refused() {
+        let mut c = model_cluster(checked());
+        if let Some(hc) = c.settings.health_check.as_mut() {
+            hc.interval = Duration::ZERO;
+        }
+        assert_eq!(
+            validate(&c).unwrap_err(),
+            "health check interval must be positive"
+        );
+        let mut c = model_cluster(checked());
+        if let Some(od) = c.settings.outlier_detection.as_mut() {
+            od.base_ejection_time = Duration::ZERO;
+        }
+        assert_eq!(
+            validate(&c).unwrap_err(),
+            "outlier detection base ejection time must be positive"
+        );
     }
 
     #[test]

@@ -645,3 +645,52 @@ async fn a_route_deleted_and_created_again_under_its_name_drops_nothing() {
     summary("route deleted and created again", &report, &[took]);
     assert_eq!(report.non_2xx(), 0);
 }
+
+/// A rollout to a Service whose Pods fail their active health checks does not switch: the
+/// probe asks each Envoy for a healthy host of the new cluster, and a host that fails its
+/// checks is not one. The old backend keeps every request until the new Pods pass; then
+/// the switch goes through (DESIGN.md I3).
+#[tokio::test]
+async fn a_rollout_waits_for_new_pods_to_pass_their_health_checks() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("old").await;
+    rig.add_backend("new").await;
+    rig.backends["new"].set_unhealthy(true);
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("old", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    let checked = format!(
+        "{}  healthCheck: {{ path: /healthz, interval: 200ms, unhealthyThreshold: 1, healthyThreshold: 1 }}\n",
+        Rig::route_yaml(HOST, &[("new", 1)])
+    );
+    rig.apply_route("web", &checked).await;
+    rig.wait_status("web", Duration::from_secs(20), |s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "VerifyingEndpoints")
+    })
+    .await;
+    // Several rounds of checks fail meanwhile; the route stays where it was.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(rig.backends["new"].health_checks_seen() >= 3);
+    let status = rig.route("web").await.status.unwrap_or_default();
+    assert!(!is_ready(&status), "{status:#?}");
+    assert_eq!(rig.answers().await, ["old", "old", "old"]);
+
+    rig.backends["new"].set_unhealthy(false);
+    let passed = Instant::now();
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let took = passed.elapsed();
+    assert_eq!(rig.answers().await, ["new", "new", "new"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = load.finish().await;
+    summary(
+        "new Pods failing health checks, then passing",
+        &report,
+        &[took],
+    );
+    assert_eq!(report.non_2xx(), 0);
+}

@@ -125,7 +125,8 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
 
-    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
+    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables). A gRPC
+    /// request's deadline (`grpc-timeout`) replaces it when shorter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub timeout: Option<String>,
@@ -495,7 +496,8 @@ impl RouteRule {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleOptions {
-    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables).
+    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables). A gRPC
+    /// request's deadline (`grpc-timeout`) replaces it when shorter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub timeout: Option<String>,

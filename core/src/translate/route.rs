@@ -6,10 +6,10 @@ use envoy_types::pb::envoy::config::route::v3::{
     RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     redirect_action, route::Action, route_action::ClusterSpecifier, route_action::HashPolicy,
-    route_action::UpgradeConfig, route_action::hash_policy::ConnectionProperties,
-    route_action::hash_policy::Cookie, route_action::hash_policy::Header,
-    route_action::hash_policy::PolicySpecifier, route_match::PathSpecifier,
-    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    route_action::MaxStreamDuration, route_action::UpgradeConfig,
+    route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
+    route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
+    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -490,6 +490,14 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: f.timeout.map(proto::duration),
         idle_timeout: f.idle_timeout.map(proto::duration),
+        // A gRPC client's deadline (`grpc-timeout`) takes the place of the timeout, up to
+        // it: a client may shorten the rule's timeout, never lengthen it.
+        max_stream_duration: Some(MaxStreamDuration {
+            grpc_timeout_header_max: Some(proto::duration(
+                f.timeout.unwrap_or(ENVOY_ROUTE_TIMEOUT),
+            )),
+            ..Default::default()
+        }),
         retry_policy: f.retry.as_ref().map(|r| RetryPolicy {
             retry_on: r.retry_on.join(","),
             num_retries: proto::u32_value(r.num_retries),
@@ -528,6 +536,9 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
 }
 
 const WEBSOCKET: &str = "websocket";
+
+/// Envoy's route timeout when a route sets none.
+const ENVOY_ROUTE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What the clusters' ring hash or Maglev hashes: the same value, the same endpoint.
 fn hash_policy(affinity: &model::Affinity) -> HashPolicy {

@@ -1,7 +1,7 @@
 //! The Gateway API controller against a real API server with the Gateway API CRDs of the
 //! release Switchyard speaks: a GatewayClass naming it is accepted, its Gateway's
 //! listeners and the HTTPRoutes attached to them get the conditions the specification
-//! gives, and a status follows a change of what it depends on (a Service created, a
+//! gives (and their rules take WebSockets), and a status follows a change of what it depends on (a Service created, a
 //! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
 //! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
 //! one port get different fleet ports; a deleted Gateway's Service goes. Through 3 real
@@ -487,6 +487,11 @@ spec:
         rig.answers_for("web.test").await,
         ["status 404 Not Found"; 3]
     );
+    // An HTTPRoute's rules let WebSocket upgrades through.
+    let mut socket = switchyard_e2e::WebSocket::connect(&targets[0], "web.test")
+        .await
+        .expect("a WebSocket through the Gateway");
+    assert_eq!(socket.echo("hello").await.as_deref(), Ok("svc-0: hello"));
 
     // Under load: header-only changes, and moves to Services created just before.
     let load =

@@ -1,13 +1,16 @@
 //! WebSocket upgrades on real Envoy: a rule with `websocket: true` lets the upgrade
 //! through, and the connection then carries bytes both ways; a rule without it refuses the
-//! upgrade (Envoy answers 403 itself, the backend never sees it).
+//! upgrade (Envoy answers 403 itself, the backend never sees it). A rollout that moves the
+//! route sends new WebSockets to the new backend and leaves open ones on the old: through
+//! the drain period, and after the old cluster is collected, until the old backend goes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use switchyard::xds::Protocol;
-use switchyard_e2e::{Envoy, Switchyard, free_port};
+use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::{Envoy, Switchyard, WebSocket, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -158,5 +161,128 @@ services:
         upgrades_seen.load(Ordering::SeqCst),
         1,
         "only the websocket rule's upgrade reached the backend"
+    );
+}
+
+/// A TrafficRoute spec: `HOST` to `service`, WebSockets on, with a 4 s drain period.
+fn websocket_route(service: &str) -> String {
+    format!(
+        "hosts: [\"{HOST}\"]\nrollout: {{ drainPeriod: 4s }}\nrules:\n- websocket: true\n  backends:\n  - {{ service: {service}, port: 80 }}\n"
+    )
+}
+
+/// The clusters of Service `ws-0` the (only) Envoy of the rig still has.
+async fn old_clusters(rig: &Rig) -> Vec<String> {
+    let clusters = rig.envoys[0].admin("/clusters").await;
+    let mut names: Vec<String> = clusters
+        .lines()
+        .filter_map(|l| l.split("::").next())
+        .filter(|name| name.contains("/ws-0/"))
+        .map(str::to_owned)
+        .collect();
+    names.dedup();
+    names
+}
+
+async fn phase(rig: &Rig) -> String {
+    let route = rig.route("web").await;
+    route.status.and_then(|s| s.phase).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_rollout_leaves_open_websockets_on_the_old_backend_until_it_goes() {
+    let mut rig = Rig::start(1).await;
+    rig.add_backend("ws-0").await;
+    rig.start_operator("switchyard-1", &[]);
+    rig.apply_route("web", &websocket_route("ws-0")).await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let target = rig.targets()[0].clone();
+    let mut old = WebSocket::connect(&target, HOST)
+        .await
+        .expect("a WebSocket");
+    assert_eq!(old.echo("before").await.as_deref(), Ok("ws-0: before"));
+
+    rig.add_backend("ws-1").await;
+    rig.apply_route("web", &websocket_route("ws-1")).await;
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let switched = Instant::now();
+    let mut new = WebSocket::connect(&target, HOST)
+        .await
+        .expect("a WebSocket");
+    assert_eq!(
+        new.echo("after").await.as_deref(),
+        Ok("ws-1: after"),
+        "a WebSocket opened after the switch goes to the new backend"
+    );
+
+    // Through the drain period the open WebSocket keeps its backend, and Envoy its cluster.
+    assert!(
+        !old_clusters(&rig).await.is_empty(),
+        "the old cluster drains"
+    );
+    let mut exchanged = 0;
+    while phase(&rig).await == "Draining" {
+        assert!(
+            switched.elapsed() < Duration::from_secs(30),
+            "still draining after 30 s"
+        );
+        let message = format!("draining {exchanged}");
+        assert_eq!(
+            old.echo(&message).await,
+            Ok(format!("ws-0: {message}")),
+            "the open WebSocket, {:?} after the switch",
+            switched.elapsed()
+        );
+        exchanged += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let collected = switched.elapsed();
+    eprintln!(
+        "{exchanged} messages on the old WebSocket during the drain; collected {collected:?} after the switch"
+    );
+    assert!(
+        exchanged >= 10,
+        "the drain period of 4 s held only {exchanged} messages"
+    );
+
+    // The old cluster is collected: Envoy no longer has it, but does not cut the
+    // WebSocket it carries; that stays with the old backend.
+    let mut clusters = old_clusters(&rig).await;
+    for _ in 0..50 {
+        if clusters.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        clusters = old_clusters(&rig).await;
+    }
+    assert!(
+        clusters.is_empty(),
+        "Envoy still has {clusters:?} 5 s after the collection"
+    );
+    for i in 0..10 {
+        let message = format!("collected {i}");
+        assert_eq!(
+            old.echo(&message).await,
+            Ok(format!("ws-0: {message}")),
+            "the open WebSocket, after its cluster went"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The old Pods go: their WebSockets end, the client reconnects to the new backend.
+    rig.stop_backend("ws-0");
+    let ended = old.echo("gone").await;
+    eprintln!("the old WebSocket once its backend stopped: {ended:?}");
+    assert!(ended.is_err(), "answered by a stopped backend: {ended:?}");
+    assert_eq!(
+        new.echo("still").await.as_deref(),
+        Ok("ws-1: still"),
+        "the WebSocket on the new backend stays open"
+    );
+    let mut again = WebSocket::connect(&target, HOST)
+        .await
+        .expect("a WebSocket");
+    assert_eq!(
+        again.echo("reconnected").await.as_deref(),
+        Ok("ws-1: reconnected")
     );
 }

@@ -9,13 +9,19 @@ use crate::traffic_runtime;
 /// The path of a backend's health endpoint: 200, or 503 once told it is unhealthy.
 pub const HEALTH_PATH: &str = "/healthz";
 
+/// The path where a backend takes WebSocket upgrades: it answers each text message with
+/// its name and the message, "name: message".
+pub const WEBSOCKET_PATH: &str = "/ws";
+
 /// An HTTP server on `address` that answers every request with its name (and
-/// [`HEALTH_PATH`] with its health).
+/// [`HEALTH_PATH`] with its health, [`WEBSOCKET_PATH`] with a WebSocket).
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
     behaviour: Arc<Behaviour>,
     task: tokio::task::JoinHandle<()>,
+    /// Set when the backend stops: its WebSockets close, as a stopped process's would.
+    stopped: tokio::sync::watch::Sender<bool>,
 }
 
 /// How a backend answers: told to fail a number of requests, or to be slow.
@@ -66,6 +72,18 @@ impl Backend {
                 }
             }),
         );
+        let ws_name = name.to_string();
+        let (stopped, stopping) = tokio::sync::watch::channel(false);
+        let app =
+            app.route(
+                WEBSOCKET_PATH,
+                axum::routing::get(move |upgrade: axum::extract::ws::WebSocketUpgrade| {
+                    let (name, stopping) = (ws_name.clone(), stopping.clone());
+                    async move {
+                        upgrade.on_upgrade(move |socket| echo_with_name(socket, name, stopping))
+                    }
+                }),
+            );
         let app = app.fallback(move || {
             let body = body.clone();
             let state = state.clone();
@@ -96,6 +114,7 @@ impl Backend {
             address,
             behaviour,
             task,
+            stopped,
         }
     }
 
@@ -129,8 +148,34 @@ impl Backend {
     }
 }
 
+/// Answers each text message with "name: message" until the client closes or the backend
+/// stops (then the connection just ends, as when a process exits).
+async fn echo_with_name(
+    mut socket: axum::extract::ws::WebSocket,
+    name: String,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    use axum::extract::ws::Message;
+    loop {
+        let message = tokio::select! {
+            message = socket.recv() => message,
+            _ = stopping.wait_for(|stopped| *stopped) => return,
+        };
+        let Some(Ok(message)) = message else {
+            return;
+        };
+        if let Message::Text(text) = message {
+            let answer = format!("{name}: {}", text.as_str());
+            if socket.send(Message::Text(answer.into())).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 impl Drop for Backend {
     fn drop(&mut self) {
+        self.stopped.send_replace(true);
         self.task.abort();
     }
 }

@@ -16,6 +16,7 @@ pub mod relay;
 pub mod rig;
 mod switchyard_process;
 pub mod synthetic;
+mod websocket;
 
 pub use backend::*;
 pub use envoy::*;
@@ -23,3 +24,4 @@ pub use https::*;
 pub use load::*;
 pub use process::*;
 pub use switchyard_process::*;
+pub use websocket::*;

@@ -162,7 +162,8 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<HeaderEdits>,
 
-    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
+    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends. A rollout
+    /// sends new WebSockets to the new backends and leaves open ones where they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<bool>,
 
@@ -533,7 +534,8 @@ pub struct RuleOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<HeaderEdits>,
 
-    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends.
+    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends. A rollout
+    /// sends new WebSockets to the new backends and leaves open ones where they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<bool>,
 

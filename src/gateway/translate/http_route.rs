@@ -269,7 +269,16 @@ struct Lowering {
 
 /// The rule's filters and timeouts in the vocabulary.
 fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
-    let mut lowering = Lowering::default();
+    // The Gateway API has no field for upgrades; its backends may speak WebSocket (the
+    // appProtocol `kubernetes.io/ws`), so every rule lets the upgrade through, as Envoy
+    // Gateway and Istio do. The backend still decides whether to accept it.
+    let mut lowering = Lowering {
+        options: RuleOptions {
+            websocket: Some(true),
+            ..RuleOptions::default()
+        },
+        redirect: None,
+    };
     for (fi, filter) in rule.filters.iter().flatten().enumerate() {
         let at = format!("{at}.filters[{fi}]");
         match filter.r#type {

@@ -211,3 +211,34 @@ async fn a_service_without_endpoints_keeps_traffic_on_the_old_one_until_it_has_s
         "Ready {took:?} after the endpoints appeared: the rollout waited for its timer"
     );
 }
+
+/// `switchyard_rollout_step_seconds_count{step}` in the operator's metrics.
+fn steps_timed(metrics: &str, step: &str) -> u64 {
+    let prefix = format!("switchyard_rollout_step_seconds_count{{step=\"{step}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_step_of_a_rollout_is_timed() {
+    let mut rig = Rig::start(1).await;
+    rig.add_backend("svc-0").await;
+    rig.add_backend("svc-1").await;
+    rig.start_operator("switchyard-1", &[]);
+    for service in ["svc-0", "svc-1"] {
+        rig.apply_route("web", &Rig::route_yaml(HOST, &[(service, 1)]))
+            .await;
+        rig.wait_ready("web", Duration::from_secs(60)).await;
+    }
+    let metrics = rig.operator_metrics("switchyard-1").await;
+    for step in ["staged", "endpoints_verified", "promoted", "live_verified"] {
+        assert_eq!(
+            steps_timed(&metrics, step),
+            2,
+            "two rollouts, each timed once at {step}:\n{metrics}"
+        );
+    }
+}

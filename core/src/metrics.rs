@@ -26,6 +26,12 @@ pub struct ErrorLabel {
     pub error: &'static str,
 }
 
+/// A step of a rollout (e.g. "staged", "promoted").
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    pub step: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub connected_nodes: Gauge,
@@ -41,6 +47,7 @@ pub struct Metrics {
     pub fleet_envoys_rejecting: Gauge,
     pub fleet_routes_refused: Gauge,
     pub reconcile_failures: Family<ErrorLabel, Counter>,
+    pub rollout_step_seconds: Family<StepLabel, Histogram>,
 }
 
 impl Metrics {
@@ -61,6 +68,9 @@ impl Metrics {
             fleet_envoys_rejecting: Gauge::default(),
             fleet_routes_refused: Gauge::default(),
             reconcile_failures: Family::default(),
+            rollout_step_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+            }),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
         r.register(
@@ -123,6 +133,13 @@ impl Metrics {
             "reconcile_failures",
             "Rollout passes that failed and are retried, by the kind of error",
             metrics.reconcile_failures.clone(),
+        );
+        r.register(
+            "rollout_step_seconds",
+            "Time each step of a rollout took, from the step before it (the first: from \
+             the beginning of its reconcile pass): staged, endpoints_verified, \
+             promoted, live_verified",
+            metrics.rollout_step_seconds.clone(),
         );
         metrics
     }

@@ -10,6 +10,7 @@
 //! - `triggers`: what else wakes a route (the fleet converging, Secrets, orphans).
 
 mod admission;
+mod clock;
 mod reconcile;
 mod report;
 pub mod shift;
@@ -115,6 +116,8 @@ pub(super) struct Context {
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
+    /// When each route's rollout took its last step, for the step histogram.
+    pub(super) clock: clock::RolloutClock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +176,7 @@ pub async fn run(client: Client, settings: Settings) {
         attempts: Arc::default(),
         routes: route_store.clone(),
         converged,
+        clock: clock::RolloutClock::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());

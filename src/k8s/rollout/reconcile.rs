@@ -2,7 +2,7 @@
 //! is Ready, waits on the fleet, or is refused.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -12,6 +12,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
+use super::clock::RolloutStep;
 use super::report::{ConditionType, Report};
 use super::shift::{Observed, Step, Verified, next_step};
 use super::verify::{Verification, verify};
@@ -21,6 +22,7 @@ use crate::api::{ProxyConfig, TrafficRoute};
 use crate::duration;
 use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, probe_name, resolve_route};
 use crate::k8s::to_model::endpoint_probe_id;
+use crate::metrics::StepLabel;
 use crate::model::trial_id;
 use crate::prober::FleetResult;
 use crate::translate::is_refusal;
@@ -72,11 +74,14 @@ struct Pass<'a> {
     drain: Duration,
     verified: Verified,
     report: Report,
+    /// When this pass began: a generation's first write is timed from it.
+    began: Instant,
 }
 
 impl<'a> Pass<'a> {
     /// Resolves and admits the route, and reads its two ProxyConfigs.
     async fn read(ctx: &'a Context, route: &'a TrafficRoute) -> Result<Self, Error> {
+        let began = Instant::now();
         let namespace = route.namespace().unwrap_or_default();
         let name = route.name_any();
         let generation = route.metadata.generation.unwrap_or(0);
@@ -114,6 +119,7 @@ impl<'a> Pass<'a> {
             drain,
             verified: Verified::default(),
             report: Report::new(route, generation),
+            began,
         })
     }
 
@@ -131,7 +137,30 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// `step` done: its time into the step histogram.
+    fn clocked(&self, step: RolloutStep) {
+        let route = format!("{}/{}", self.namespace, self.name);
+        let took = self
+            .ctx
+            .clock
+            .step(&route, self.generation, step, self.began);
+        let Some(took) = took else {
+            return;
+        };
+        let label = StepLabel { step: step.label() };
+        let metrics = &self.ctx.settings.metrics;
+        metrics
+            .rollout_step_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        let ms = took.as_secs_f64() * 1000.0;
+        debug!(%route, generation = self.generation, step = label.step, ms, "rollout step");
+    }
+
     async fn reject(&mut self, error: RouteError) -> Next {
+        self.ctx
+            .clock
+            .stop(&format!("{}/{}", self.namespace, self.name));
         self.report.rejected(&error, self.live.as_ref());
         let event = Some((error.reason(), error.to_string()));
         publish(self.ctx, self.route, &self.report, event).await;
@@ -145,7 +174,7 @@ impl<'a> Pass<'a> {
             Ok(pc) => self.probe = Some(pc),
             Err(error) => return self.refused(error).await,
         }
-        debug!(route = %self.name, generation = self.generation, "probe config written");
+        self.clocked(RolloutStep::Staged);
         self.report
             .phase("Staging", "staging new clusters on every Envoy");
         Ok(Next::Step)
@@ -162,6 +191,7 @@ impl<'a> Pass<'a> {
         };
         let (result, after) = match verify(self.ctx, self.route, check).await {
             Verification::Passed(_) => {
+                self.clocked(RolloutStep::EndpointsVerified);
                 self.verified.endpoints = Some(probe_version);
                 return Next::Step;
             }
@@ -190,7 +220,7 @@ impl<'a> Pass<'a> {
             Ok(pc) => self.live = Some(pc),
             Err(error) => return self.refused(error).await,
         }
-        debug!(route = %self.name, generation = self.generation, "live config written");
+        self.clocked(RolloutStep::Promoted);
         self.report
             .phase("VerifyingLive", "new routes sent to every Envoy");
         if first {
@@ -209,6 +239,7 @@ impl<'a> Pass<'a> {
         };
         let (result, after) = match verify(self.ctx, self.route, check).await {
             Verification::Passed(result) => {
+                self.clocked(RolloutStep::LiveVerified);
                 self.report.ready(self.live.as_ref(), &result);
                 self.verified.live = Some(version);
                 return Next::Step;
@@ -247,6 +278,9 @@ impl<'a> Pass<'a> {
     }
 
     async fn done(&mut self) -> Next {
+        self.ctx
+            .clock
+            .stop(&format!("{}/{}", self.namespace, self.name));
         self.report.done();
         self.ready(Duration::from_secs(300)).await
     }

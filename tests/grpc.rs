@@ -39,7 +39,7 @@ async fn grpc_server(service: &str) -> (u16, HealthReporter) {
 
 /// The standalone configuration: `grpc.test` (no timeout) and `short.grpc.test` (a 1 s
 /// timeout) to the server at `port`, `down.grpc.test` to a service without endpoints, and
-/// `slow.grpc.test` to an HTTP backend at `slow` that takes its time.
+/// `slow.grpc.test` (a 1 s timeout) to an HTTP backend at `slow` that takes 3 s.
 fn config(dir: &StandaloneDir, port: u16, slow: u16) -> String {
     format!(
         "listeners: {{ address: {IP}, httpPort: {http}, httpsPort: {https}, probePort: {probe} }}
@@ -64,7 +64,8 @@ routes:
     spec:
       hosts: [slow.grpc.test]
       rules:
-        - backends: [ {{ service: slow, port: {slow} }} ]
+        - timeout: 1s
+          backends: [ {{ service: slow, port: {slow} }} ]
 services:
   - name: health
     http2: true
@@ -339,7 +340,25 @@ async fn envoy_answers_grpc_requests_with_a_grpc_status() {
         200,
         "gRPC carries its status in grpc-status"
     );
-    assert_eq!(header("grpc-status"), "4", "DEADLINE_EXCEEDED");
+    assert_eq!(header("grpc-status"), "14", "UNAVAILABLE");
+    assert_eq!(header("grpc-message"), "upstream request timeout");
+
+    // The rule's timeout still holds for a request that is not gRPC.
+    let started = Instant::now();
+    let plain = reqwest::Client::new()
+        .get(format!("http://{IP}:{}/", rig.dir.http_port))
+        .header("host", "slow.grpc.test")
+        .timeout(STEP)
+        .send()
+        .await
+        .expect("an answer from Envoy");
+    let took = started.elapsed();
+    eprintln!(
+        "plain request, 1 s rule timeout: {} after {took:?}",
+        plain.status()
+    );
+    assert_eq!(plain.status(), 504);
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
 }
 
 #[tokio::test]

@@ -294,8 +294,9 @@ async fn a_request_body_over_the_limit_is_answered_413() {
     assert_eq!(open.status(), 200, "the open rule has no limit");
 }
 
-/// The policies put on, changed and taken off the rule under load (a rate limit far above
-/// the load): route configuration changes only, and not one request fails.
+/// The policies (and WebSocket upgrades) put on, changed and taken off the rule under load
+/// (a rate limit far above the load): route configuration changes only, and not one
+/// request fails.
 #[tokio::test]
 async fn changing_policies_under_load_drops_nothing() {
     let rig = Rig::new("127.0.0.84").await;
@@ -303,7 +304,7 @@ async fn changing_policies_under_load_drops_nothing() {
     let (switchyard, _envoy) = rig.start(Protocol::Delta).await;
     let steps = [
         CORS.to_owned(),
-        format!("{CORS}      rateLimit: {{ requests: 100000, unit: second }}\n"),
+        format!("{CORS}      rateLimit: {{ requests: 100000, unit: second }}\n      websocket: true\n"),
         "      rateLimit: { requests: 50000, unit: second, burst: 1000 }\n      maxRequestBodyBytes: 4096\n".to_owned(),
         String::new(),
     ];

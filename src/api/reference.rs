@@ -46,7 +46,7 @@ pub fn markdown() -> String {
 
 /// The TrafficRoute examples, each whole (the API server accepts each: see
 /// e2e/tests/crd_validation.rs).
-pub const EXAMPLES: [(&str, &str); 5] = [
+pub const EXAMPLES: [(&str, &str); 6] = [
     (
         "CORS",
         include_str!("../../examples/traffic-routes/cors.yaml"),
@@ -66,6 +66,10 @@ pub const EXAMPLES: [(&str, &str); 5] = [
     (
         "Health checks, outlier detection and circuit breakers",
         include_str!("../../examples/traffic-routes/backend-health.yaml"),
+    ),
+    (
+        "WebSockets and gRPC",
+        include_str!("../../examples/traffic-routes/websocket-grpc.yaml"),
     ),
 ];
 

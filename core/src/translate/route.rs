@@ -6,10 +6,10 @@ use envoy_types::pb::envoy::config::route::v3::{
     RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     redirect_action, route::Action, route_action::ClusterSpecifier, route_action::HashPolicy,
-    route_action::MaxStreamDuration, route_action::UpgradeConfig,
-    route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
-    route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
-    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    route_action::UpgradeConfig, route_action::hash_policy::ConnectionProperties,
+    route_action::hash_policy::Cookie, route_action::hash_policy::Header,
+    route_action::hash_policy::PolicySpecifier, route_match::PathSpecifier,
+    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -491,13 +491,11 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
         timeout: f.timeout.map(proto::duration),
         idle_timeout: f.idle_timeout.map(proto::duration),
         // A gRPC client's deadline (`grpc-timeout`) takes the place of the timeout, up to
-        // it: a client may shorten the rule's timeout, never lengthen it.
-        max_stream_duration: Some(MaxStreamDuration {
-            grpc_timeout_header_max: Some(proto::duration(
-                f.timeout.unwrap_or(ENVOY_ROUTE_TIMEOUT),
-            )),
-            ..Default::default()
-        }),
+        // it: a client may shorten the rule's timeout, never lengthen it. The deprecated
+        // field, not its successor `max_stream_duration`: a route with that one loses its
+        // `timeout` for every request, gRPC or not.
+        #[allow(deprecated)]
+        max_grpc_timeout: Some(proto::duration(f.timeout.unwrap_or(ENVOY_ROUTE_TIMEOUT))),
         retry_policy: f.retry.as_ref().map(|r| RetryPolicy {
             retry_on: r.retry_on.join(","),
             num_retries: proto::u32_value(r.num_retries),

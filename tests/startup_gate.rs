@@ -208,7 +208,11 @@ async fn slow_status_writes_never_delay_xds() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     eprintln!("{later} statuses written {:?} later", waiting.elapsed());
-    assert!(later > with_status, "status writes stalled");
+    assert!(
+        later > with_status,
+        "status writes stalled\n--- switchyard log ---\n{}",
+        rig.operators[0].process.log_tail()
+    );
 }
 
 /// Counters an Envoy keeps of listeners and clusters it removed.

@@ -27,7 +27,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -76,6 +76,12 @@ pub(super) const ROUTE_CONFIGURATION: &str = "RouteConfiguration";
 /// requeue (and publishes why it waits): long enough for Envoys to take a configuration
 /// push, short enough that a stuck rollout reports promptly.
 pub(super) const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
+
+/// Reconciles at once at most. A new leader reconciles every route: unbounded, thousands
+/// of passes each read the API server and probe the fleet at the same moment, and the
+/// first status (or the leader's own Lease reads) waits behind all of them. A pass is a
+/// few API reads and a probe, or waits on the fleet for at most [`VERIFY_IN_PASS`].
+pub(super) const RECONCILE_CONCURRENCY: u16 = 32;
 
 /// How the leader rolls routes out.
 pub struct Settings {
@@ -161,7 +167,8 @@ pub async fn run(client: Client, settings: Settings) {
             instance: std::env::var("POD_NAME").ok(),
         },
     );
-    let controller = Controller::new(routes, watcher::Config::default());
+    let controller = Controller::new(routes, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let route_store = controller.store();
     let (converged_tx, converged) = watch::channel(None);
     let tracker = track_convergence(settings.envoys.clone(), converged_tx);

@@ -6,6 +6,7 @@
 //! lease runs out (the lease manager alone would wait until the expiry it last read).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+#[derive(Clone)]
 pub struct LeaseSettings {
     pub namespace: String,
     pub name: String,
@@ -103,7 +105,8 @@ fn watch_for_release(client: Client, settings: &LeaseSettings) -> watch::Receive
 /// the lease runs out for the others, measured from the last renewal the Lease shows
 /// (`renewTime`, on the wall clock, which the lease's grace already allows to be skewed).
 /// The lease manager renews at `duration - grace`; the fence falls half a grace later,
-/// and the Lease is read eight times a grace, each read bounded by the same interval, so
+/// and the Lease is read eight times a grace, beside the loop (a slow read holds back no
+/// stop), each read bounded by the time left until the fence (at least that interval), so
 /// that a renewal is seen well before it and the fence is late by a quarter grace at most.
 #[derive(Debug)]
 struct Fence {
@@ -120,6 +123,16 @@ impl Fence {
             check_every: (grace / 8).clamp(Duration::from_millis(100), Duration::from_secs(1)),
             stop_after: duration.saturating_sub(grace / 2),
         }
+    }
+
+    /// How long a read of the Lease may take, `unrenewed` after the last renewal seen: up
+    /// to the fence, never less than a check. A busy API server answering in a second is
+    /// still heard (bounded by a check, such reads all ran out and the leader fenced
+    /// itself under its own first pass), and the fence falls no later than before.
+    fn read_within(&self, unrenewed: Duration) -> Duration {
+        self.stop_after
+            .saturating_sub(unrenewed)
+            .max(self.check_every)
     }
 }
 
@@ -181,6 +194,8 @@ where
     let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
     // The last renewal seen; taken as now when the lead starts (the manager just wrote it).
     let mut renewed = SystemTime::now();
+    // The Lease read in flight, if any; its answer is the renewal it saw.
+    let mut reading: Option<Pin<Box<dyn Future<Output = Option<SystemTime>> + Send>>> = None;
     let mut check = tokio::time::interval(fence.check_every);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
@@ -218,11 +233,22 @@ where
                 };
                 (leading, manager) = restarted;
             }
-            _ = check.tick(), if task.is_some() => {
-                if let Some(at) = renewed_at(&leases, &settings, fence.check_every).await {
+            Some(at) = async { Some(reading.as_mut()?.await) }, if reading.is_some() => {
+                reading = None;
+                if let Some(at) = at {
                     renewed = renewed.max(at);
                 }
+            }
+            _ = check.tick(), if task.is_some() => {
                 let unrenewed = SystemTime::now().duration_since(renewed).unwrap_or_default();
+                // One read at a time, beside the loop: a slow one delays no stop or loss.
+                if reading.is_none() {
+                    let within = fence.read_within(unrenewed);
+                    let (leases, settings) = (leases.clone(), settings.clone());
+                    reading = Some(Box::pin(async move {
+                        renewed_at(&leases, &settings, within).await
+                    }));
+                }
                 if unrenewed >= fence.stop_after {
                     // Fencing: stop before the lease could have run out for the others,
                     // whatever the lease manager believes (it may be cut off as well).
@@ -288,6 +314,23 @@ mod tests {
                 "{fence:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_slow_read_is_waited_for_until_the_fence_and_no_longer() {
+        let fence = Fence::new(&settings(15, 5));
+        // Just renewed: a read may take until the fence.
+        assert_eq!(fence.read_within(Duration::ZERO), fence.stop_after);
+        assert_eq!(
+            fence.read_within(Duration::from_secs(10)),
+            fence.stop_after - Duration::from_secs(10)
+        );
+        // At or past the fence: one check, as before.
+        assert_eq!(fence.read_within(fence.stop_after), fence.check_every);
+        assert_eq!(
+            fence.read_within(Duration::from_secs(60)),
+            fence.check_every
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Writes TrafficRoute status on its own task, rate-limited, by server-side apply under a
 //! fixed field manager. Reconcilers hand it the status they want; the latest one per route
-//! wins, unchanged status is never written (no churn), and nothing else ever waits on it:
-//! slow or throttled status writes cannot delay xDS (I5).
+//! wins, a status the route already shows is never written (no churn, and a restarted
+//! leader rewrites only what changed), and nothing else ever waits on it: slow or
+//! throttled status writes cannot delay xDS (I5).
 //!
-//! Statuses wait in two queues, each first come, first written: routes rolling out or
-//! serving first, rejected ones after. Hundreds of bad routes then cannot hold back the
-//! Ready of a route every Envoy already serves (I9).
+//! Statuses wait in two queues, each first come, first written: progress first (a new
+//! generation, Accepted or Ready changed), then rejections and details (messages, phase,
+//! Envoy counts, a drain ending). Hundreds of bad routes, or thousands of drains ending
+//! together, then cannot hold back the Ready of a route every Envoy already serves (I9).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -37,11 +39,13 @@ struct Shared {
 }
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; a
-/// route has at most one, the latest, and keeps its place when it is replaced.
+/// route has at most one, the latest, and keeps its place when it is replaced. With them,
+/// the last status written per route.
 #[derive(Default)]
 struct Pending {
     urgent: Queue,
     later: Queue,
+    written: HashMap<Key, TrafficRouteStatus>,
 }
 
 #[derive(Default)]
@@ -73,14 +77,22 @@ impl Queue {
 }
 
 impl Pending {
-    /// A rejected route's status can wait; any other goes first. A route already waiting
-    /// in the urgent queue stays there.
-    fn put(&mut self, key: Key, status: TrafficRouteStatus) {
-        let rejected = status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Accepted" && c.status == "False");
-        if self.urgent.statuses.contains_key(&key) || !rejected {
+    /// `status` for the route `key`, whose object showed `shown` when it was made. Nothing
+    /// to write when the route shows it and this writer wrote nothing else since (the
+    /// object may lag behind our own writes). Progress goes first, a rejection or a detail
+    /// can wait; a route already waiting in the urgent queue stays there.
+    fn put(&mut self, key: Key, status: TrafficRouteStatus, shown: Option<&TrafficRouteStatus>) {
+        let written = self.written.get(&key);
+        if shown == Some(&status) && written.is_none_or(|w| *w == status) {
+            self.remove(&key);
+            return;
+        }
+        let urgent = is_progress(written.or(shown), &status);
+        self.enqueue(key, status, urgent);
+    }
+
+    fn enqueue(&mut self, key: Key, status: TrafficRouteStatus, urgent: bool) {
+        if self.urgent.statuses.contains_key(&key) || urgent {
             self.later.remove(&key);
             self.urgent.put(key, status);
         } else {
@@ -99,6 +111,26 @@ impl Pending {
     fn contains(&self, key: &Key) -> bool {
         self.urgent.statuses.contains_key(key) || self.later.statuses.contains_key(key)
     }
+}
+
+/// Whether `status` tells what a user waits for, compared with the status stored: a new
+/// generation, or Accepted or Ready changed (status or reason), and the route is not
+/// rejected. Messages, the phase, Envoy counts and Progressing are details.
+fn is_progress(stored: Option<&TrafficRouteStatus>, status: &TrafficRouteStatus) -> bool {
+    let find = |s: &TrafficRouteStatus, type_: &str| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.observed_generation))
+    };
+    let rejected = find(status, "Accepted").is_some_and(|(s, _, _)| s == "False");
+    let changed = stored.is_none_or(|stored| {
+        stored.observed_generation != status.observed_generation
+            || ["Accepted", "Ready"]
+                .iter()
+                .any(|t| find(stored, t) != find(status, t))
+    });
+    !rejected && changed
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -120,11 +152,18 @@ impl StatusWriter {
         }
     }
 
-    /// Asks for this status to be written (replacing any not yet written).
-    pub fn set(&self, namespace: &str, name: &str, status: TrafficRouteStatus) {
+    /// Asks for this status to be written (replacing any not yet written), unless the
+    /// route already `shows` it.
+    pub fn set(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: TrafficRouteStatus,
+        shows: Option<&TrafficRouteStatus>,
+    ) {
         self.shared
             .lock()
-            .put((namespace.to_string(), name.to_string()), status);
+            .put((namespace.to_string(), name.to_string()), status, shows);
         self.shared.wake.notify_one();
     }
 }
@@ -138,16 +177,20 @@ impl Shared {
         // Up to one second's worth of writes at once: a lone rollout's few writes go out
         // at once, a burst of thousands is held to `qps`.
         let mut limit = TokenBucket::new(qps, qps);
-        let mut written: HashMap<Key, TrafficRouteStatus> = HashMap::new();
         loop {
-            let next = self.lock().pop();
+            let next = {
+                let mut pending = self.lock();
+                loop {
+                    match pending.pop() {
+                        Some((key, status)) if pending.written.get(&key) == Some(&status) => {}
+                        next => break next,
+                    }
+                }
+            };
             let Some((key, mut status)) = next else {
                 self.wake.notified().await;
                 continue;
             };
-            if written.get(&key) == Some(&status) {
-                continue;
-            }
             if let Some(wait) = limit.take(tokio::time::Instant::now()) {
                 tokio::time::sleep(wait).await;
                 // A newer status handed over meanwhile is the one to write.
@@ -169,17 +212,18 @@ impl Shared {
             {
                 Ok(_) => {
                     debug!(namespace = %key.0, name = %key.1, phase = ?status.phase, "status written");
-                    written.insert(key, status);
+                    self.lock().written.insert(key, status);
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {
-                    written.remove(&key);
+                    self.lock().written.remove(&key);
                 }
                 Err(error) => {
                     warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
                     // Retry unless a newer status arrived meanwhile.
                     let mut pending = self.lock();
                     if !pending.contains(&key) {
-                        pending.put(key, status);
+                        let urgent = is_progress(pending.written.get(&key), &status);
+                        pending.enqueue(key, status, urgent);
                     }
                 }
             }
@@ -232,14 +276,14 @@ mod tests {
     #[test]
     fn rollouts_are_written_before_rejections_each_in_arrival_order() {
         let mut pending = Pending::default();
-        pending.put(key("bad-1"), status(false, "Rejected"));
-        pending.put(key("z-web"), status(true, "Staging"));
-        pending.put(key("bad-2"), status(false, "Rejected"));
-        pending.put(key("a-api"), status(true, "Ready"));
+        pending.put(key("bad-1"), status(false, "Rejected"), None);
+        pending.put(key("z-web"), status(true, "Staging"), None);
+        pending.put(key("bad-2"), status(false, "Rejected"), None);
+        pending.put(key("a-api"), status(true, "Ready"), None);
         // The newest status replaces the one waiting, in its place.
-        pending.put(key("z-web"), status(true, "Ready"));
+        pending.put(key("z-web"), status(true, "Ready"), None);
         // A rejected route waiting with an urgent status stays urgent.
-        pending.put(key("a-api"), status(false, "Rejected"));
+        pending.put(key("a-api"), status(false, "Rejected"), None);
         let order: Vec<(String, String)> = std::iter::from_fn(|| pending.pop())
             .map(|(k, s)| (k.1, s.phase.unwrap_or_default()))
             .collect();
@@ -257,11 +301,47 @@ mod tests {
     }
 
     #[test]
+    fn a_status_the_route_shows_is_not_written_again() {
+        let mut pending = Pending::default();
+        let ready = status(true, "Ready");
+        // A new leader's first pass over a route that already shows its status.
+        pending.put(key("web"), ready.clone(), Some(&ready));
+        assert!(pending.pop().is_none());
+        // What the route shows lags behind a write of ours: then it is no proof.
+        pending.written.insert(key("web"), status(false, "Staging"));
+        pending.put(key("web"), ready.clone(), Some(&ready));
+        assert_eq!(pending.pop().map(|(_, s)| s), Some(ready.clone()));
+        // A status waiting is dropped once the route shows the one wanted now.
+        pending.written.clear();
+        pending.put(key("web"), status(true, "Draining"), Some(&ready));
+        pending.put(key("web"), ready.clone(), Some(&ready));
+        assert!(pending.pop().is_none());
+    }
+
+    #[test]
+    fn details_wait_behind_progress() {
+        let mut pending = Pending::default();
+        let draining = status(true, "Draining");
+        let mut done = draining.clone();
+        done.phase = Some("Ready".into());
+        // A drain ending changes no condition: a detail.
+        pending.put(key("drained"), done, Some(&draining));
+        // A new generation of another route: progress.
+        let mut next = status(true, "Staging");
+        next.observed_generation = Some(2);
+        pending.put(key("changed"), next, Some(&draining));
+        let order: Vec<String> = std::iter::from_fn(|| pending.pop())
+            .map(|(k, _)| k.1)
+            .collect();
+        assert_eq!(order, ["changed", "drained"]);
+    }
+
+    #[test]
     fn a_rejected_route_that_recovers_moves_to_the_urgent_queue() {
         let mut pending = Pending::default();
-        pending.put(key("bad"), status(false, "Rejected"));
-        pending.put(key("other"), status(false, "Rejected"));
-        pending.put(key("bad"), status(true, "Staging"));
+        pending.put(key("bad"), status(false, "Rejected"), None);
+        pending.put(key("other"), status(false, "Rejected"), None);
+        pending.put(key("bad"), status(true, "Staging"), None);
         assert_eq!(pending.pop().map(|(k, _)| k.1), Some("bad".to_string()));
         assert_eq!(pending.pop().map(|(k, _)| k.1), Some("other".to_string()));
         assert!(pending.pop().is_none());

@@ -435,6 +435,7 @@ pub(super) async fn publish(
         &route.namespace().unwrap_or_default(),
         &route.name_any(),
         status,
+        route.status.as_ref(),
     );
     let Some((reason, note)) = event else {
         return;

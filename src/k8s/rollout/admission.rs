@@ -43,7 +43,6 @@ pub(super) fn older_claimant(
                     .is_some_and(|vh| vh.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
         })
     };
-    let services = ctx.services.state();
     let mut claimants: Vec<(Seniority<'_>, String, &TrafficRoute)> = Vec::new();
     let routes = ctx.routes.state();
     for other in &routes {
@@ -83,12 +82,9 @@ pub(super) fn older_claimant(
     claimants.sort_by(|a, b| a.0.cmp(&b.0));
     claimants.into_iter().find_map(|(_, host, other)| {
         let other_ns = other.namespace().unwrap_or_default();
-        let in_namespace: Vec<&Service> = services
-            .iter()
-            .filter(|s| s.namespace().as_deref() == Some(other_ns.as_str()))
-            .map(Arc::as_ref)
-            .collect();
-        resolve_route(other, &in_namespace)
+        let services = ctx.services_of(other);
+        let named: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
+        resolve_route(other, &named)
             .is_ok()
             .then(|| (host, format!("{other_ns}/{}", other.name_any())))
     })

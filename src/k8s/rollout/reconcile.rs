@@ -86,13 +86,9 @@ impl<'a> Pass<'a> {
         let name = route.name_any();
         let generation = route.metadata.generation.unwrap_or(0);
         debug!(route = %format!("{namespace}/{name}"), generation, "reconcile");
-        let services = ctx.services.state();
-        let in_namespace: Vec<&Service> = services
-            .iter()
-            .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
-            .map(Arc::as_ref)
-            .collect();
-        let resolved = resolve_route(route, &in_namespace).and_then(|r| admit(ctx, route, r));
+        let services = ctx.services_of(route);
+        let named: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
+        let resolved = resolve_route(route, &named).and_then(|r| admit(ctx, route, r));
         let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
         let read = |source| Error::Read {
             route: format!("{namespace}/{name}"),

@@ -157,9 +157,12 @@ async fn echo_with_name(
 ) {
     use axum::extract::ws::Message;
     loop {
+        // Biased, the stop first: a message that arrives after the backend stopped must
+        // find it stopped (unbiased, select! may pick the message when both are ready).
         let message = tokio::select! {
-            message = socket.recv() => message,
+            biased;
             _ = stopping.wait_for(|stopped| *stopped) => return,
+            message = socket.recv() => message,
         };
         let Some(Ok(message)) = message else {
             return;

@@ -15,6 +15,28 @@ use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret};
 use crate::translate::translate;
 use switchyard_core::route::lower;
 
+impl Context {
+    /// The Services the route's backends name, from the watch's store. Resolving against
+    /// these alone costs the route's size; indexing every Service of the namespace on each
+    /// pass was most of the operator's CPU in a rollout of 10k routes in one namespace.
+    pub(super) fn services_of(&self, route: &TrafficRoute) -> Vec<Arc<Service>> {
+        let namespace = route.namespace().unwrap_or_default();
+        let mut names: Vec<&str> = route
+            .spec
+            .route
+            .rules
+            .iter()
+            .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|name| self.services.get(&(namespace.clone(), name.to_owned())))
+            .collect()
+    }
+}
+
 /// The oldest route asking for one of this route's hosts, if it is older than this one:
 /// (host, "namespace/name"). Age is creationTimestamp, then namespace/name, as the Gateway
 /// API orders conflicts: the same answer on every replica, whatever came first. Creation

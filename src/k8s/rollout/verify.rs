@@ -1,14 +1,12 @@
 //! Asking the fleet within one pass, with the backoff between attempts.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{Context, VERIFY_IN_PASS};
@@ -20,26 +18,6 @@ impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
         fleet_addresses(&self.fleet.state(), self.settings.address_map)
-    }
-
-    /// The Services the route's backends name, from the watch's store. Resolving against
-    /// these alone costs the route's size; indexing every Service of the namespace on each
-    /// pass was most of the operator's CPU in a rollout of 10k routes in one namespace.
-    pub(super) fn services_of(&self, route: &TrafficRoute) -> Vec<Arc<Service>> {
-        let namespace = route.namespace().unwrap_or_default();
-        let mut names: Vec<&str> = route
-            .spec
-            .route
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
-            .into_iter()
-            .filter_map(|name| self.services.get(&(namespace.clone(), name.to_owned())))
-            .collect()
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {

@@ -31,14 +31,11 @@ async fn install_gateway_crds(rig: &Rig) {
         .kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", &crds])
         .await;
     rig.api
-        .kubectl_ok([
-            "wait",
-            "--for=condition=Established",
-            "crd/gatewayclasses.gateway.networking.k8s.io",
-            "crd/gateways.gateway.networking.k8s.io",
-            "crd/httproutes.gateway.networking.k8s.io",
-            "crd/referencegrants.gateway.networking.k8s.io",
-            "--timeout=30s",
+        .wait_established(&[
+            "gatewayclasses.gateway.networking.k8s.io",
+            "gateways.gateway.networking.k8s.io",
+            "httproutes.gateway.networking.k8s.io",
+            "referencegrants.gateway.networking.k8s.io",
         ])
         .await;
 }

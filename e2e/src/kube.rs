@@ -404,15 +404,42 @@ impl KubeApi {
             .await;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "apply crds/: {stderr}");
-        self.kubectl_ok([
-            "wait",
-            "--for=condition=Established",
-            "crd/trafficroutes.switchyard.dev",
-            "crd/proxyconfigs.switchyard.dev",
-            "--timeout=30s",
+        self.wait_established(&[
+            "trafficroutes.switchyard.dev",
+            "proxyconfigs.switchyard.dev",
         ])
         .await;
         stderr
+    }
+
+    /// Waits (bounded) until every named CRD is Established. Not `kubectl wait`: it fails
+    /// at once, instead of waiting, when it reads a CRD before the API server has set
+    /// any condition on it ("accessor error: <nil> is of the type <nil>").
+    pub async fn wait_established(&self, crds: &[&str]) {
+        const WITHIN: Duration = Duration::from_secs(30);
+        let deadline = Instant::now() + WITHIN;
+        for crd in crds {
+            loop {
+                let out = self
+                    .kubectl([
+                        "get",
+                        &format!("crd/{crd}"),
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+                    ])
+                    .await;
+                if out.status.success() && out.stdout.trim_ascii() == b"True" {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "crd/{crd} not Established within {WITHIN:?}: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// Runs `kubectl --kubeconfig <kubeconfig> ARGS` (bounded).

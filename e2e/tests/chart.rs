@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::Value;
@@ -26,7 +26,6 @@ const CRDS: &[&str] = &[
     "trafficroutes.switchyard.dev",
     "proxyconfigs.switchyard.dev",
 ];
-const WITHIN: Duration = Duration::from_secs(30);
 /// Where both pods mount their xDS TLS Secret (xds.tls.enabled).
 const TLS_PATH: &str = "/etc/switchyard/xds-tls";
 /// An image digest (a macro, so that `concat!` can use it in a `--set`).
@@ -1216,15 +1215,7 @@ async fn install_crds(api: &KubeApi) {
         &dir,
     ])
     .await;
-    for crd in CRDS {
-        api.kubectl_ok([
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{crd}"),
-            &format!("--timeout={}s", WITHIN.as_secs()),
-        ])
-        .await;
-    }
+    api.wait_established(CRDS).await;
 }
 
 fn repo() -> PathBuf {

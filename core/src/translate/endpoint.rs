@@ -1,14 +1,12 @@
 //! ClusterLoadAssignments: a cluster's endpoints, grouped by zone, with their health.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, HealthStatus, Locality, SocketAddress, address, socket_address,
-};
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
-};
+use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 
 use crate::model;
 
@@ -34,8 +32,18 @@ fn rank(status: HealthStatus) -> u8 {
     }
 }
 
-/// The load assignment of a cluster, named after it, and the endpoints that were left out.
-/// A cluster without endpoints gets an empty assignment (it warms, with no host).
+/// One endpoint a load assignment lists.
+struct Listed<'a> {
+    address: Cow<'a, str>,
+    port: u16,
+    health: HealthStatus,
+}
+
+/// A zone (or none) and the endpoints listed in it.
+type Zone<'a> = (Option<&'a str>, Vec<Listed<'a>>);
+
+/// The endpoints a cluster's load assignment lists, by zone (no zone first, then zones
+/// and endpoints in order), and the endpoints that were left out.
 ///
 /// Endpoints that are neither ready nor serving while terminating are left out, as
 /// kube-proxy leaves them out: listed as UNHEALTHY, they would count as hosts, and with
@@ -43,7 +51,7 @@ fn rank(status: HealthStatus) -> u8 {
 /// Pods that do not listen yet included (1 of 3 Pods ready: 2 requests in 3 fail).
 /// Terminating Pods that still serve stay, DRAINING: panic mode may still use them, and
 /// they answer.
-pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String>) {
+fn listed(c: &model::Cluster) -> (Vec<Zone<'_>>, Vec<String>) {
     let mut problems = Vec::new();
     // One entry per address:port; among duplicates the best one by (health, endpoint).
     let mut best: BTreeMap<(IpAddr, u16), &model::Endpoint> = BTreeMap::new();
@@ -69,64 +77,187 @@ pub fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String
             .or_insert(e);
     }
 
-    let mut zones: BTreeMap<Option<&str>, Vec<LbEndpoint>> = BTreeMap::new();
+    let mut zones: BTreeMap<Option<&str>, Vec<Listed<'_>>> = BTreeMap::new();
     let serving = best
         .iter()
         .filter(|(_, e)| health(e.condition) != HealthStatus::Unhealthy);
     for ((ip, port), e) in serving {
-        zones
-            .entry(e.zone.as_deref())
-            .or_default()
-            .push(LbEndpoint {
-                health_status: health(e.condition) as i32,
-                host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
-                    address: Some(Address {
-                        address: Some(address::Address::SocketAddress(SocketAddress {
-                            address: canonical(ip, &e.address),
-                            port_specifier: Some(socket_address::PortSpecifier::PortValue(
-                                u32::from(*port),
-                            )),
-                            ..Default::default()
-                        })),
-                    }),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            });
+        zones.entry(e.zone.as_deref()).or_default().push(Listed {
+            address: canonical(ip, &e.address),
+            port: *port,
+            health: health(e.condition),
+        });
     }
-    let endpoints = zones
-        .into_iter()
-        .map(|(zone, lb_endpoints)| LocalityLbEndpoints {
-            locality: zone.map(|z| Locality {
-                zone: z.to_owned(),
-                ..Default::default()
-            }),
-            lb_endpoints,
-            ..Default::default()
-        })
-        .collect();
-    (
-        ClusterLoadAssignment {
-            cluster_name: c.name.clone(),
-            endpoints,
-            ..Default::default()
-        },
-        problems,
-    )
+    (zones.into_iter().collect(), problems)
+}
+
+/// The load assignment of a cluster, named after it, encoded, and the endpoints that were
+/// left out (see [`listed`]). A cluster without endpoints gets an empty assignment (it
+/// warms, with no host).
+///
+/// Written directly, the same bytes prost writes for the `ClusterLoadAssignment` (a unit
+/// test holds them equal): a full build encodes 100k endpoints, and as prost structs that
+/// is a `String` and five nested messages per endpoint, each length computed again at
+/// every level.
+pub fn encoded_load_assignment(c: &model::Cluster) -> (Vec<u8>, Vec<String>) {
+    let (zones, problems) = listed(c);
+    let mut len = string_field_len(1, &c.name);
+    for (zone, listed) in &zones {
+        len += field_len(2, locality_lb_endpoints_len(*zone, listed));
+    }
+    let mut out = Vec::with_capacity(len);
+    string_field(1, &c.name, &mut out);
+    for (zone, listed) in &zones {
+        message_key(2, locality_lb_endpoints_len(*zone, listed), &mut out);
+        if let Some(zone) = zone {
+            message_key(1, string_field_len(2, zone), &mut out);
+            string_field(2, zone, &mut out);
+        }
+        for e in listed {
+            message_key(2, lb_endpoint_len(e), &mut out);
+            // Fields in tag order, as prost writes them: the host, then its health.
+            let socket = socket_address_len(e);
+            let address = field_len(1, socket);
+            let endpoint = field_len(1, address);
+            message_key(1, endpoint, &mut out);
+            message_key(1, address, &mut out);
+            message_key(1, socket, &mut out);
+            string_field(2, &e.address, &mut out);
+            varint_field_always(3, u64::from(e.port), &mut out);
+            varint_field(2, e.health as u64, &mut out);
+        }
+    }
+    debug_assert_eq!(out.len(), len);
+    (out, problems)
+}
+
+// Encoded lengths, as prost computes them (proto3: empty strings and zero numbers are not
+// written, but a set oneof field or message always is).
+
+fn locality_lb_endpoints_len(zone: Option<&str>, listed: &[Listed<'_>]) -> usize {
+    let locality = zone.map_or(0, |z| field_len(1, string_field_len(2, z)));
+    locality
+        + listed
+            .iter()
+            .map(|e| field_len(2, lb_endpoint_len(e)))
+            .sum::<usize>()
+}
+
+fn lb_endpoint_len(e: &Listed<'_>) -> usize {
+    let host = field_len(1, field_len(1, field_len(1, socket_address_len(e))));
+    varint_field_len(2, e.health as u64) + host
+}
+
+fn socket_address_len(e: &Listed<'_>) -> usize {
+    string_field_len(2, &e.address) + key_len(3) + encoded_len_varint(u64::from(e.port))
+}
+
+fn field_len(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+fn string_field_len(tag: u32, value: &str) -> usize {
+    if value.is_empty() {
+        0
+    } else {
+        field_len(tag, value.len())
+    }
+}
+
+fn varint_field_len(tag: u32, value: u64) -> usize {
+    if value == 0 {
+        0
+    } else {
+        key_len(tag) + encoded_len_varint(value)
+    }
+}
+
+fn message_key(tag: u32, len: usize, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(len as u64, out);
+}
+
+fn string_field(tag: u32, value: &str, out: &mut Vec<u8>) {
+    if !value.is_empty() {
+        message_key(tag, value.len(), out);
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+fn varint_field(tag: u32, value: u64, out: &mut Vec<u8>) {
+    if value != 0 {
+        varint_field_always(tag, value, out);
+    }
+}
+
+fn varint_field_always(tag: u32, value: u64, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::Varint, out);
+    encode_varint(value, out);
 }
 
 /// The address as Envoy should see it. Rust parses IPv4 only in its canonical dotted
 /// form, so that text is reused as it is; IPv6 has many spellings and is re-printed.
-fn canonical(ip: &IpAddr, text: &str) -> String {
+fn canonical<'a>(ip: &IpAddr, text: &'a str) -> Cow<'a, str> {
     match ip {
-        IpAddr::V4(_) => text.to_owned(),
-        IpAddr::V6(v6) => v6.to_string(),
+        IpAddr::V4(_) => Cow::Borrowed(text),
+        IpAddr::V6(v6) => Cow::Owned(v6.to_string()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::config::core::v3::{
+        Address, Locality, SocketAddress, address, socket_address,
+    };
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+        lb_endpoint::HostIdentifier,
+    };
+    use prost::Message;
+
+    /// The load assignment as prost structs: the reference the encoding is held to.
+    fn load_assignment(c: &model::Cluster) -> (ClusterLoadAssignment, Vec<String>) {
+        let (zones, problems) = listed(c);
+        let endpoints = zones
+            .into_iter()
+            .map(|(zone, listed)| LocalityLbEndpoints {
+                locality: zone.map(|z| Locality {
+                    zone: z.to_owned(),
+                    ..Default::default()
+                }),
+                lb_endpoints: listed.into_iter().map(lb_endpoint).collect(),
+                ..Default::default()
+            })
+            .collect();
+        (
+            ClusterLoadAssignment {
+                cluster_name: c.name.clone(),
+                endpoints,
+                ..Default::default()
+            },
+            problems,
+        )
+    }
+
+    fn lb_endpoint(e: Listed<'_>) -> LbEndpoint {
+        LbEndpoint {
+            health_status: e.health as i32,
+            host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+                address: Some(Address {
+                    address: Some(address::Address::SocketAddress(SocketAddress {
+                        address: e.address.into_owned(),
+                        port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                            e.port,
+                        ))),
+                        ..Default::default()
+                    })),
+                }),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
 
     fn cond(ready: bool, serving: bool, terminating: bool) -> model::EndpointCondition {
         model::EndpointCondition {
@@ -277,6 +408,55 @@ mod tests {
             )]
         );
         assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn the_encoding_is_the_bytes_prost_writes() {
+        let zones = [None, Some(""), Some("a"), Some("zone-b")];
+        let conditions = [
+            cond(true, true, false),
+            cond(false, true, true),
+            cond(false, false, false),
+        ];
+        let mut cases = vec![
+            cluster(vec![]),
+            model::Cluster {
+                name: String::new(),
+                ..cluster(vec![ep("10.0.0.1", 80, conditions[0], None)])
+            },
+        ];
+        // Sizes across the one- and two-byte length boundaries, every health and zone,
+        // ports of one to three varint bytes, IPv4 and IPv6 spellings, duplicates.
+        for n in [1usize, 2, 7, 20, 130, 1000] {
+            let endpoints = (0..n)
+                .map(|i| {
+                    let address = if i % 5 == 4 {
+                        format!("FD00::{i:x}")
+                    } else {
+                        format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256)
+                    };
+                    let port = [1u16, 80, 8080, 65535][i % 4];
+                    ep(&address, port, conditions[i % 3], zones[i % 4])
+                })
+                .chain([ep("10.0.0.0", 1, conditions[0], Some("a"))])
+                .collect();
+            cases.push(cluster(endpoints));
+        }
+        for c in &cases {
+            let (expected, problems) = load_assignment(c);
+            let (encoded, encoded_problems) = encoded_load_assignment(c);
+            assert_eq!(
+                encoded,
+                expected.encode_to_vec(),
+                "{} endpoints",
+                c.endpoints.len()
+            );
+            assert_eq!(encoded_problems, problems);
+            assert_eq!(
+                ClusterLoadAssignment::decode(encoded.as_slice()).expect("decodes"),
+                expected
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use prost::Message;
 
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+
 use super::{
     HTTP_LISTENER, HTTPS_LISTENER, Inputs, PROBE_CATCH_ALL_VHOST, PROBE_LISTENER, Problem,
     ROUTE_CONFIG_NAME, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint, listener, probe,
@@ -1339,10 +1341,13 @@ fn build_clusters(clusters: &[&model::Cluster]) -> Vec<BuiltCluster> {
 }
 
 fn build_cluster(c: &model::Cluster) -> BuiltCluster {
-    let (cla, problems) = endpoint::load_assignment(c);
+    let (cla, problems) = endpoint::encoded_load_assignment(c);
     BuiltCluster {
         cds: Resource::new(c.name.clone(), cluster::pack(cluster::cluster(c))),
-        eds: Resource::new(c.name.clone(), proto::pack(&cla)),
+        eds: Resource::new(
+            c.name.clone(),
+            proto::pack_bytes::<ClusterLoadAssignment>(cla),
+        ),
         problems,
     }
 }

@@ -8,10 +8,15 @@
 //! generation, Accepted or Ready changed), then rejections and details (messages, phase,
 //! Envoy counts, a drain ending). Hundreds of bad routes, or thousands of drains ending
 //! together, then cannot hold back the Ready of a route every Envoy already serves (I9).
+//!
+//! Several writes are in flight at once, one per route at most: under load one write
+//! takes a few hundred milliseconds, and one at a time held the writer far below its QPS.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -24,6 +29,10 @@ use crate::api::{TrafficRoute, TrafficRouteStatus};
 pub const FIELD_MANAGER: &str = "switchyard-status";
 
 type Key = (String, String);
+
+/// Status writes in flight at most. One at a time, under load (10k routes rolling out, a
+/// write taking ~200 ms), wrote 4.4 statuses a second where 20 were allowed.
+const WRITES_IN_FLIGHT: usize = 8;
 
 /// Hands statuses to the writer task; the task stops when the last handle drops.
 #[derive(Clone)]
@@ -40,12 +49,13 @@ struct Shared {
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; a
 /// route has at most one, the latest, and keeps its place when it is replaced. With them,
-/// the last status written per route.
+/// the last status written per route, and the routes whose write is in flight.
 #[derive(Default)]
 struct Pending {
     urgent: Queue,
     later: Queue,
     written: HashMap<Key, TrafficRouteStatus>,
+    in_flight: HashSet<Key>,
 }
 
 #[derive(Default)]
@@ -61,9 +71,18 @@ impl Queue {
         }
     }
 
-    fn pop(&mut self) -> Option<(Key, TrafficRouteStatus)> {
-        while let Some(key) = self.order.pop_front() {
-            if let Some(status) = self.statuses.remove(&key) {
+    /// The first status whose route is not `busy`.
+    fn pop_except(&mut self, busy: &HashSet<Key>) -> Option<(Key, TrafficRouteStatus)> {
+        let mut i = 0;
+        while let Some(key) = self.order.get(i) {
+            if !self.statuses.contains_key(key) {
+                // Replaced and taken out: a stale place.
+                self.order.remove(i);
+            } else if busy.contains(key) {
+                i += 1;
+            } else {
+                let key = self.order.remove(i)?;
+                let status = self.statuses.remove(&key)?;
                 return Some((key, status));
             }
         }
@@ -100,8 +119,19 @@ impl Pending {
         }
     }
 
+    /// The next status to write: one this writer did not write last, of a route with no
+    /// write in flight.
     fn pop(&mut self) -> Option<(Key, TrafficRouteStatus)> {
-        self.urgent.pop().or_else(|| self.later.pop())
+        loop {
+            let next = self
+                .urgent
+                .pop_except(&self.in_flight)
+                .or_else(|| self.later.pop_except(&self.in_flight));
+            match next {
+                Some((key, status)) if self.written.get(&key) == Some(&status) => {}
+                next => return next,
+            }
+        }
     }
 
     fn remove(&mut self, key: &Key) -> Option<TrafficRouteStatus> {
@@ -177,18 +207,20 @@ impl Shared {
         // Up to one second's worth of writes at once: a lone rollout's few writes go out
         // at once, a burst of thousands is held to `qps`.
         let mut limit = TokenBucket::new(qps, qps);
+        let mut writes = FuturesUnordered::new();
         loop {
-            let next = {
-                let mut pending = self.lock();
-                loop {
-                    match pending.pop() {
-                        Some((key, status)) if pending.written.get(&key) == Some(&status) => {}
-                        next => break next,
-                    }
-                }
+            let next = if writes.len() < WRITES_IN_FLIGHT {
+                self.lock().pop()
+            } else {
+                None
             };
             let Some((key, mut status)) = next else {
-                self.wake.notified().await;
+                tokio::select! {
+                    Some((key, status, result)) = writes.next() => {
+                        self.finished(key, status, result);
+                    }
+                    () = self.wake.notified() => {}
+                }
                 continue;
             };
             if let Some(wait) = limit.take(tokio::time::Instant::now()) {
@@ -199,36 +231,52 @@ impl Shared {
                     status = newer;
                 }
             }
-            let api: Api<TrafficRoute> = Api::namespaced(client.clone(), &key.0);
-            let patch = serde_json::json!({
-                "apiVersion": "switchyard.dev/v1alpha1",
-                "kind": "TrafficRoute",
-                "status": status,
-            });
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api
-                .patch_status(&key.1, &params, &Patch::Apply(&patch))
-                .await
-            {
-                Ok(_) => {
-                    debug!(namespace = %key.0, name = %key.1, phase = ?status.phase, "status written");
-                    self.lock().written.insert(key, status);
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    self.lock().written.remove(&key);
-                }
-                Err(error) => {
-                    warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
-                    // Retry unless a newer status arrived meanwhile.
-                    let mut pending = self.lock();
-                    if !pending.contains(&key) {
-                        let urgent = is_progress(pending.written.get(&key), &status);
-                        pending.enqueue(key, status, urgent);
-                    }
+            self.lock().in_flight.insert(key.clone());
+            writes.push(write(client.clone(), key, status));
+        }
+    }
+
+    fn finished(&self, key: Key, status: TrafficRouteStatus, result: Result<(), kube::Error>) {
+        let mut pending = self.lock();
+        pending.in_flight.remove(&key);
+        match result {
+            Ok(()) => {
+                debug!(namespace = %key.0, name = %key.1, phase = ?status.phase, "status written");
+                pending.written.insert(key, status);
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                pending.written.remove(&key);
+            }
+            Err(error) => {
+                warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
+                // Retry unless a newer status arrived meanwhile.
+                if !pending.contains(&key) {
+                    let urgent = is_progress(pending.written.get(&key), &status);
+                    pending.enqueue(key, status, urgent);
                 }
             }
         }
     }
+}
+
+/// Writes one route's status by server-side apply; hands back what it wrote.
+async fn write(
+    client: Client,
+    key: Key,
+    status: TrafficRouteStatus,
+) -> (Key, TrafficRouteStatus, Result<(), kube::Error>) {
+    let api: Api<TrafficRoute> = Api::namespaced(client, &key.0);
+    let patch = serde_json::json!({
+        "apiVersion": "switchyard.dev/v1alpha1",
+        "kind": "TrafficRoute",
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let result = api
+        .patch_status(&key.1, &params, &Patch::Apply(&patch))
+        .await
+        .map(|_| ());
+    (key, status, result)
 }
 
 /// A condition that keeps its lastTransitionTime unless its status changes.
@@ -298,6 +346,24 @@ mod tests {
             .map(|(k, p)| (k.to_string(), p.to_string()))
             .collect();
         assert_eq!(order, expected);
+    }
+
+    #[test]
+    fn a_route_has_one_write_in_flight_at_most() {
+        let mut pending = Pending::default();
+        pending.put(key("web"), status(true, "Staging"), None);
+        let (web, _) = pending.pop().expect("web's first status");
+        pending.in_flight.insert(web.clone());
+        // A newer status of web waits for the write in flight; another route's does not.
+        pending.put(key("web"), status(true, "Ready"), None);
+        pending.put(key("api"), status(true, "Staging"), None);
+        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("api".to_string()));
+        assert!(pending.pop().is_none());
+        pending.in_flight.remove(&web);
+        let next = pending
+            .pop()
+            .map(|(k, s)| (k.1, s.phase.unwrap_or_default()));
+        assert_eq!(next, Some(("web".to_string(), "Ready".to_string())));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use kube::api::ObjectMeta;
 
 use super::to_model::SERVICE_NAME_LABEL;
 use crate::api::proxy_config::ResolvedCluster;
+use crate::api::traffic_route::{Backend, RouteRule, RouteSpec, TrafficRoute, TrafficRouteSpec};
 
 pub const NS: &str = "shop";
 
@@ -54,4 +55,28 @@ pub fn port(name: &str, port: i32) -> EndpointPort {
         port: Some(port),
         ..Default::default()
     }
+}
+
+/// A TrafficRoute `namespace/name` asking for `hosts`, one rule to port 80 of `service`.
+pub fn traffic_route(namespace: &str, name: &str, hosts: &[&str], service: &str) -> TrafficRoute {
+    let mut route = TrafficRoute::new(
+        name,
+        TrafficRouteSpec {
+            route: RouteSpec {
+                hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+                rules: vec![RouteRule {
+                    backends: vec![Backend {
+                        service: service.to_owned(),
+                        port: Some(80),
+                        ..Backend::default()
+                    }],
+                    ..RouteRule::default()
+                }],
+                ..RouteSpec::default()
+            },
+            ..TrafficRouteSpec::default()
+        },
+    );
+    route.metadata.namespace = Some(namespace.to_owned());
+    route
 }

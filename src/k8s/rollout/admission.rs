@@ -7,10 +7,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::routes::object_ref;
 use super::{Context, is_gateways};
 use crate::api::ProxyConfigRole;
 use crate::api::TrafficRoute;
-use crate::k8s::resolve::{ResolvedRoute, RouteError, resolve_route};
+use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, resolve_route};
 use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret};
 use crate::translate::translate;
 use switchyard_core::route::lower;
@@ -51,28 +52,31 @@ pub(super) fn older_claimant(
 ) -> Option<(String, String)> {
     let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
     let name = route.metadata.name.as_deref().unwrap_or_default();
-    let live = ctx.proxy_configs.state();
+    // Whether the route's live config serves the host now.
     let serves = |ns: &str, route: &str, host: &str| {
-        live.iter().any(|pc| {
-            pc.spec.role == ProxyConfigRole::Live
-                && !is_gateways(pc)
-                && pc.spec.route == route
-                && pc.namespace().as_deref() == Some(ns)
-                && pc
-                    .spec
-                    .virtual_host
-                    .as_ref()
-                    .is_some_and(|vh| vh.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
-        })
+        ctx.proxy_configs
+            .get(&(ns.to_owned(), live_name(route)))
+            .is_some_and(|pc| {
+                pc.spec.role == ProxyConfigRole::Live
+                    && !is_gateways(&pc)
+                    && pc.spec.route == route
+                    && pc
+                        .spec
+                        .virtual_host
+                        .as_ref()
+                        .is_some_and(|vh| vh.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+            })
     };
+    let others: Vec<Arc<TrafficRoute>> = ctx
+        .route_index
+        .asking_for(&resolved.virtual_host.hosts)
+        .into_iter()
+        .filter(|(ns, n)| !(ns == namespace && n == name))
+        .filter_map(|key| ctx.routes.get(&object_ref(&key)))
+        .collect();
     let mut claimants: Vec<(Seniority<'_>, String, &TrafficRoute)> = Vec::new();
-    let routes = ctx.routes.state();
-    for other in &routes {
-        let other_ns = other.metadata.namespace.as_deref().unwrap_or_default();
-        let other_name = other.metadata.name.as_deref().unwrap_or_default();
-        if (other_ns == namespace && other_name == name)
-            || other.metadata.deletion_timestamp.is_some()
-        {
+    for other in &others {
+        if other.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let Some(host) = resolved.virtual_host.hosts.iter().find(|h| {
@@ -85,6 +89,8 @@ pub(super) fn older_claimant(
         }) else {
             continue;
         };
+        let other_ns = other.metadata.namespace.as_deref().unwrap_or_default();
+        let other_name = other.metadata.name.as_deref().unwrap_or_default();
         let me = seniority(
             route.metadata.creation_timestamp.as_ref(),
             serves(namespace, name, host),

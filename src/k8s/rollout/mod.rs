@@ -7,12 +7,14 @@
 //! - `admission`: what a route needs beyond its own spec (its hosts, Envoy's verdict);
 //! - `verify`: asking the fleet, with the backoff between attempts;
 //! - `report`: the status and its conditions;
-//! - `triggers`: what else wakes a route (the fleet converging, Secrets, orphans).
+//! - `triggers`: what else wakes a route (the fleet converging, Secrets, orphans);
+//! - `routes`: the routes by host and by Service, for those triggers and admission.
 
 mod admission;
 mod clock;
 mod reconcile;
 mod report;
+mod routes;
 pub mod shift;
 mod triggers;
 mod verify;
@@ -24,13 +26,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::warn;
@@ -46,9 +48,10 @@ use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::translate::Problem;
 use reconcile::reconcile;
+use routes::{RouteIndex, object_ref};
 use triggers::{
-    collect_orphans, shares_a_host, track_convergence, wake_on_fleet_rejections,
-    wake_on_secret_troubles, wake_waiting,
+    collect_orphans, track_convergence, wake_on_fleet_rejections, wake_on_secret_troubles,
+    wake_waiting,
 };
 
 pub const FIELD_MANAGER: &str = "switchyard";
@@ -121,6 +124,8 @@ pub(super) struct Context {
     pub(super) attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
     /// The controller's own view of TrafficRoutes, to notice a newer generation.
     pub(super) routes: Store<TrafficRoute>,
+    /// The same routes by host and by Service.
+    pub(super) route_index: Arc<RouteIndex>,
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
@@ -169,9 +174,18 @@ pub async fn run(client: Client, settings: Settings) {
             instance: std::env::var("POD_NAME").ok(),
         },
     );
-    let controller = Controller::new(routes, watcher::Config::default())
+    // The controller's watch, also feeding the index its triggers look routes up in.
+    let route_index = Arc::new(RouteIndex::default());
+    let (route_store, writer) = reflector::store();
+    let route_events = watcher(routes, watcher::Config::default())
+        .reflect(writer)
+        .inspect_ok({
+            let index = route_index.clone();
+            move |event| index.apply(event)
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(route_events, route_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
-    let route_store = controller.store();
     let (converged_tx, converged) = watch::channel(None);
     let tracker = track_convergence(settings.envoys.clone(), converged_tx);
     let context = Arc::new(Context {
@@ -183,7 +197,8 @@ pub async fn run(client: Client, settings: Settings) {
         fleet,
         recorder,
         attempts: Arc::default(),
-        routes: route_store.clone(),
+        routes: route_store,
+        route_index: route_index.clone(),
         converged,
         clock: clock::RolloutClock::default(),
     });
@@ -208,7 +223,7 @@ pub async fn run(client: Client, settings: Settings) {
             Api::<ProxyConfig>::all(client.clone()),
             watcher::Config::default(),
             {
-                let route_store = route_store.clone();
+                let index = route_index.clone();
                 move |pc| {
                     if is_gateways(&pc) {
                         return Vec::new();
@@ -219,28 +234,25 @@ pub async fn run(client: Client, settings: Settings) {
                         .spec
                         .virtual_host
                         .as_ref()
-                        .map(|vh| vh.hosts.clone())
+                        .map(|vh| vh.hosts.as_slice())
                         .unwrap_or_default();
-                    let sharing = route_store
-                        .state()
-                        .into_iter()
-                        .filter(|r| shares_a_host(r, &hosts))
-                        .map(|r| ObjectRef::from_obj(r.as_ref()));
-                    std::iter::once(owner).chain(sharing).collect::<Vec<_>>()
+                    let sharing = index.asking_for(hosts);
+                    std::iter::once(owner)
+                        .chain(sharing.iter().map(object_ref))
+                        .collect::<Vec<_>>()
                 }
             },
         )
-        // A Service change may resolve (or break) every route of its namespace.
+        // A Service change may resolve (or break) the routes naming it.
         .watches(
             Api::<Service>::all(client),
             watcher::Config::default(),
             move |service| {
-                let namespace = service.namespace();
-                route_store
-                    .state()
-                    .into_iter()
-                    .filter(move |r| r.namespace() == namespace)
-                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                let namespace = service.namespace().unwrap_or_default();
+                route_index
+                    .naming(&namespace, &service.name_any())
+                    .iter()
+                    .map(object_ref)
                     .collect::<Vec<_>>()
             },
         )

@@ -18,16 +18,6 @@ use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
 use crate::translate::Problem;
 
-/// Whether the route asks for one of `hosts`.
-pub(super) fn shares_a_host(route: &TrafficRoute, hosts: &[String]) -> bool {
-    route
-        .spec
-        .route
-        .hosts
-        .iter()
-        .any(|h| hosts.iter().any(|o| o.eq_ignore_ascii_case(h)))
-}
-
 /// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
 /// does (and where it does not run, as on a node-less test rig): the snapshot builders
 /// keep a deleted live one for a while as leaving, so another route can take its hosts

@@ -228,27 +228,65 @@ async fn stored_objects(rig: &Rig) -> Vec<(&'static str, u64)> {
     ]
 }
 
-/// The etcd behind the rig's API server: its `--etcd-servers`, read off the API server's
-/// command line (the one serving the rig's port).
-fn etcd_url(rig: &Rig) -> Option<String> {
-    let port = rig.api.server.rsplit(':').next()?;
-    let secure_port = format!("--secure-port={port}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
+/// The command lines of this machine's processes: (pid, arguments).
+fn processes() -> Vec<(u32, Vec<String>)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let args: Vec<String> = cmdline
+            let args = cmdline
                 .split(|b| *b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            if !args.iter().any(|a| a == &secure_port) {
-                return None;
-            }
-            args.iter()
-                .find_map(|a| a.strip_prefix("--etcd-servers="))
-                .map(str::to_owned)
+            Some((pid, args))
         })
+        .collect()
+}
+
+/// The rig's API server (the one serving its port): pid and `--etcd-servers`.
+fn api_server(rig: &Rig) -> Option<(u32, String)> {
+    let port = rig.api.server.rsplit(':').next()?;
+    let secure_port = format!("--secure-port={port}");
+    processes().into_iter().find_map(|(pid, args)| {
+        if !args.iter().any(|a| a == &secure_port) {
+            return None;
+        }
+        let etcd = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--etcd-servers="))?;
+        Some((pid, etcd.to_owned()))
+    })
+}
+
+/// The etcd serving `url`.
+fn etcd_pid(url: &str) -> Option<u32> {
+    processes().into_iter().find_map(|(pid, args)| {
+        args.windows(2)
+            .any(|w| w[0] == "--listen-client-urls" && w[1] == url)
+            .then_some(pid)
+    })
+}
+
+fn etcd_url(rig: &Rig) -> Option<String> {
+    api_server(rig).map(|(_, url)| url)
+}
+
+/// CPU seconds each process of the rig used so far: where the machine's time went.
+fn rig_cpu(rig: &Rig, operator: u32) -> Vec<(&'static str, f64)> {
+    let api = api_server(rig);
+    let etcd = api.as_ref().and_then(|(_, url)| etcd_pid(url));
+    [
+        ("operator", Some(operator)),
+        ("kube-apiserver", api.map(|(pid, _)| pid)),
+        ("etcd", etcd),
+        ("Envoy", Some(rig.envoys[0].process.pid())),
+    ]
+    .into_iter()
+    .filter_map(|(what, pid)| Some((what, rss_and_cpu(pid?).1)))
+    .collect()
 }
 
 /// The etcd database's size and the part of it in use (MiB), from etcd's metrics.
@@ -325,7 +363,7 @@ async fn main() {
     let envoy_holds = until(
         n,
         Duration::from_millis(100),
-        (start, Duration::from_secs(300)),
+        (start, all_ready_within),
         || served_virtual_hosts(&rig.envoys[0], &rig.namespace),
     )
     .await;
@@ -364,9 +402,18 @@ async fn main() {
         format!("{} for {n} routes", status_writes(&log)),
         "only routes whose status changed",
     );
-    let (rss, cpu) = rss_and_cpu(rig.operator("scale-1").process.pid());
+    let operator = rig.operator("scale-1").process.pid();
+    let (rss, _) = rss_and_cpu(operator);
     row("operator peak RSS", format!("{rss:.0} MiB"), "");
-    row("operator CPU, start → all Ready", format!("{cpu:.1} s"), "");
+    let cpu = rig_cpu(&rig, operator);
+    row(
+        "CPU, from the objects' creation to all Ready",
+        cpu.iter()
+            .map(|(what, s)| format!("{what} {s:.1} s"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        "",
+    );
     for (kind, count) in stored_objects(&rig).await {
         row(
             &format!("API server objects: {kind}"),

@@ -12,6 +12,7 @@
 
 mod admission;
 mod clock;
+mod known;
 mod reconcile;
 mod report;
 mod routes;
@@ -126,6 +127,8 @@ pub(super) struct Context {
     pub(super) routes: Store<TrafficRoute>,
     /// The same routes by host and by Service.
     pub(super) route_index: Arc<RouteIndex>,
+    /// The ProxyConfigs as the API server last answered for them.
+    pub(super) known: known::Known,
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
@@ -199,6 +202,7 @@ pub async fn run(client: Client, settings: Settings) {
         attempts: Arc::default(),
         routes: route_store,
         route_index: route_index.clone(),
+        known: known::Known::default(),
         converged,
         clock: clock::RolloutClock::default(),
     });

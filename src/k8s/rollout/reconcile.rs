@@ -89,13 +89,15 @@ impl<'a> Pass<'a> {
         let services = ctx.services_of(route);
         let named: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
         let resolved = resolve_route(route, &named).and_then(|r| admit(ctx, route, r));
-        let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
         let read = |source| Error::Read {
             route: format!("{namespace}/{name}"),
             source,
         };
         let (live_pc, probe_pc) = (live_name(&name), probe_name(&name));
-        let (live, probe) = tokio::join!(api.get_opt(&live_pc), api.get_opt(&probe_pc));
+        let (live, probe) = tokio::join!(
+            ctx.proxy_config(&namespace, &live_pc),
+            ctx.proxy_config(&namespace, &probe_pc)
+        );
         let drain = route
             .spec
             .rollout
@@ -261,14 +263,17 @@ impl<'a> Pass<'a> {
             ..DeleteParams::default()
         };
         let deleted = api.delete(&probe_name, &params).await;
+        let key = (self.namespace.clone(), probe_name.clone());
         if let Err(e) = deleted
             && !matches!(&e, kube::Error::Api(s) if s.code == 404)
         {
+            self.ctx.known.forget(&key);
             return Err(Error::Write {
                 name: probe_name,
                 source: e,
             });
         }
+        self.ctx.known.saw(key, None);
         self.probe = None;
         Ok(Next::Step)
     }
@@ -333,13 +338,19 @@ pub(super) async fn apply(
     pc.metadata.owner_references = route.controller_owner_ref(&()).map(|o| vec![o]);
     pc.metadata.labels = Some([("switchyard.dev/route".to_string(), route.name_any())].into());
     pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_string(), at)].into());
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&pc),
-    )
-    .await
-    .map_err(|source| Error::Write {
+    let written = api
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&pc),
+        )
+        .await;
+    let key = (namespace, name.to_string());
+    match &written {
+        Ok(pc) => ctx.known.saw(key, Some(pc)),
+        Err(_) => ctx.known.forget(&key),
+    }
+    written.map_err(|source| Error::Write {
         name: name.to_string(),
         source,
     })

@@ -47,6 +47,8 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
                 preconditions: Some(super::reconcile::unchanged_since(&pc)),
                 ..DeleteParams::default()
             };
+            // The route is gone: nothing needs what the API server said of its configs.
+            ctx.known.forget(&(namespace.clone(), pc.name_any()));
             match api.delete(&pc.name_any(), &params).await {
                 Ok(_) => {
                     info!(%namespace, proxy_config = %pc.name_any(), "route gone: ProxyConfig deleted")

@@ -3,14 +3,14 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
 use tracing::debug;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::{Context, VERIFY_IN_PASS};
-use crate::api::TrafficRoute;
+use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::address_map::AddressMap;
 use crate::prober::FleetResult;
 
@@ -18,6 +18,26 @@ impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
         fleet_addresses(&self.fleet.state(), self.settings.address_map)
+    }
+
+    /// The ProxyConfig `namespace/name`: from the watch's store when it holds what the API
+    /// server last answered for it, else from the API server (see [`super::known`]).
+    pub(super) async fn proxy_config(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ProxyConfig>, kube::Error> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(pc) = self
+            .known
+            .stored_if_current(&key, self.proxy_configs.get(&key))
+        {
+            return Ok(pc);
+        }
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        let pc = api.get_opt(name).await?;
+        self.known.saw(key, pc.as_ref());
+        Ok(pc)
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {

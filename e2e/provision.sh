@@ -776,15 +776,19 @@ provision_gateway_conformance() {
 	STATUS=built
 }
 
-# The Gateway API CRDs of one release, standard channel, as its Go module ships them
-# (config/crd/standard): the node tests install them, and src/gateway/api is generated
-# from them. Only a download; nothing is built.
+# The Gateway API CRDs of one release, as its Go module ships them: the standard channel
+# (config/crd/standard, linked as gateway-api), which the node tests install and most of
+# src/gateway/api is generated from, and the experimental one (config/crd/experimental,
+# linked as gateway-api-experimental), which HTTPRoute's types are generated from (its
+# retry and sessionPersistence) and one test installs. Only a download; nothing is built.
 provision_gateway_api() {
 	local v="v${GATEWAY_API_VERSION#v}" dest dir tmp
 	TOOL_VERSION="$v"
 	dest="$CACHE/gateway-api-$v"
-	if ((!FORCE)) && [[ -f "$dest/crds/gateway.networking.k8s.io_httproutes.yaml" ]]; then
+	if ((!FORCE)) && [[ -f "$dest/crds/gateway.networking.k8s.io_httproutes.yaml" &&
+		-f "$dest/crds-experimental/gateway.networking.k8s.io_httproutes.yaml" ]]; then
 		link_bin gateway-api "gateway-api-$v/crds"
+		link_bin gateway-api-experimental "gateway-api-$v/crds-experimental"
 		STATUS=cached
 		return 0
 	fi
@@ -792,11 +796,13 @@ provision_gateway_api() {
 	dir="$(go_download "sigs.k8s.io/gateway-api@$v")"
 	new_tmp gateway-api
 	tmp="$NEW_TMP"
-	mkdir -p "$tmp/out/crds"
+	mkdir -p "$tmp/out/crds" "$tmp/out/crds-experimental"
 	cp "$dir"/config/crd/standard/gateway.networking.k8s.io_*.yaml "$tmp/out/crds/"
+	cp "$dir"/config/crd/experimental/gateway.networking.k8s.io_*.yaml "$tmp/out/crds-experimental/"
 	chmod -R u+w "$tmp/out"
 	commit_dir "$tmp/out" "$dest"
 	link_bin gateway-api "gateway-api-$v/crds"
+	link_bin gateway-api-experimental "gateway-api-$v/crds-experimental"
 	STATUS=downloaded
 }
 

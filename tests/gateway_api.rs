@@ -1,5 +1,5 @@
 //! The Gateway API controller against a real API server with the Gateway API CRDs of the
-//! release Switchyard speaks: a GatewayClass naming it is accepted, its Gateway's
+//! release Switchyard speaks (experimental channel): a GatewayClass naming it is accepted, its Gateway's
 //! listeners and the HTTPRoutes attached to them get the conditions the specification
 //! gives (and their rules take WebSockets), and a status follows a change of what it depends on (a Service created, a
 //! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
@@ -23,9 +23,14 @@ use switchyard_e2e::rig::{FLEET_NAMESPACE, Rig};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
+/// The experimental channel's CRDs, a superset of the standard one's: the routes of the
+/// standard channel are served alike, and one test sets experimental fields. (Every test
+/// of this file shares one API server, and the channels' CRDs cannot be installed over
+/// each other.)
 async fn install_gateway_crds(rig: &Rig) {
     // kubectl reads a link to a folder as a file: give it the folder itself.
-    let crds = std::fs::canonicalize(tool("gateway-api")).expect("the Gateway API CRDs");
+    let crds = std::fs::canonicalize(tool("gateway-api-experimental"))
+        .expect("the Gateway API CRDs, experimental channel");
     let crds = crds.to_string_lossy();
     rig.api
         .kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", &crds])
@@ -635,4 +640,143 @@ async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests(
         report.non_2xx() > 0,
         "the test cannot see what the rollout guards against"
     );
+}
+
+/// The experimental channel's `retry` and `sessionPersistence` through real Envoys: a rule
+/// retrying 503s hands the client the next answer, where a rule without retries passes the
+/// 503 on; a session cookie is set on the first answer and keeps the requests that carry
+/// it on one Pod of two; putting both on and taking them off under load drops nothing.
+#[tokio::test]
+async fn an_httproutes_retries_and_session_cookie_are_served() {
+    let mut rig = Rig::start(2).await;
+    install_gateway_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_pods("app", 2).await;
+    rig.start_pod("app", 0).await;
+    rig.start_pod("app", 1).await;
+    let controller = format!("switchyard.dev/test-{}-experimental", std::process::id());
+    let class = k::unique_name("switchyard");
+    rig.start_operator(
+        "switchyard-1",
+        &["--gateway-api", "--gateway-controller-name", &controller],
+    );
+    let ns = rig.namespace.clone();
+    let route = |rule_options: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ web.test ]
+  rules:
+    - matches: [ {{ path: {{ type: PathPrefix, value: /plain }} }} ]
+      backendRefs: [ {{ name: app, port: 80 }} ]
+    - backendRefs: [ {{ name: app, port: 80 }} ]
+{rule_options}"#
+        )
+    };
+    let both = "      retry: { attempts: 3, codes: [ 503 ], backoff: 10ms }\n      \
+                sessionPersistence: { sessionName: cart }\n";
+    apply(
+        &rig,
+        &format!("{}{}", edge_gateway(&class, &controller, &ns), route(both)),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let targets = edge_targets(&rig).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let get = |path: &str, cookie: Option<&str>| {
+        let mut request = client
+            .get(format!("{}{path}", targets[0]))
+            .header("host", "web.test");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send()
+    };
+
+    // Every Pod fails its next request: 3 retries reach a 200 wherever they go.
+    for i in 0..2 {
+        rig.pod("app", i).fail_next(1, 503);
+    }
+    let retried = get("/cart", None).await.expect("answered");
+    assert_eq!(retried.status(), 200, "503s retried");
+    for i in 0..2 {
+        rig.pod("app", i).fail_next(1, 503);
+    }
+    let plain = get("/plain", None).await.expect("answered");
+    assert_eq!(
+        plain.status(),
+        503,
+        "the rule without retry passes the 503 on"
+    );
+    for i in 0..2 {
+        rig.pod("app", i).fail_next(0, 503);
+    }
+
+    // A session cookie (no Max-Age: the route asks for none) for every path of the host,
+    // and one Pod for the requests that carry it.
+    let set_cookie = retried
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        set_cookie.starts_with("cart=") && set_cookie.contains("Path=/"),
+        "{set_cookie:?}"
+    );
+    assert!(!set_cookie.contains("Max-Age"), "{set_cookie:?}");
+    let cookie = set_cookie.split(';').next().unwrap_or_default().to_owned();
+    let mut pods = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let answer = get("/cart", Some(&cookie)).await.expect("answered");
+        assert_eq!(answer.status(), 200);
+        pods.insert(
+            answer
+                .headers()
+                .get("x-backend-address")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(pods.len(), 1, "one Pod for the session: {pods:?}");
+    let mut without = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let answer = get("/plain", None).await.expect("answered");
+        if let Some(at) = answer.headers().get("x-backend-address") {
+            without.insert(at.to_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert_eq!(without.len(), 2, "both Pods without a session: {without:?}");
+
+    // Taken off, changed and put back under load: each a switch through the two phases.
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+    let steps = [
+        "",
+        "      retry: { attempts: 1 }\n",
+        "      sessionPersistence: { absoluteTimeout: 1h, cookieConfig: { lifetimeType: Permanent } }\n",
+        both,
+    ];
+    for (i, options) in steps.iter().enumerate() {
+        apply(&rig, &route(options)).await;
+        wait_served(&routes, "web", 2 + i as i64).await;
+    }
+    let report = load.finish().await;
+    eprintln!(
+        "retry and sessionPersistence changed {} times under load: {} requests, by status {:?}",
+        steps.len(),
+        report.sent,
+        report.by_status
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
 }

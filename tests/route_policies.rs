@@ -1,5 +1,6 @@
 //! What a rule can ask of Envoy beyond forwarding, on real Envoy: a CORS policy, a local
-//! rate limit and a request body limit; and changing them under load drops nothing.
+//! rate limit, a request body limit and retries on answer codes; and changing them under
+//! load drops nothing.
 
 use std::time::Duration;
 
@@ -294,6 +295,47 @@ async fn a_request_body_over_the_limit_is_answered_413() {
     assert_eq!(open.status(), 200, "the open rule has no limit");
 }
 
+/// A rule retrying the codes it names hands the client the backend's next answer; the
+/// open rule (no retries) and a rule retrying other codes pass the failure on.
+#[tokio::test]
+async fn a_rule_retries_the_answer_codes_it_names() {
+    let rig = Rig::new("127.0.0.88").await;
+    rig.write_routes("      retries: { attempts: 2, statusCodes: [ 502, 503 ], backoff: 10ms }\n");
+    let (_switchyard, _envoy) = rig.start(Protocol::Delta).await;
+    let get = |path: &'static str| {
+        client()
+            .get(rig.url(path))
+            .header("host", "web.test")
+            .send()
+    };
+
+    rig.backend.fail_next(2, 503);
+    let retried = get("/cart").await.expect("answered");
+    assert_eq!(
+        retried.status(),
+        200,
+        "two 503s retried, the third try answered"
+    );
+
+    rig.backend.fail_next(1, 503);
+    let open = get("/open").await.expect("answered");
+    assert_eq!(open.status(), 503, "the open rule does not retry");
+    rig.backend.fail_next(0, 503);
+
+    rig.backend.fail_next(3, 503);
+    let exhausted = get("/cart").await.expect("answered");
+    assert_eq!(
+        exhausted.status(),
+        503,
+        "three failures, two retries: the last 503 is passed on"
+    );
+    rig.backend.fail_next(0, 503);
+
+    rig.backend.fail_next(1, 500);
+    let other = get("/cart").await.expect("answered");
+    assert_eq!(other.status(), 500, "500 is not among the codes");
+}
+
 /// The policies (and WebSocket upgrades) put on, changed and taken off the rule under load
 /// (a rate limit far above the load): route configuration changes only, and not one
 /// request fails.
@@ -306,6 +348,7 @@ async fn changing_policies_under_load_drops_nothing() {
         CORS.to_owned(),
         format!("{CORS}      rateLimit: {{ requests: 100000, unit: second }}\n      websocket: true\n"),
         "      rateLimit: { requests: 50000, unit: second, burst: 1000 }\n      maxRequestBodyBytes: 4096\n".to_owned(),
+        "      retries: { attempts: 2, statusCodes: [ 503 ], backoff: 20ms }\n".to_owned(),
         String::new(),
     ];
     let rig = &rig;

@@ -228,6 +228,8 @@ fn forward() -> impl Strategy<Value = Forward> {
             ),
             0u32..5,
             proptest::option::of(duration()),
+            proptest::collection::vec(select(vec![500u32, 502, 503, 504]), 0..3),
+            proptest::option::of((1u64..500).prop_map(Duration::from_millis)),
         )),
         proptest::option::of(select(vec!["/", "/v2/"]).prop_map(String::from)),
         proptest::bool::ANY,
@@ -237,11 +239,17 @@ fn forward() -> impl Strategy<Value = Forward> {
                 backends,
                 timeout,
                 idle_timeout,
-                retry: retry.map(|(retry_on, num_retries, per_try_timeout)| RetryPolicy {
-                    retry_on,
-                    num_retries,
-                    per_try_timeout,
-                }),
+                retry: retry.map(
+                    |(retry_on, num_retries, per_try_timeout, retriable_status_codes, backoff)| {
+                        Box::new(RetryPolicy {
+                            retry_on,
+                            num_retries,
+                            per_try_timeout,
+                            retriable_status_codes,
+                            backoff,
+                        })
+                    },
+                ),
                 prefix_rewrite,
                 websocket,
                 ..Forward::default()

@@ -278,7 +278,8 @@ pub struct Forward {
     pub backends: Vec<WeightedCluster>,
     pub timeout: Option<Duration>,
     pub idle_timeout: Option<Duration>,
-    pub retry: Option<RetryPolicy>,
+    /// Boxed: most routes have none, and it would make every route action larger.
+    pub retry: Option<Box<RetryPolicy>>,
     pub prefix_rewrite: Option<String>,
     /// The whole path, replaced (the query stays).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -351,6 +352,12 @@ pub struct RetryPolicy {
     pub retry_on: Vec<String>,
     pub num_retries: u32,
     pub per_try_timeout: Option<Duration>,
+    /// Answer codes retried under the condition `retriable-status-codes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retriable_status_codes: Vec<u32>,
+    /// The least wait before a retry (Envoy's default when None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Duration>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

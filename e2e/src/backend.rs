@@ -55,6 +55,8 @@ impl Backend {
         let address = listener.local_addr().expect("backend address");
         let behaviour = Arc::new(Behaviour::default());
         let body = name.to_string();
+        // Which Pod answered, when the Pods of a Service share its name.
+        let at = address.to_string();
         let state = behaviour.clone();
         let health = behaviour.clone();
         let app = axum::Router::new().route(
@@ -86,6 +88,7 @@ impl Backend {
             );
         let app = app.fallback(move || {
             let body = body.clone();
+            let at = at.clone();
             let state = state.clone();
             async move {
                 use std::sync::atomic::Ordering::SeqCst;
@@ -103,7 +106,11 @@ impl Backend {
                 } else {
                     axum::http::StatusCode::OK
                 };
-                (status, [("x-backend", body.clone())], body)
+                let headers = [
+                    ("x-backend", body.clone()),
+                    ("x-backend-address", at.clone()),
+                ];
+                (status, headers, body)
             }
         });
         let task = traffic_runtime().spawn(async move {

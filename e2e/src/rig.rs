@@ -371,6 +371,14 @@ impl Rig {
         self.apply_pods(name).await;
     }
 
+    /// Pod `i` of `name`, once started.
+    pub fn pod(&self, name: &str, i: usize) -> &Backend {
+        self.pods[name][i]
+            .server
+            .as_ref()
+            .unwrap_or_else(|| panic!("Pod {i} of {name} is not started"))
+    }
+
     async fn apply_pods(&self, name: &str) {
         let endpoints: Vec<(String, u16, bool)> = self.pods[name]
             .iter()

@@ -321,6 +321,14 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].retries.on[0] in body should match",
         ),
         case(
+            &rule("retries: {attempts: 2, \"on\": [\"503\"]}"),
+            "spec.rules[0].retries.on[0] in body should match",
+        ),
+        case(
+            &rule("retries: {attempts: 2, statusCodes: [200]}"),
+            "spec.rules[0].retries.statusCodes[0] in body should be greater than or equal to 400",
+        ),
+        case(
             &rule("match: {headers: [{name: x-canary, regex: \"\"}]}"),
             "spec.rules[0].match.headers[0].regex in body should be at least 1 chars long",
         ),

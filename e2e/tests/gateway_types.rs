@@ -1,6 +1,10 @@
 //! `src/gateway/api` is what kopium makes of the Gateway API CRDs of the release
 //! `e2e/provision.sh` downloads (GATEWAY_API_VERSION): regenerating must change nothing.
 //! `UPDATE_GATEWAY_TYPES=1` rewrites the files, for review in the diff.
+//!
+//! HTTPRoute's types come from the experimental channel, a superset of the standard one:
+//! a route that sets an experimental field (`retry`, `sessionPersistence`) is then either
+//! served with it or refused naming it, never served without it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,12 +12,13 @@ use std::process::Command;
 use switchyard_e2e::golden;
 use switchyard_e2e::kube::tool;
 
-/// (CRD plural, the version the types are of). ReferenceGrant's v1 is served since v1.5.
-const KINDS: [(&str, &str); 4] = [
-    ("gatewayclasses", "v1"),
-    ("gateways", "v1"),
-    ("httproutes", "v1"),
-    ("referencegrants", "v1"),
+/// (CRD plural, the version the types are of, the channel: the provisioned folder of its
+/// CRDs). ReferenceGrant's v1 is served since v1.5.
+const KINDS: [(&str, &str, &str); 4] = [
+    ("gatewayclasses", "v1", "gateway-api"),
+    ("gateways", "v1", "gateway-api"),
+    ("httproutes", "v1", "gateway-api-experimental"),
+    ("referencegrants", "v1", "gateway-api"),
 ];
 
 fn api_dir() -> PathBuf {
@@ -63,10 +68,9 @@ fn rustfmt(code: &[u8]) -> String {
 
 #[test]
 fn gateway_api_types_are_what_kopium_makes_of_the_crds() {
-    let crds = tool("gateway-api");
     let update = std::env::var_os("UPDATE_GATEWAY_TYPES").is_some();
-    for (plural, version) in KINDS {
-        let actual = generate(&crds, plural, version);
+    for (plural, version, channel) in KINDS {
+        let actual = generate(&tool(channel), plural, version);
         let path = api_dir().join(format!("{plural}.rs"));
         if update {
             std::fs::write(&path, &actual)

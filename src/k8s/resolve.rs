@@ -610,6 +610,7 @@ mod tests {
                         attempts: 2,
                         on: vec!["5xx".into()],
                         per_try_timeout: Some("250ms".into()),
+                        ..Retries::default()
                     }),
                     rewrite_prefix: Some("/".into()),
                     ..rule(vec![
@@ -709,6 +710,7 @@ mod tests {
             attempts: 1,
             on: vec![],
             per_try_timeout: Some("fast".into()),
+            ..Retries::default()
         });
         assert!(invalid_message(resolve(&r, &services())).contains("perTryTimeout"));
     }

@@ -13,8 +13,8 @@ use regex::Regex;
 
 use super::spec::{
     Backend, CircuitBreaker, Cors, HealthCheck, LB_POLICIES, LoadBalancer, OutlierDetection,
-    RATE_LIMIT_UNITS, REDIRECT_CODES, RateLimit, Redirect, RouteRule, RouteSpec, RuleMatch,
-    RuleOptions,
+    RATE_LIMIT_UNITS, REDIRECT_CODES, RETRY_CONDITIONS, RateLimit, Redirect, RouteRule, RouteSpec,
+    RuleMatch, RuleOptions,
 };
 use crate::duration;
 
@@ -240,6 +240,31 @@ fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
             &format!("{at}.retries.perTryTimeout"),
             retries.per_try_timeout.as_deref(),
         )?;
+        positive_duration(format!("{at}.retries.backoff"), retries.backoff.as_deref())?;
+        for (i, condition) in retries.on.iter().enumerate() {
+            if !RETRY_CONDITIONS.contains(&condition.as_str()) {
+                return Err(error(
+                    format!("{at}.retries.on[{i}]"),
+                    format!(
+                        "{condition:?} is not a retry condition of Envoy's (answer codes go in statusCodes)"
+                    ),
+                ));
+            }
+        }
+        if retries.status_codes.len() > 32 {
+            return Err(error(
+                format!("{at}.retries.statusCodes"),
+                "name at most 32 codes",
+            ));
+        }
+        for (i, code) in retries.status_codes.iter().enumerate() {
+            if !(400..=599).contains(code) {
+                return Err(error(
+                    format!("{at}.retries.statusCodes[{i}]"),
+                    format!("{code} is not within 400..599"),
+                ));
+            }
+        }
     }
     for (name, path) in [
         ("rewritePrefix", &options.rewrite_prefix),
@@ -829,6 +854,39 @@ mod tests {
                 spec(vec![RouteRule {
                     retries: Some(Retries {
                         attempts: 11,
+                        ..Retries::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].retries.statusCodes[1]: 200 is not within 400..599",
+                spec(vec![RouteRule {
+                    retries: Some(Retries {
+                        attempts: 2,
+                        status_codes: vec![503, 200],
+                        ..Retries::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].retries.on[1]: \"503\" is not a retry condition",
+                spec(vec![RouteRule {
+                    retries: Some(Retries {
+                        attempts: 2,
+                        on: vec!["5xx".into(), "503".into()],
+                        ..Retries::default()
+                    }),
+                    ..rule()
+                }]),
+            ),
+            (
+                "rules[0].retries.backoff: must be more than 0s",
+                spec(vec![RouteRule {
+                    retries: Some(Retries {
+                        attempts: 2,
+                        backoff: Some("0ms".into()),
                         ..Retries::default()
                     }),
                     ..rule()

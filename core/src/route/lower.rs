@@ -338,15 +338,9 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         RouteAction::Respond(500)
     } else {
         let retry = match &options.retries {
-            Some(r) => Some(RetryPolicy {
-                retry_on: if r.on.is_empty() {
-                    DEFAULT_RETRY_ON.map(str::to_owned).to_vec()
-                } else {
-                    r.on.clone()
-                },
-                num_retries: u32::try_from(r.attempts).unwrap_or(0),
-                per_try_timeout: duration(&r.per_try_timeout)?,
-            }),
+            Some(r) => Some(Box::new(
+                retry_policy(r).map_err(|e| format!("rule {}: {e}", rule.name))?,
+            )),
             None => None,
         };
         RouteAction::Forward(Forward {
@@ -427,6 +421,31 @@ fn affinity(a: &SpecAffinity, ttl: Option<Duration>) -> Affinity {
         (None, Some(h)) => Affinity::Header(h.clone()),
         (None, None) => Affinity::SourceIp,
     }
+}
+
+fn retry_policy(r: &spec::Retries) -> Result<RetryPolicy, String> {
+    let duration = |d: &Option<String>| d.as_deref().map(duration::parse).transpose();
+    let mut retry_on = if r.on.is_empty() {
+        DEFAULT_RETRY_ON.map(str::to_owned).to_vec()
+    } else {
+        r.on.clone()
+    };
+    // Envoy looks at the codes only under this condition.
+    const BY_CODE: &str = "retriable-status-codes";
+    if !r.status_codes.is_empty() && !retry_on.iter().any(|c| c == BY_CODE) {
+        retry_on.push(BY_CODE.to_owned());
+    }
+    Ok(RetryPolicy {
+        retry_on,
+        num_retries: u32::try_from(r.attempts).unwrap_or(0),
+        per_try_timeout: duration(&r.per_try_timeout)?,
+        retriable_status_codes: r
+            .status_codes
+            .iter()
+            .filter_map(|&c| u32::try_from(c).ok())
+            .collect(),
+        backoff: duration(&r.backoff)?,
+    })
 }
 
 fn rate_limit(r: &SpecRateLimit) -> Result<RateLimit, String> {

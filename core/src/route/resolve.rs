@@ -126,7 +126,7 @@ fn resolve_rule(
 
 /// The policy of the clusters of a rule with `lb`: None for round robin (the default
 /// cluster); affinity without a policy is ring hash.
-fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
+pub fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
     match lb.policy.as_deref() {
         None if lb.affinity.is_some() => Some("ringHash".to_owned()),
         None | Some("roundRobin") => None,

@@ -692,18 +692,54 @@ pub struct Backend {
 pub struct Retries {
     #[schemars(range(min = 0, max = 10))]
     pub attempts: i32,
-    /// Envoy retry conditions, one per item (default: connect-failure, refused-stream).
+    /// Envoy retry conditions, one per item (default: connect-failure, refused-stream):
+    /// 5xx, gateway-error, reset, reset-before-request, connect-failure, refused-stream,
+    /// retriable-4xx, retriable-status-codes, envoy-ratelimited, http3-post-connect-failure,
+    /// and for gRPC cancelled, deadline-exceeded, internal, resource-exhausted, unavailable.
     /// Quote the key in YAML: a bare `on` is read as `true` by YAML 1.1 parsers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 16),
-        inner(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9-]+$"))
+        inner(regex(
+            pattern = r"^(5xx|gateway-error|reset|reset-before-request|connect-failure|refused-stream|retriable-4xx|retriable-status-codes|envoy-ratelimited|http3-post-connect-failure|cancelled|deadline-exceeded|internal|resource-exhausted|unavailable)$"
+        ))
     )]
     pub on: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub per_try_timeout: Option<String>,
+    /// Answer codes a request is retried on, e.g. [503]; they add the condition
+    /// `retriable-status-codes` to `on`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(range(min = 400, max = 599)))]
+    pub status_codes: Vec<i32>,
+    /// Envoy's base interval between tries, e.g. "100ms" (default 25ms): it waits a random
+    /// time up to this before the first retry, up to three times this before the second,
+    /// and so on, at most ten times this (exponential backoff, fully jittered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
+    pub backoff: Option<String>,
 }
+
+/// The retry conditions Envoy knows (`x-envoy-retry-on` and `x-envoy-retry-grpc-on`);
+/// it ignores any other word, so a rule naming one would not retry as written.
+pub const RETRY_CONDITIONS: [&str; 15] = [
+    "5xx",
+    "gateway-error",
+    "reset",
+    "reset-before-request",
+    "connect-failure",
+    "refused-stream",
+    "retriable-4xx",
+    "retriable-status-codes",
+    "envoy-ratelimited",
+    "http3-post-connect-failure",
+    "cancelled",
+    "deadline-exceeded",
+    "internal",
+    "resource-exhausted",
+    "unavailable",
+];
 
 /// Retry conditions when a rule names none.
 pub const DEFAULT_RETRY_ON: [&str; 2] = ["connect-failure", "refused-stream"];
@@ -797,6 +833,8 @@ mod tests {
                 attempts: 2,
                 on: vec!["5xx".into()],
                 per_try_timeout: Some("250ms".into()),
+                status_codes: vec![503],
+                backoff: Some("50ms".into()),
             }),
             rewrite_prefix: Some("/v2".into()),
             rewrite_path: Some("/index.html".into()),

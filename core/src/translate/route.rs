@@ -5,11 +5,11 @@ use envoy_types::pb::envoy::config::route::v3::{
     self as envoy_route, DirectResponseAction, HeaderMatcher, QueryParameterMatcher,
     RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
-    redirect_action, route::Action, route_action::ClusterSpecifier, route_action::HashPolicy,
-    route_action::UpgradeConfig, route_action::hash_policy::ConnectionProperties,
-    route_action::hash_policy::Cookie, route_action::hash_policy::Header,
-    route_action::hash_policy::PolicySpecifier, route_match::PathSpecifier,
-    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    redirect_action, retry_policy::RetryBackOff, route::Action, route_action::ClusterSpecifier,
+    route_action::HashPolicy, route_action::UpgradeConfig,
+    route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
+    route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
+    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -173,6 +173,17 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
         ];
         if let Some(retry) = &forward.retry {
             durations.push(("per-try timeout", retry.per_try_timeout));
+            durations.push(("retry backoff", retry.backoff));
+            if retry.backoff == Some(std::time::Duration::ZERO) {
+                errors.push("retry backoff must be more than 0s".to_owned());
+            }
+            for code in &retry.retriable_status_codes {
+                if !(100..=599).contains(code) {
+                    errors.push(format!(
+                        "retriable status code {code} is not within 100..599"
+                    ));
+                }
+            }
             for condition in &retry.retry_on {
                 if condition.is_empty() || condition.contains(',') {
                     errors.push(format!("retry condition {condition:?} is invalid"));
@@ -500,6 +511,11 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
             retry_on: r.retry_on.join(","),
             num_retries: proto::u32_value(r.num_retries),
             per_try_timeout: r.per_try_timeout.map(proto::duration),
+            retriable_status_codes: r.retriable_status_codes.clone(),
+            retry_back_off: r.backoff.map(|base| RetryBackOff {
+                base_interval: Some(proto::duration(base)),
+                max_interval: None,
+            }),
             ..Default::default()
         }),
         prefix_rewrite: match segment_rewrite {

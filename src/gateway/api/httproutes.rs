@@ -35,6 +35,12 @@ pub struct HttpRouteSpec {
     pub parent_refs: Option<Vec<HttpRouteParentRefs>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<HttpRouteRules>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "useDefaultGateways"
+    )]
+    pub use_default_gateways: Option<HttpRouteUseDefaultGateways>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -71,6 +77,14 @@ pub struct HttpRouteRules {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<HttpRouteRulesRetry>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sessionPersistence"
+    )]
+    pub session_persistence: Option<HttpRouteRulesSessionPersistence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<HttpRouteRulesTimeouts>,
 }
 
@@ -101,6 +115,12 @@ pub struct HttpRouteRulesBackendRefsFilters {
         rename = "extensionRef"
     )]
     pub extension_ref: Option<HttpRouteRulesBackendRefsFiltersExtensionRef>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "externalAuth"
+    )]
+    pub external_auth: Option<HttpRouteRulesBackendRefsFiltersExternalAuth>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -176,6 +196,78 @@ pub struct HttpRouteRulesBackendRefsFiltersExtensionRef {
     pub group: String,
     pub kind: String,
     pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HttpRouteRulesBackendRefsFiltersExternalAuth {
+    #[serde(rename = "backendRef")]
+    pub backend_ref: HttpRouteRulesBackendRefsFiltersExternalAuthBackendRef,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "forwardBody"
+    )]
+    pub forward_body: Option<HttpRouteRulesBackendRefsFiltersExternalAuthForwardBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<HttpRouteRulesBackendRefsFiltersExternalAuthGrpc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpRouteRulesBackendRefsFiltersExternalAuthHttp>,
+    pub protocol: HttpRouteRulesBackendRefsFiltersExternalAuthProtocol,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesBackendRefsFiltersExternalAuthBackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesBackendRefsFiltersExternalAuthForwardBody {
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
+    pub max_size: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesBackendRefsFiltersExternalAuthGrpc {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesBackendRefsFiltersExternalAuthHttp {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedResponseHeaders"
+    )]
+    pub allowed_response_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum HttpRouteRulesBackendRefsFiltersExternalAuthProtocol {
+    #[serde(rename = "HTTP")]
+    Http,
+    #[serde(rename = "GRPC")]
+    Grpc,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -327,6 +419,7 @@ pub enum HttpRouteRulesBackendRefsFiltersType {
     ExtensionRef,
     #[serde(rename = "CORS")]
     Cors,
+    ExternalAuth,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -371,6 +464,12 @@ pub struct HttpRouteRulesFilters {
         rename = "extensionRef"
     )]
     pub extension_ref: Option<HttpRouteRulesFiltersExtensionRef>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "externalAuth"
+    )]
+    pub external_auth: Option<HttpRouteRulesFiltersExternalAuth>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -446,6 +545,78 @@ pub struct HttpRouteRulesFiltersExtensionRef {
     pub group: String,
     pub kind: String,
     pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HttpRouteRulesFiltersExternalAuth {
+    #[serde(rename = "backendRef")]
+    pub backend_ref: HttpRouteRulesFiltersExternalAuthBackendRef,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "forwardBody"
+    )]
+    pub forward_body: Option<HttpRouteRulesFiltersExternalAuthForwardBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<HttpRouteRulesFiltersExternalAuthGrpc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpRouteRulesFiltersExternalAuthHttp>,
+    pub protocol: HttpRouteRulesFiltersExternalAuthProtocol,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesFiltersExternalAuthBackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesFiltersExternalAuthForwardBody {
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
+    pub max_size: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesFiltersExternalAuthGrpc {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesFiltersExternalAuthHttp {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedResponseHeaders"
+    )]
+    pub allowed_response_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum HttpRouteRulesFiltersExternalAuthProtocol {
+    #[serde(rename = "HTTP")]
+    Http,
+    #[serde(rename = "GRPC")]
+    Grpc,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -597,6 +768,7 @@ pub enum HttpRouteRulesFiltersType {
     ExtensionRef,
     #[serde(rename = "CORS")]
     Cors,
+    ExternalAuth,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -713,6 +885,68 @@ pub enum HttpRouteRulesMatchesQueryParamsType {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesRetry {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codes: Option<Vec<i64>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesSessionPersistence {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "absoluteTimeout"
+    )]
+    pub absolute_timeout: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "cookieConfig"
+    )]
+    pub cookie_config: Option<HttpRouteRulesSessionPersistenceCookieConfig>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "idleTimeout"
+    )]
+    pub idle_timeout: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "sessionName"
+    )]
+    pub session_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
+    pub r#type: Option<HttpRouteRulesSessionPersistenceType>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesSessionPersistenceCookieConfig {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "lifetimeType"
+    )]
+    pub lifetime_type: Option<HttpRouteRulesSessionPersistenceCookieConfigLifetimeType>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum HttpRouteRulesSessionPersistenceCookieConfigLifetimeType {
+    Permanent,
+    Session,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum HttpRouteRulesSessionPersistenceType {
+    Cookie,
+    Header,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct HttpRouteRulesTimeouts {
     #[serde(
         default,
@@ -722,6 +956,12 @@ pub struct HttpRouteRulesTimeouts {
     pub backend_request: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum HttpRouteUseDefaultGateways {
+    All,
+    None,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

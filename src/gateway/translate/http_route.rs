@@ -17,12 +17,16 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesFiltersUrlRewritePathType as RewritePathType, HttpRouteRulesMatches,
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
-    HttpRouteRulesMatchesQueryParamsType as QueryType,
+    HttpRouteRulesMatchesQueryParamsType as QueryType, HttpRouteRulesRetry,
+    HttpRouteRulesSessionPersistence,
+    HttpRouteRulesSessionPersistenceCookieConfigLifetimeType as LifetimeType,
+    HttpRouteRulesSessionPersistenceType as SessionType, HttpRouteUseDefaultGateways,
 };
 use crate::k8s::resolve::service_cluster;
+use switchyard_core::route::resolve::cluster_policy;
 use switchyard_core::route::spec::{
-    Backend, Cors, HeaderEdits, HeaderMatch, QueryParamMatch, Redirect, Retries, RuleMatch,
-    RuleOptions,
+    Affinity, AffinityCookie, Backend, Cors, HeaderEdits, HeaderMatch, LoadBalancer,
+    QueryParamMatch, Redirect, Retries, RuleMatch, RuleOptions,
 };
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
 
@@ -213,13 +217,25 @@ fn lower_rules(
 ) -> Result<Lowered, String> {
     let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
     let name = route.metadata.name.as_deref().unwrap_or_default();
+    if route.spec.use_default_gateways == Some(HttpRouteUseDefaultGateways::All) {
+        return Err(
+            "spec.useDefaultGateways: All is not supported (Switchyard has no \
+                    default Gateways): name the Gateway in parentRefs"
+                .to_owned(),
+        );
+    }
     let mut rules = Vec::new();
     let mut first_problem: Option<Cond> = None;
     for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
         let at = format!("spec.rules[{ri}]");
         let Lowering { options, redirect } = lower_filters(rule, &at)?;
-        let (backends, unavailable_weight) =
+        let (mut backends, unavailable_weight) =
             backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        // The policy is the clusters': a rule with a session has clusters of its own.
+        let lb_policy = options.load_balancer.as_ref().and_then(cluster_policy);
+        for backend in &mut backends {
+            backend.cluster.lb_policy = lb_policy.clone();
+        }
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {
             0
@@ -321,8 +337,8 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
             // Each request to a backend, the first included: Envoy's per-try timeout.
             lowering.options.retries = Some(Retries {
                 attempts: 0,
-                on: Vec::new(),
                 per_try_timeout: Some(timeout),
+                ..Retries::default()
             });
         }
         if let Some(request) = &timeouts.request {
@@ -332,7 +348,137 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
             lowering.options.timeout = Some(timeout);
         }
     }
+    if let Some(retry) = &rule.retry {
+        // After timeouts: a backendRequest timeout is the per-try timeout of these retries.
+        let retries = lowering
+            .options
+            .retries
+            .get_or_insert_with(Retries::default);
+        lower_retry(retry, &format!("{at}.retry"), retries)?;
+    }
+    if let Some(session) = &rule.session_persistence {
+        lowering.options.load_balancer = Some(session_persistence(
+            session,
+            &format!("{at}.sessionPersistence"),
+        )?);
+    }
     Ok(lowering)
+}
+
+/// Retries when the route names no number (the Gateway API leaves it to implementations):
+/// Envoy's default.
+const GATEWAY_RETRY_ATTEMPTS: i32 = 1;
+
+/// What a Gateway API retry retries besides its codes: a backend that could not be reached
+/// or did not answer at all, a per-try timeout included (the backoff's "after timing out").
+const GATEWAY_RETRY_ON: [&str; 3] = ["connect-failure", "refused-stream", "reset"];
+
+/// The cookie's name when the route names no session.
+const SESSION_COOKIE: &str = "switchyard-session";
+
+/// A rule's `retry` in the vocabulary's retries (the attempts limit is the vocabulary's).
+fn lower_retry(retry: &HttpRouteRulesRetry, at: &str, into: &mut Retries) -> Result<(), String> {
+    into.attempts = match retry.attempts {
+        None => GATEWAY_RETRY_ATTEMPTS,
+        Some(n @ 0..=10) => i32::try_from(n).unwrap_or(GATEWAY_RETRY_ATTEMPTS),
+        Some(n) => return Err(format!("{at}.attempts: {n} is more than the 10 supported")),
+    };
+    into.on = GATEWAY_RETRY_ON.map(str::to_owned).to_vec();
+    into.status_codes = retry
+        .codes
+        .iter()
+        .flatten()
+        .map(|&code| {
+            i32::try_from(code)
+                .ok()
+                .filter(|c| (400..=599).contains(c))
+                .ok_or_else(|| format!("{at}.codes: {code} is not within 400..599"))
+        })
+        .collect::<Result<_, _>>()?;
+    into.backoff = match &retry.backoff {
+        None => None,
+        Some(text) => match gateway_duration_ms(text) {
+            Some(0) => return Err(format!("{at}.backoff: must be more than 0s")),
+            ms => Some(
+                ms.and_then(vocabulary_duration)
+                    .ok_or_else(|| format!("{at}.backoff: {text:?} is not a duration"))?,
+            ),
+        },
+    };
+    Ok(())
+}
+
+/// A rule's `sessionPersistence` as the vocabulary's cookie affinity: Envoy sets a cookie
+/// naming the Pod on the first answer and hashes it onto the same Pod after that, while
+/// that Pod is ready. What that cannot keep as the route says is refused, naming the
+/// field: header sessions (the Gateway issues the token, which hashing cannot), idle
+/// timeouts, and an absolute timeout on a session cookie (Envoy keeps no session state).
+fn session_persistence(
+    session: &HttpRouteRulesSessionPersistence,
+    at: &str,
+) -> Result<LoadBalancer, String> {
+    if session.r#type == Some(SessionType::Header) {
+        return Err(format!(
+            "{at}.type: Header is not supported, only Cookie (a TrafficRoute's \
+             loadBalancer.affinity.header keeps requests with the same header value together)"
+        ));
+    }
+    if session.idle_timeout.is_some() {
+        return Err(format!(
+            "{at}.idleTimeout: not supported (the cookie names the Pod; Envoy keeps no \
+             session to time out)"
+        ));
+    }
+    let permanent = session
+        .cookie_config
+        .as_ref()
+        .and_then(|c| c.lifetime_type.as_ref())
+        == Some(&LifetimeType::Permanent);
+    let ttl = match (&session.absolute_timeout, permanent) {
+        (Some(text), true) => Some(
+            gateway_duration_ms(text)
+                .filter(|ms| *ms > 0)
+                .and_then(vocabulary_duration)
+                .ok_or_else(|| format!("{at}.absoluteTimeout: {text:?} is not a duration"))?,
+        ),
+        (None, true) => {
+            return Err(format!(
+                "{at}.absoluteTimeout: a Permanent cookie needs its lifetime"
+            ));
+        }
+        (Some(_), false) => {
+            return Err(format!(
+                "{at}.absoluteTimeout: only with cookieConfig.lifetimeType Permanent (it \
+                 is then the cookie's Max-Age); a session cookie lives as long as the browser \
+                 keeps it"
+            ));
+        }
+        (None, false) => None,
+    };
+    let name = session.session_name.as_deref().unwrap_or(SESSION_COOKIE);
+    if name.is_empty() || !name.bytes().all(is_token_byte) {
+        return Err(format!(
+            "{at}.sessionName: {name:?} is not a cookie name (letters, digits and \
+             !#$%&'*+.^_`|~-)"
+        ));
+    }
+    Ok(LoadBalancer {
+        policy: Some("ringHash".to_owned()),
+        affinity: Some(Affinity {
+            cookie: Some(AffinityCookie {
+                name: name.to_owned(),
+                ttl,
+                // Every path of the host: a session spans the whole application.
+                path: Some("/".to_owned()),
+            }),
+            ..Affinity::default()
+        }),
+    })
+}
+
+/// A byte of an RFC 9110 token (a cookie or header name).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+.^_`|~-".contains(&b)
 }
 
 /// A CORS filter in the vocabulary; None when it allows no origin (then no answer carries

@@ -29,6 +29,10 @@ struct Args {
     /// Internal: translate one size and print its measurements as JSON.
     #[arg(long, hide = true)]
     translate_only: Option<usize>,
+    /// Translate this many routes once, and nothing else: for a profiler, e.g.
+    /// `valgrind --tool=callgrind --toggle-collect='*translate*'`.
+    #[arg(long)]
+    translate_once: Option<usize>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -85,6 +89,10 @@ struct Results {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(routes) = args.translate_once {
+        println!("{}", translation::translate_once(routes));
+        return Ok(());
+    }
     if let Some(routes) = args.translate_only {
         let result = translation::measure_translation(routes);
         println!("{}", serde_json::to_string(&result)?);

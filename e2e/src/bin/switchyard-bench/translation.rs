@@ -41,6 +41,19 @@ pub struct IncrementalResult {
     pub p90_ms: f64,
 }
 
+/// One full translation of `routes` synthetic routes: what it made, and in how long.
+pub fn translate_once(routes: usize) -> String {
+    let config = synthetic::config(routes, 42);
+    let started = Instant::now();
+    let translation = translate(&config);
+    let elapsed = started.elapsed();
+    format!(
+        "{routes} routes: {} resources in {:.1} ms",
+        translation.snapshot.len(),
+        elapsed.as_secs_f64() * 1000.0
+    )
+}
+
 pub fn measure_translation(routes: usize) -> TranslationResult {
     let config = synthetic::config(routes, 42);
     let mut times = Vec::new();

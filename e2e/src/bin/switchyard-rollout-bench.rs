@@ -1,18 +1,36 @@
 //! Time from a TrafficRoute change to Ready on every Envoy, on a real kube-apiserver with
-//! three real Envoys: each rollout switches to a freshly created Service. Two-phase (the
-//! default) and the direct one-phase path, side by side; then where the time goes, step by
-//! step, from the operator's `switchyard_rollout_step_seconds`.
+//! three real Envoys: rollouts to a freshly created Service (until Ready, and until every
+//! Envoy answers from the new Service), and header-only changes. Two-phase (the default)
+//! and the direct one-phase path, side by side, each row with its target; then where the
+//! time goes, step by step, from the operator's `switchyard_rollout_step_seconds`.
 //!
 //! Run by `e2e/bench.sh`, which provisions the binaries and builds the release
 //! `switchyard` it starts.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use switchyard::api::TrafficRoute;
 use switchyard_e2e::rig::{HOST, Rig};
 
-/// The rollouts' times to Ready (ms, sorted) and the mean time of each rollout step (ms).
-async fn measure(extra: &[&str], rollouts: usize) -> (Vec<f64>, Vec<(String, f64)>) {
+/// What one rollout path measured: times in ms, sorted.
+struct Measured {
+    /// apply → Ready, switching to a fresh Service.
+    ready: Vec<f64>,
+    /// apply → every Envoy answers from the fresh Service.
+    traffic: Vec<f64>,
+    /// apply → Ready, a response header changed.
+    header_only: Vec<f64>,
+    /// Mean ms of each rollout step (fresh Services only).
+    steps: Vec<(String, f64)>,
+}
+
+/// `rollouts` switches to fresh Services timed to Ready, as many timed to traffic, then
+/// `rollouts` header-only changes.
+async fn measure(extra: &[&str], rollouts: usize) -> Measured {
     let mut rig = Rig::start(3).await;
     rig.add_backend("svc-0").await;
     rig.start_operator("switchyard-bench", extra);
@@ -20,18 +38,29 @@ async fn measure(extra: &[&str], rollouts: usize) -> (Vec<f64>, Vec<(String, f64
         .await;
     rig.wait_ready("web", Duration::from_secs(60)).await;
     let before = step_totals(&rig.operator_metrics("switchyard-bench").await);
-    let mut times = Vec::new();
-    for i in 1..=rollouts {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("an HTTP client");
+    let targets = rig.targets();
+    let mut ready = Vec::new();
+    let mut traffic = Vec::new();
+    // Ready and traffic timed on alternate switches: asking the Envoys for traffic loads
+    // the cores the rollout runs on.
+    for i in 1..=2 * rollouts {
         let service = format!("svc-{i}");
         rig.add_backend(&service).await;
-        rig.apply_route("web", &Rig::route_yaml(HOST, &[(&service, 1)]))
-            .await;
-        times.push(
-            rig.wait_ready("web", Duration::from_secs(30))
-                .await
-                .as_secs_f64()
-                * 1000.0,
-        );
+        let started = Instant::now();
+        apply(&rig, &service, None).await;
+        if i % 2 == 1 {
+            let applied = started.elapsed();
+            let took = rig.wait_ready("web", Duration::from_secs(30)).await;
+            ready.push(ms(applied + took));
+        } else {
+            let answered = all_answer_from(&client, &targets, &service, started).await;
+            traffic.push(ms(answered));
+            rig.wait_ready("web", Duration::from_secs(30)).await;
+        }
     }
     let after = step_totals(&rig.operator_metrics("switchyard-bench").await);
     let steps = after
@@ -42,8 +71,82 @@ async fn measure(extra: &[&str], rollouts: usize) -> (Vec<f64>, Vec<(String, f64
             (n > 0.0).then(|| (step.clone(), (sum - sum0) / n * 1000.0))
         })
         .collect();
-    times.sort_by(f64::total_cmp);
-    (times, steps)
+    let last = format!("svc-{}", 2 * rollouts);
+    let mut header_only = Vec::new();
+    for i in 1..=rollouts {
+        let started = Instant::now();
+        apply(&rig, &last, Some(i)).await;
+        let applied = started.elapsed();
+        let took = rig.wait_ready("web", Duration::from_secs(30)).await;
+        header_only.push(ms(applied + took));
+    }
+    for times in [&mut ready, &mut traffic, &mut header_only] {
+        times.sort_by(f64::total_cmp);
+    }
+    Measured {
+        ready,
+        traffic,
+        header_only,
+        steps,
+    }
+}
+
+/// Route `web` for [`HOST`] to `service`, answers carrying `x-round: <round>` when given:
+/// one server-side apply through the API (kubectl's own start-up would count otherwise).
+async fn apply(rig: &Rig, service: &str, round: Option<usize>) {
+    let mut rule = json!({ "backends": [ { "service": service, "port": 80, "weight": 1 } ] });
+    if let Some(round) = round {
+        rule["responseHeaders"] = json!({ "set": { "x-round": round.to_string() } });
+    }
+    let route = json!({
+        "apiVersion": "switchyard.dev/v1alpha1",
+        "kind": "TrafficRoute",
+        "metadata": { "name": "web", "namespace": rig.namespace },
+        "spec": { "hosts": [HOST], "rules": [rule] },
+    });
+    Api::<TrafficRoute>::namespaced(rig.client.clone(), &rig.namespace)
+        .patch(
+            "web",
+            &PatchParams::apply("rig-user").force(),
+            &Patch::Apply(&route),
+        )
+        .await
+        .expect("apply route web");
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// How long after `started` every target answered for [`HOST`] from `service`, asking
+/// each every 2 ms (at most 30 s): more often, the asking would load the two cores the
+/// rig shares with the operator, the API server and the Envoys.
+async fn all_answer_from(
+    client: &reqwest::Client,
+    targets: &[String],
+    service: &str,
+    started: Instant,
+) -> Duration {
+    let one = |target: String| async move {
+        let deadline = started + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let answer = client
+                .get(format!("{target}/"))
+                .header("host", HOST)
+                .send()
+                .await;
+            if let Ok(answer) = answer
+                && answer.status().is_success()
+                && answer.text().await.is_ok_and(|body| body == service)
+            {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("{target} never answered from {service}");
+    };
+    let all = futures::future::join_all(targets.iter().cloned().map(one)).await;
+    all.into_iter().max().unwrap_or_default()
 }
 
 /// The steps in the order a rollout takes them.
@@ -81,32 +184,75 @@ async fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(20)
         .max(1);
+    let two_phase = measure(&[], rollouts).await;
+    let one_phase = measure(&["--one-phase"], rollouts).await;
     println!(
-        "| rollout path (3 Envoys, fresh Service each time) | rollouts | p50 ms | p95 ms | p99 ms | max ms |"
+        "| 3 Envoys, times from the start of the apply | path | n | p50 ms | p95 ms | p99 ms | max ms | target |"
     );
-    println!("|---|---|---|---|---|---|");
-    let mut breakdowns = Vec::new();
-    for (name, extra) in [
-        ("two-phase (default)", &[][..]),
-        ("direct, one phase (diagnostic)", &["--one-phase"][..]),
-    ] {
-        let (times, steps) = measure(extra, rollouts).await;
-        let mean = times.iter().sum::<f64>() / times.len() as f64;
-        breakdowns.push((mean, steps));
+    println!("|---|---|---|---|---|---|---|---|");
+    let rows = [
+        (
+            "new Service → Ready",
+            "two-phase (default)",
+            &two_phase.ready,
+            "p50 ≤ 25, p99 ≤ 100",
+        ),
+        (
+            "new Service → every Envoy answers from it",
+            "two-phase (default)",
+            &two_phase.traffic,
+            "p50 ≤ 35",
+        ),
+        (
+            "header-only change → Ready",
+            "two-phase (default)",
+            &two_phase.header_only,
+            "p50 ≤ 15",
+        ),
+        (
+            "new Service → Ready",
+            "direct, one phase (diagnostic)",
+            &one_phase.ready,
+            "—",
+        ),
+        (
+            "new Service → every Envoy answers from it",
+            "direct, one phase (diagnostic)",
+            &one_phase.traffic,
+            "—",
+        ),
+        (
+            "header-only change → Ready",
+            "direct, one phase (diagnostic)",
+            &one_phase.header_only,
+            "—",
+        ),
+    ];
+    for (what, path, times, target) in rows {
         println!(
-            "| {name} | {rollouts} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            pick(&times, 0.5),
-            pick(&times, 0.95),
-            pick(&times, 0.99),
-            pick(&times, 1.0)
+            "| {what} | {path} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {target} |",
+            times.len(),
+            pick(times, 0.5),
+            pick(times, 0.95),
+            pick(times, 0.99),
+            pick(times, 1.0)
         );
     }
     println!();
-    print_breakdown(&breakdowns);
+    print_breakdown(&[
+        (mean(&two_phase.ready), two_phase.steps),
+        (mean(&one_phase.ready), one_phase.steps),
+    ]);
 }
 
-/// Mean ms per step, for each path: each step from the one before, then what is left of
-/// apply → Ready (the watch delivering the change, the status write, the bench's poll).
+fn mean(times: &[f64]) -> f64 {
+    times.iter().sum::<f64>() / times.len() as f64
+}
+
+/// Mean ms per step of the switches to fresh Services, for each path: each step from the
+/// one before (the first from the start of the pass), then what is left of apply → Ready
+/// (the apply's round trip, the watch delivering the change, the status write, the
+/// bench's poll).
 fn print_breakdown(paths: &[(f64, Vec<(String, f64)>)]) {
     println!("| step (mean ms, from the step before) | two-phase | one phase |");
     println!("|---|---|---|");
@@ -126,7 +272,7 @@ fn print_breakdown(paths: &[(f64, Vec<(String, f64)>)]) {
         })
         .collect();
     println!(
-        "| the rest: watch → first pass, status write, poll | {} |",
+        "| the rest: apply, watch → first pass, status write, poll | {} |",
         rest.join(" | ")
     );
     let totals: Vec<String> = paths.iter().map(|(mean, _)| format!("{mean:.1}")).collect();

@@ -9,7 +9,7 @@ e2e/provision.sh
 cargo build --release --quiet -p switchyard --bin switchyard -p switchyard-e2e --bin switchyard-bench --bin switchyard-rollout-bench --bin switchyard-scale-bench
 target/release/switchyard-bench "$@"
 echo
-target/release/switchyard-rollout-bench
+target/release/switchyard-rollout-bench 30
 scale_routes=${SWITCHYARD_SCALE_ROUTES:-10000}
 if [ "$scale_routes" != 0 ]; then
   echo

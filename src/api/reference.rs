@@ -46,7 +46,11 @@ pub fn markdown() -> String {
 
 /// The TrafficRoute examples, each whole (the API server accepts each: see
 /// e2e/tests/crd_validation.rs).
-pub const EXAMPLES: [(&str, &str); 6] = [
+pub const EXAMPLES: [(&str, &str); 7] = [
+    (
+        "Retries",
+        include_str!("../../examples/traffic-routes/retries.yaml"),
+    ),
     (
         "CORS",
         include_str!("../../examples/traffic-routes/cors.yaml"),

@@ -416,6 +416,7 @@ fn config() -> impl Strategy<Value = Config> {
         proptest::collection::vec(endpoint_probe(), 0..3),
         proptest::collection::vec(version_probe(), 0..3),
         gateway_listeners(),
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -426,10 +427,12 @@ fn config() -> impl Strategy<Value = Config> {
                 endpoint_probes,
                 version_probes,
                 gateway_listeners,
+                virtual_host_discovery,
             )| Config {
                 gateway_listeners,
                 listeners: ListenerSettings {
                     probe_token: token.into(),
+                    virtual_host_discovery,
                     ..Default::default()
                 },
                 virtual_hosts,

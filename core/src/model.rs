@@ -45,6 +45,11 @@ pub struct ListenerSettings {
     /// Which address of a request is its client's.
     #[serde(default, skip_serializing_if = "ClientIp::is_default")]
     pub client_ip: ClientIp,
+    /// Also serve each route configuration in parts, one virtual host a resource (VHDS),
+    /// which delta Envoys take instead: a route change then sends that route's virtual
+    /// host, not every one (see `xds::vhds`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub virtual_host_discovery: bool,
 }
 
 /// Where the public listeners find the client's address: by default the connection's
@@ -139,6 +144,9 @@ impl Default for ListenerSettings {
             probe_token: String::new(),
             access_log: AccessLog::default(),
             client_ip: ClientIp::default(),
+            // The translator's own default; the operator and standalone files ask for
+            // the parts unless told not to.
+            virtual_host_discovery: false,
         }
     }
 }

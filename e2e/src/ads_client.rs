@@ -3,8 +3,10 @@
 //!
 //! A client subscribes to clusters and listeners as wildcards, then to the
 //! ClusterLoadAssignments its clusters name, and to the route configurations and secrets
-//! its listeners name. It keeps what it holds (type → name → version and body) and counts
-//! the responses and bytes it receives per type. Clients are tokio tasks: a thousand of
+//! its listeners name; a delta client, to the virtual hosts (VHDS) of each route
+//! configuration it holds that has a `vhds` source, by the configuration's name as a
+//! namespace. It keeps what it holds (type → name → version and body) and counts the
+//! responses and bytes it receives per type. Clients are tokio tasks: a thousand of
 //! them share a few HTTP/2 connections ([`connect_channels`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,8 +28,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
-use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
-use switchyard::xds::{Protocol, Resource, Snapshot};
+use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, VIRTUAL_HOST};
+use switchyard::xds::{Protocol, Resource, Snapshot, localize, vhds};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -85,12 +87,48 @@ struct TargetType {
 }
 
 impl Target {
+    /// Everything `snapshot` holds: what any client holds of a snapshot without route
+    /// configurations in parts (see [`Target::for_protocol`]).
     pub fn of(snapshot: &Snapshot) -> Self {
+        Self::filtered(snapshot, |_, _| true)
+    }
+
+    /// What a client of `protocol` holds of `snapshot`. Where a route configuration also
+    /// comes in parts (VHDS), a delta client holds the parts configuration, its virtual
+    /// hosts and listeners that name the parts; a SotW client the whole configuration.
+    pub fn for_protocol(snapshot: &Snapshot, protocol: Protocol) -> Self {
+        let routes = snapshot.resources(ROUTE);
+        let wholes: BTreeSet<&str> = routes
+            .into_iter()
+            .flat_map(|routes| routes.keys())
+            .filter(|name| routes.is_some_and(|r| r.contains_key(&vhds::parts_name(name))))
+            .map(String::as_str)
+            .collect();
+        if wholes.is_empty() {
+            return Self::of(snapshot);
+        }
+        let parts: BTreeSet<String> = wholes.iter().map(|n| vhds::parts_name(n)).collect();
+        match protocol {
+            Protocol::Sotw => Self::filtered(snapshot, |type_url, name| {
+                type_url != VIRTUAL_HOST && !(type_url == ROUTE && parts.contains(name))
+            }),
+            Protocol::Delta => {
+                let in_parts = localize::serve_routes_in_parts(snapshot);
+                Self::filtered(&in_parts, |type_url, name| {
+                    !(type_url == ROUTE && wholes.contains(name))
+                })
+            }
+        }
+    }
+
+    /// The resources of `snapshot` that `keep` (type URL, name) keeps.
+    fn filtered(snapshot: &Snapshot, keep: impl Fn(&str, &str) -> bool) -> Self {
         let types = snapshot
             .types()
             .map(|(type_url, resources)| {
                 let versions: BTreeMap<String, String> = resources
                     .values()
+                    .filter(|r| keep(type_url, &r.name))
                     .map(|r| (r.name.clone(), r.version.clone()))
                     .collect();
                 let fingerprint = versions
@@ -319,7 +357,25 @@ impl TypeHeld {
         }
     }
 
-    /// Forgets what is no longer subscribed, as Envoy does.
+    /// Forgets what is no longer subscribed, as Envoy does. Virtual hosts are subscribed
+    /// by namespace (their route configuration's name), everything else by name.
+    fn forget_unsubscribed(&mut self, type_url: &str, names: &BTreeSet<String>) {
+        if type_url == VIRTUAL_HOST {
+            let gone: Vec<String> = self
+                .resources
+                .keys()
+                .filter(|name| !names.contains(vhds::namespace(name)))
+                .cloned()
+                .collect();
+            for name in gone {
+                self.remove(&name);
+            }
+        } else {
+            self.keep_only(names);
+        }
+    }
+
+    /// Forgets every resource not named in `names`.
     fn keep_only(&mut self, names: &BTreeSet<String>) {
         let gone: Vec<String> = self
             .resources
@@ -425,19 +481,53 @@ struct Change {
 /// from (kept per resource, so unchanged resources are not decoded again).
 #[derive(Default)]
 struct Subscriptions {
-    /// Source type URL (CLUSTER, LISTENER) → resource name → what it refers to.
+    /// Whether route configurations with a `vhds` source make the client ask for their
+    /// virtual hosts: Envoy does VHDS over delta xDS only.
+    vhds: bool,
+    /// Source type URL (CLUSTER, LISTENER, ROUTE) → resource name → what it refers to.
     references: BTreeMap<&'static str, BTreeMap<String, References>>,
-    /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET).
+    /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET; VIRTUAL_HOST: namespaces).
     names: BTreeMap<&'static str, BTreeSet<String>>,
 }
 
 impl Subscriptions {
-    /// Re-reads the references of the clusters or listeners held, and returns the types
-    /// whose subscription changes.
+    fn new(protocol: Protocol) -> Self {
+        Self {
+            vhds: protocol == Protocol::Delta,
+            ..Self::default()
+        }
+    }
+
+    /// After a response of `type_url`: re-reads the references it holds, forgets what
+    /// the client no longer subscribes to, and follows on (a listener that stops naming
+    /// a route configuration drops that configuration's virtual hosts too). Returns the
+    /// subscriptions that change, in the order found.
+    fn follow(&mut self, type_url: &str, mirror: &mut Mirror) -> anyhow::Result<Vec<Change>> {
+        let mut changes = Vec::new();
+        let mut next = vec![type_url.to_string()];
+        while let Some(type_url) = next.pop() {
+            let held = mirror.types.entry(type_url.clone()).or_default();
+            let found = self.update(&type_url, held)?;
+            for change in &found {
+                let held = mirror.types.entry(change.type_url.to_string()).or_default();
+                let before = held.resources.len();
+                held.forget_unsubscribed(change.type_url, &change.new);
+                if held.resources.len() != before {
+                    next.push(change.type_url.to_string());
+                }
+            }
+            changes.extend(found);
+        }
+        Ok(changes)
+    }
+
+    /// Re-reads the references of the clusters, listeners or route configurations held,
+    /// and returns the types whose subscription changes.
     fn update(&mut self, type_url: &str, held: &TypeHeld) -> anyhow::Result<Vec<Change>> {
         let (source, derived): (&'static str, &[&'static str]) = match type_url {
             CLUSTER => (CLUSTER, &[ENDPOINT]),
             LISTENER => (LISTENER, &[ROUTE, SECRET]),
+            ROUTE if self.vhds => (ROUTE, &[VIRTUAL_HOST]),
             _ => return Ok(Vec::new()),
         };
         let references = self.references.entry(source).or_default();
@@ -453,7 +543,7 @@ impl Subscriptions {
                 continue;
             }
             reread = true;
-            let names = references_of(type_url, &resource.body)
+            let names = references_of(type_url, name, &resource.body)
                 .with_context(|| format!("decoding {} {name}", short(type_url)))?;
             let read = References {
                 version: resource.version.clone(),
@@ -498,11 +588,20 @@ impl Subscriptions {
     }
 }
 
-/// The names a cluster (its ClusterLoadAssignment) or a listener (route configurations of
-/// its HTTP connection managers, secrets of its TLS contexts) refers to.
-fn references_of(type_url: &str, body: &[u8]) -> anyhow::Result<Vec<(&'static str, String)>> {
+/// The names a cluster (its ClusterLoadAssignment), a listener (route configurations of
+/// its HTTP connection managers, secrets of its TLS contexts) or a route configuration
+/// with a `vhds` source (its virtual hosts' namespace, its own name) refers to.
+fn references_of(
+    type_url: &str,
+    name: &str,
+    body: &[u8],
+) -> anyhow::Result<Vec<(&'static str, String)>> {
     let mut names = Vec::new();
-    if type_url == CLUSTER {
+    if type_url == ROUTE {
+        if has_vhds(body)? {
+            names.push((VIRTUAL_HOST, name.to_string()));
+        }
+    } else if type_url == CLUSTER {
         let cluster = Cluster::decode(body)?;
         if let Some(eds) = &cluster.eds_cluster_config {
             let name = if eds.service_name.is_empty() {
@@ -523,6 +622,22 @@ fn references_of(type_url: &str, body: &[u8]) -> anyhow::Result<Vec<(&'static st
         }
     }
     Ok(names)
+}
+
+/// Whether a RouteConfiguration has its `vhds` field (9) set. Read from the top-level
+/// fields only: an inline configuration at 10k routes is most of a megabyte, and every
+/// client re-reads it on every change.
+fn has_vhds(body: &[u8]) -> anyhow::Result<bool> {
+    const VHDS: u32 = 9;
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (tag, wire_type) = prost::encoding::decode_key(&mut rest)?;
+        if tag == VHDS {
+            return Ok(true);
+        }
+        prost::encoding::skip_field(wire_type, tag, &mut rest, Default::default())?;
+    }
+    Ok(false)
 }
 
 fn chain_references(
@@ -581,7 +696,7 @@ async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Resu
         .await
         .context("opening a SotW stream")?
         .into_inner();
-    let mut subscriptions = Subscriptions::default();
+    let mut subscriptions = Subscriptions::new(Protocol::Sotw);
     // Per type: (version_info, nonce) of the last response, echoed by later requests.
     let mut last: BTreeMap<String, (String, String)> = BTreeMap::new();
     loop {
@@ -595,15 +710,7 @@ async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Resu
             mirror.count(&type_url, bytes);
             let held = mirror.types.entry(type_url.clone()).or_default();
             apply_sotw(held, &mut response).context("applying a SotW response")?;
-            let changes = subscriptions.update(&type_url, held)?;
-            for change in &changes {
-                mirror
-                    .types
-                    .entry(change.type_url.to_string())
-                    .or_default()
-                    .keep_only(&change.new);
-            }
-            changes
+            subscriptions.follow(&type_url, &mut mirror)?
         };
         // New names first (Envoy asks for the endpoints of new clusters before it ACKs
         // them), then the ACK.
@@ -699,7 +806,7 @@ async fn run_delta(channel: Channel, node: Node, shared: &Shared) -> anyhow::Res
         .await
         .context("opening a delta stream")?
         .into_inner();
-    let mut subscriptions = Subscriptions::default();
+    let mut subscriptions = Subscriptions::new(Protocol::Delta);
     loop {
         let Some(mut response) = responses.message().await.context("reading a response")? else {
             bail!("the server ended the stream");
@@ -711,15 +818,7 @@ async fn run_delta(channel: Channel, node: Node, shared: &Shared) -> anyhow::Res
             mirror.count(&type_url, bytes);
             let held = mirror.types.entry(type_url.clone()).or_default();
             apply_delta(held, &mut response);
-            let changes = subscriptions.update(&type_url, held)?;
-            for change in &changes {
-                mirror
-                    .types
-                    .entry(change.type_url.to_string())
-                    .or_default()
-                    .keep_only(&change.new);
-            }
-            changes
+            subscriptions.follow(&type_url, &mut mirror)?
         };
         for change in changes {
             let request = DeltaDiscoveryRequest {
@@ -758,5 +857,96 @@ fn apply_delta(held: &mut TypeHeld, response: &mut DeltaDiscoveryResponse) {
     }
     for name in &response.removed_resources {
         held.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+    use envoy_types::pb::envoy::config::core::v3::{AggregatedConfigSource, ConfigSource};
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds, VirtualHost};
+
+    use super::*;
+
+    fn route_config(name: &str, hosts: usize, vhds: bool) -> Vec<u8> {
+        RouteConfiguration {
+            name: name.into(),
+            virtual_hosts: (0..hosts)
+                .map(|i| VirtualHost {
+                    name: format!("host-{i}"),
+                    domains: vec![format!("h{i}.example.com")],
+                    ..Default::default()
+                })
+                .collect(),
+            vhds: vhds.then(|| Vhds {
+                config_source: Some(ConfigSource {
+                    config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                        AggregatedConfigSource {},
+                    )),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_route_configuration_with_a_vhds_source_is_told_from_its_top_level_fields() {
+        assert!(has_vhds(&route_config("r+vhds", 0, true)).expect("reads"));
+        assert!(has_vhds(&route_config("r", 3, true)).expect("reads"));
+        assert!(!has_vhds(&route_config("r", 3, false)).expect("reads"));
+        assert!(!has_vhds(&[]).expect("an empty configuration has none"));
+        // A virtual host past the end of the body: an error, not a panic.
+        let mut cut = route_config("r", 3, false);
+        cut.truncate(cut.len() - 2);
+        assert!(has_vhds(&cut).is_err());
+    }
+
+    #[test]
+    fn a_delta_client_asks_for_the_virtual_hosts_of_configurations_in_parts_only() {
+        let held = |configs: &[(&str, bool)]| {
+            let mut held = TypeHeld::default();
+            for (name, vhds) in configs {
+                let body = route_config(name, 2, *vhds);
+                let version = format!("v-{name}");
+                held.insert(name.to_string(), Held { version, body });
+            }
+            held
+        };
+        let mut delta = Subscriptions::new(Protocol::Delta);
+        let changes = delta
+            .update(ROUTE, &held(&[("a", false), ("b+vhds", true)]))
+            .expect("reads");
+        let [change] = changes.as_slice() else {
+            panic!("one change expected");
+        };
+        assert_eq!(change.type_url, VIRTUAL_HOST);
+        assert_eq!(change.new, BTreeSet::from(["b+vhds".to_string()]));
+
+        let changes = delta.update(ROUTE, &held(&[("a", false)])).expect("reads");
+        let [change] = changes.as_slice() else {
+            panic!("one change expected");
+        };
+        assert!(change.new.is_empty(), "unsubscribes");
+
+        let mut sotw = Subscriptions::new(Protocol::Sotw);
+        let changes = sotw
+            .update(ROUTE, &held(&[("b+vhds", true)]))
+            .expect("reads");
+        assert!(changes.is_empty(), "VHDS is delta only");
+    }
+
+    #[test]
+    fn unsubscribing_a_namespace_forgets_its_virtual_hosts() {
+        let mut held = TypeHeld::default();
+        for name in ["a+vhds/x", "a+vhds/y", "b+vhds/x"] {
+            let version = "1".to_string();
+            let body = Vec::new();
+            held.insert(name.to_string(), Held { version, body });
+        }
+        held.forget_unsubscribed(VIRTUAL_HOST, &BTreeSet::from(["b+vhds".to_string()]));
+        let names: Vec<&String> = held.resources.keys().collect();
+        assert_eq!(names, ["b+vhds/x"]);
     }
 }

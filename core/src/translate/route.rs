@@ -1,11 +1,13 @@
-//! The one RouteConfiguration, "switchyard": every served virtual host, user and probe.
+//! The one RouteConfiguration, "switchyard": every served virtual host, user and probe;
+//! and the same in parts (see `xds::vhds`).
 
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::config::route::v3::{
     self as envoy_route, DirectResponseAction, HeaderMatcher, QueryParameterMatcher,
-    RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, WeightedCluster,
-    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
-    redirect_action, retry_policy::RetryBackOff, route::Action, route_action::ClusterSpecifier,
+    RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, Vhds,
+    WeightedCluster, header_matcher::HeaderMatchSpecifier,
+    query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action,
+    retry_policy::RetryBackOff, route::Action, route_action::ClusterSpecifier,
     route_action::HashPolicy, route_action::UpgradeConfig,
     route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
     route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
@@ -593,7 +595,26 @@ pub fn route_configuration<'a>(name: &str, virtual_hosts: impl Iterator<Item = &
         prost::encoding::encode_varint(vhost.len() as u64, &mut value);
         value.extend_from_slice(vhost);
     }
-    let rest = RouteConfiguration {
+    value.extend_from_slice(&settings().encode_to_vec());
+    proto::pack_bytes::<RouteConfiguration>(value)
+}
+
+/// A route configuration whose virtual hosts are served one by one, over the ADS stream
+/// (see `xds::vhds`); otherwise the same as the whole one.
+pub fn parts_configuration(name: &str) -> Any {
+    let config = RouteConfiguration {
+        name: name.to_owned(),
+        vhds: Some(Vhds {
+            config_source: Some(proto::ads()),
+        }),
+        ..settings()
+    };
+    proto::pack(&config)
+}
+
+/// What every route configuration sets besides its name and virtual hosts.
+fn settings() -> RouteConfiguration {
+    RouteConfiguration {
         // The probe token authenticates probes to the health-check filters, which run
         // before the router; no backend ever gets to see it.
         request_headers_to_remove: vec![super::PROBE_TOKEN_HEADER.to_owned()],
@@ -601,9 +622,7 @@ pub fn route_configuration<'a>(name: &str, virtual_hosts: impl Iterator<Item = &
         // the Host as sent.
         ignore_port_in_host_matching: true,
         ..Default::default()
-    };
-    value.extend_from_slice(&rest.encode_to_vec());
-    proto::pack_bytes::<RouteConfiguration>(value)
+    }
 }
 
 /// A header value exactly as written: Envoy reads `%...%` in added headers as a command

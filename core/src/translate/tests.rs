@@ -620,3 +620,108 @@ fn applied_changes_end_where_a_fresh_translation_does() {
     assert_eq!(removed, translate_ok(&last));
     assert_eq!(vhost_names(&removed), ["ns/two"]);
 }
+
+#[test]
+fn route_configurations_are_also_served_in_parts_when_asked() {
+    use crate::xds::snapshot::VIRTUAL_HOST;
+    use crate::xds::vhds;
+    use envoy_types::pb::envoy::config::route::v3::VirtualHost;
+
+    let mut config = config();
+    config.listeners.virtual_host_discovery = true;
+    config.clusters = vec![cluster("a"), cluster("b")];
+    config.virtual_hosts = vec![
+        vhost("shop/web", &["web.test"], "a"),
+        vhost("shop/api", &["api.test"], "a"),
+    ];
+    let mut translator = Translator::new();
+    let t = translator.update(&config);
+    check_consistency(&t.snapshot).unwrap();
+    let parts = vhds::parts_name(ROUTE_CONFIG_NAME);
+    assert_eq!(
+        names(&t, ROUTE),
+        [ROUTE_CONFIG_NAME.to_owned(), parts.clone()]
+    );
+    let shell = &t.snapshot.resources(ROUTE).unwrap()[&parts];
+    let shell = RouteConfiguration::decode(shell.body.value.as_slice()).unwrap();
+    assert!(shell.virtual_hosts.is_empty() && shell.vhds.is_some());
+    assert_eq!(shell.request_headers_to_remove, [PROBE_TOKEN_HEADER]);
+    // Every virtual host of the whole one, each named after its resource.
+    let hosts = t.snapshot.resources(VIRTUAL_HOST).unwrap().clone();
+    assert_eq!(hosts.len(), route_config(&t).virtual_hosts.len());
+    for (name, resource) in &hosts {
+        let vh = VirtualHost::decode(resource.body.value.as_slice()).unwrap();
+        assert_eq!(&vh.name, name);
+        assert_eq!(vhds::namespace(name), parts);
+    }
+
+    // One route changed: one virtual host resource changed, the rest are the same.
+    config.virtual_hosts[0] = vhost("shop/web", &["web.test"], "b");
+    let t = translator.update(&config);
+    let changed: Vec<&String> = t
+        .snapshot
+        .resources(VIRTUAL_HOST)
+        .unwrap()
+        .iter()
+        .filter(|(name, r)| hosts.get(*name).is_none_or(|old| old.version != r.version))
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        changed,
+        [&vhds::virtual_host_name(ROUTE_CONFIG_NAME, "shop/web")]
+    );
+
+    // Turned off: only the whole one, as if never on.
+    config.listeners.virtual_host_discovery = false;
+    let t = translator.update(&config);
+    assert_eq!(names(&t, ROUTE), [ROUTE_CONFIG_NAME]);
+    assert!(t.snapshot.resources(VIRTUAL_HOST).is_none());
+    assert_eq!(t.snapshot.version(), translate(&config).snapshot.version());
+}
+
+#[test]
+fn a_gateway_listeners_route_configuration_is_served_in_parts_whole() {
+    use crate::xds::snapshot::VIRTUAL_HOST;
+    use crate::xds::vhds;
+
+    let mut config = config();
+    config.listeners.virtual_host_discovery = true;
+    config.gateway_listeners = vec![model::GatewayListener {
+        name: "ns/gw/80/http".into(),
+        port: 9080,
+        probe_port: 9081,
+        tls: false,
+        default_secret: None,
+    }];
+    config.clusters = vec![cluster("a")];
+    let mut vh = vhost("ns/web", &["web.test"], "a");
+    vh.listener = Some("ns/gw/80/http".into());
+    config.virtual_hosts = vec![vh];
+    config.version_probes = vec![model::VersionProbe {
+        id: "ns/web".into(),
+        version: "1".into(),
+        listener: Some("ns/gw/80/http".into()),
+        ..Default::default()
+    }];
+    let mut translator = Translator::new();
+    for t in [translator.update(&config), translate(&config)] {
+        for rc in [ROUTE_CONFIG_NAME, "ns/gw/80/http"] {
+            let inline = &t.snapshot.resources(ROUTE).unwrap()[rc];
+            let inline = RouteConfiguration::decode(inline.body.value.as_slice()).unwrap();
+            let whole: Vec<String> = inline
+                .virtual_hosts
+                .iter()
+                .map(|v| vhds::virtual_host_name(rc, &v.name))
+                .collect();
+            let parts: Vec<String> = t
+                .snapshot
+                .resources(VIRTUAL_HOST)
+                .unwrap()
+                .keys()
+                .filter(|n| vhds::namespace(n) == vhds::parts_name(rc))
+                .cloned()
+                .collect();
+            assert_eq!(parts, whole, "{rc}");
+        }
+    }
+}

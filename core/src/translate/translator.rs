@@ -25,7 +25,10 @@ use super::{
     proto, route, secret, unique_by_name, validate,
 };
 use crate::model;
-use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, Resource, SECRET, Snapshot};
+use crate::xds::snapshot::{
+    CLUSTER, ENDPOINT, LISTENER, ROUTE, Resource, SECRET, Snapshot, VIRTUAL_HOST,
+};
+use crate::xds::vhds;
 
 /// A change to one input: its new definition, or its removal by name.
 #[derive(Clone, Debug)]
@@ -117,6 +120,9 @@ struct Output {
     touched_secrets: BTreeSet<String>,
     /// Route configurations to re-assemble (or remove, once their listener is gone).
     routes_changed: BTreeSet<String>,
+    /// Virtual hosts added, changed or removed: each is a resource of its own when route
+    /// configurations are also served in parts.
+    entries_changed: BTreeSet<EntryKey>,
     listeners_changed: bool,
 }
 
@@ -335,6 +341,13 @@ impl Translator {
         let mut endpoint_probes_dirty = false;
 
         if let Some(settings) = changes.listeners {
+            if settings.virtual_host_discovery != self.listeners.virtual_host_discovery {
+                // Every virtual host comes or goes as a resource of its own.
+                out.entries_changed
+                    .extend(self.route_entries.keys().cloned());
+                out.routes_changed
+                    .extend(self.route_entries.keys().map(|(rc, _, _)| rc.clone()));
+            }
             self.set_listeners(settings);
             // The token is part of every probe.
             dirty_version_probes.extend(self.version_probes.keys().cloned());
@@ -1017,7 +1030,7 @@ impl Translator {
             Some(bytes) => match self.route_entries.get(&key) {
                 Some(current) if *current == bytes => false,
                 _ => {
-                    self.route_entries.insert(key, bytes);
+                    self.route_entries.insert(key.clone(), bytes);
                     true
                 }
             },
@@ -1025,6 +1038,7 @@ impl Translator {
         };
         if changed {
             out.routes_changed.insert(route_config);
+            out.entries_changed.insert(key);
         }
     }
 
@@ -1266,10 +1280,10 @@ impl Translator {
     /// Writes what changed into the snapshot; a route configuration is re-assembled from
     /// its encoded virtual hosts when any of them changed, and removed with its listener.
     fn finish(&mut self, mut out: Output) {
+        let in_parts = self.listeners.virtual_host_discovery;
         for name in std::mem::take(&mut out.routes_changed) {
-            let served =
-                name == ROUTE_CONFIG_NAME || self.served_gateway_listeners.contains_key(&name);
-            if !served {
+            if !self.serves_route_config(&name) {
+                out.removes.push((ROUTE, vhds::parts_name(&name)));
                 out.removes.push((ROUTE, name));
                 continue;
             }
@@ -1280,10 +1294,34 @@ impl Translator {
                 .take_while(|((rc, _, _), _)| *rc == name)
                 .map(|(_, bytes)| bytes.as_slice());
             let body = route::route_configuration(&name, entries);
+            if in_parts {
+                let parts = vhds::parts_name(&name);
+                out.puts.push(Resource::new(
+                    parts.clone(),
+                    route::parts_configuration(&parts),
+                ));
+            } else {
+                out.removes.push((ROUTE, vhds::parts_name(&name)));
+            }
             out.puts.push(Resource::new(name, body));
+        }
+        for key in std::mem::take(&mut out.entries_changed) {
+            let (route_config, vhost, _) = &key;
+            match self.route_entries.get(&key) {
+                Some(bytes) if in_parts && self.serves_route_config(route_config) => out
+                    .puts
+                    .push(vhds::virtual_host(route_config, vhost, bytes)),
+                _ => out
+                    .removes
+                    .push((VIRTUAL_HOST, vhds::virtual_host_name(route_config, vhost))),
+            }
         }
         self.snapshot
             .update(out.removes, out.puts.into_iter().map(Arc::new));
+    }
+
+    fn serves_route_config(&self, name: &str) -> bool {
+        name == ROUTE_CONFIG_NAME || self.served_gateway_listeners.contains_key(name)
     }
 }
 

@@ -8,17 +8,22 @@
 //!   that no client still holds a keep-alive connection to it when it exits, where the
 //!   next request would meet a closed socket.
 //!
+//! - A delta Envoy takes route configurations in parts when the snapshot has them (see
+//!   [`super::vhds`]): its listeners name the parts configurations.
+//!
 //! Everything else is identical for every node (I6).
 
 use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions;
 use envoy_types::pb::envoy::config::core::v3::{Node, address, socket_address};
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier::Rds;
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message;
 
-use super::snapshot::{LISTENER, Resource, Snapshot};
+use super::snapshot::{LISTENER, ROUTE, Resource, Snapshot};
+use super::vhds;
 
 pub const LISTEN_ADDRESS_KEY: &str = "listen_address";
 
@@ -64,7 +69,52 @@ pub fn drain_connections(snapshot: &Snapshot) -> Snapshot {
 }
 
 fn drain(resource: &Resource) -> Resource {
+    edit_connection_managers(resource, |hcm| {
+        hcm.common_http_protocol_options
+            .get_or_insert_with(HttpProtocolOptions::default)
+            .max_requests_per_connection = Some(UInt32Value { value: 1 });
+    })
+}
+
+/// The snapshot with every listener naming the parts configuration of its route
+/// configuration where the snapshot has one: what a delta Envoy serves. Shares
+/// everything else with the snapshot it came from.
+pub fn serve_routes_in_parts(snapshot: &Snapshot) -> Snapshot {
+    let Some(routes) = snapshot.resources(ROUTE) else {
+        return snapshot.clone();
+    };
+    let has_parts = |name: &str| routes.contains_key(&vhds::parts_name(name));
+    if !routes.keys().any(|name| has_parts(name)) {
+        return snapshot.clone();
+    }
+    let mut in_parts = snapshot.clone();
+    let listeners: Vec<Resource> = snapshot
+        .resources(LISTENER)
+        .into_iter()
+        .flat_map(|resources| resources.values())
+        .map(|resource| {
+            edit_connection_managers(resource, |hcm| {
+                if let Some(Rds(rds)) = hcm.route_specifier.as_mut()
+                    && has_parts(&rds.route_config_name)
+                {
+                    rds.route_config_name = vhds::parts_name(&rds.route_config_name);
+                }
+            })
+        })
+        .collect();
+    for listener in listeners {
+        in_parts.insert(std::sync::Arc::new(listener));
+    }
+    in_parts
+}
+
+/// The listener with `edit` applied to every HTTP connection manager of it.
+fn edit_connection_managers(
+    resource: &Resource,
+    edit: impl Fn(&mut HttpConnectionManager),
+) -> Resource {
     let Ok(mut listener) = Listener::decode(resource.body.value.as_slice()) else {
+        // Our own translator produced it; leave anything undecodable untouched.
         return resource.clone();
     };
     for chain in listener
@@ -72,29 +122,23 @@ fn drain(resource: &Resource) -> Resource {
         .iter_mut()
         .chain(listener.default_filter_chain.as_mut())
     {
-        one_request_per_connection(chain);
+        for filter in &mut chain.filters {
+            let Some(filter::ConfigType::TypedConfig(any)) = filter.config_type.as_mut() else {
+                continue;
+            };
+            if !any.type_url.ends_with("HttpConnectionManager") {
+                continue;
+            }
+            let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+                continue;
+            };
+            edit(&mut hcm);
+            any.value = hcm.encode_to_vec();
+        }
     }
     let mut body = resource.body.clone();
     body.value = listener.encode_to_vec();
     Resource::new(resource.name.clone(), body)
-}
-
-fn one_request_per_connection(chain: &mut FilterChain) {
-    for filter in &mut chain.filters {
-        let Some(filter::ConfigType::TypedConfig(any)) = filter.config_type.as_mut() else {
-            continue;
-        };
-        if !any.type_url.ends_with("HttpConnectionManager") {
-            continue;
-        }
-        let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
-            continue;
-        };
-        hcm.common_http_protocol_options
-            .get_or_insert_with(HttpProtocolOptions::default)
-            .max_requests_per_connection = Some(UInt32Value { value: 1 });
-        any.value = hcm.encode_to_vec();
-    }
 }
 
 fn rebind(resource: &Resource, address: &str) -> Resource {
@@ -117,7 +161,7 @@ fn rebind(resource: &Resource, address: &str) -> Resource {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use envoy_types::pb::envoy::config::listener::v3::Filter;
+    use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain};
     use envoy_types::pb::google::protobuf::Any;
     use prost::Name;
 
@@ -192,6 +236,40 @@ pub(crate) mod tests {
         assert_ne!(
             drained.type_version(LISTENER),
             snapshot.type_version(LISTENER)
+        );
+    }
+
+    #[test]
+    fn a_delta_node_names_the_parts_configuration_where_there_is_one() {
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::Rds as RdsConfig;
+
+        let listener = edit_connection_managers(&listener_with_hcm(), |hcm| {
+            hcm.route_specifier = Some(Rds(RdsConfig {
+                route_config_name: "switchyard".into(),
+                ..Default::default()
+            }));
+        });
+        let route = |name: &str| {
+            Resource::new(
+                name,
+                Any {
+                    type_url: ROUTE.into(),
+                    value: name.as_bytes().to_vec(),
+                },
+            )
+        };
+        let rds_name = |snapshot: &Snapshot| match hcm_of(snapshot).route_specifier {
+            Some(Rds(rds)) => rds.route_config_name,
+            other => panic!("{other:?}"),
+        };
+        let whole = Snapshot::new([listener.clone(), route("switchyard")]);
+        assert_eq!(rds_name(&serve_routes_in_parts(&whole)), "switchyard");
+        let both = Snapshot::new([listener, route("switchyard"), route("switchyard+vhds")]);
+        assert_eq!(rds_name(&serve_routes_in_parts(&both)), "switchyard+vhds");
+        assert_eq!(
+            rds_name(&both),
+            "switchyard",
+            "the snapshot itself is untouched"
         );
     }
 }

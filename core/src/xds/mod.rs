@@ -10,6 +10,7 @@ mod planner;
 pub mod server;
 pub mod session;
 pub mod snapshot;
+pub mod vhds;
 pub mod wire;
 
 pub use desired::Desired;

@@ -257,6 +257,21 @@ impl AdsServer {
                             .observe(at.elapsed().as_secs_f64());
                     }
                 }
+                Event::RoutesInParts {
+                    route_configs,
+                    refused,
+                } => {
+                    for config in route_configs {
+                        self.nodes.report_verdict(match &refused {
+                            None => RouteVerdict::Accepted(config),
+                            Some(error) => RouteVerdict::Refused {
+                                config,
+                                node: node.to_owned(),
+                                error: error.clone(),
+                            },
+                        });
+                    }
+                }
                 Event::StaleNonce { type_url, nonce } => {
                     debug!(r#type = short_type(&type_url), %nonce, "ignored request with a stale nonce");
                 }

@@ -14,6 +14,8 @@ pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfigur
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+/// Virtual hosts served one by one (VHDS), to delta Envoys only: see [`crate::xds::vhds`].
+pub const VIRTUAL_HOST: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
 
 /// A type this server serves. Envoy may ask for others: those stay type URLs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,16 +25,18 @@ pub enum ResourceType {
     Secret,
     Listener,
     Route,
+    VirtualHost,
 }
 
 impl ResourceType {
     /// Every type served, in the order a make-before-break push sends them.
-    pub const ALL: [ResourceType; 5] = [
+    pub const ALL: [ResourceType; 6] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
         ResourceType::Secret,
         ResourceType::Listener,
         ResourceType::Route,
+        ResourceType::VirtualHost,
     ];
 
     pub const fn type_url(self) -> &'static str {
@@ -42,6 +46,7 @@ impl ResourceType {
             ResourceType::Secret => SECRET,
             ResourceType::Listener => LISTENER,
             ResourceType::Route => ROUTE,
+            ResourceType::VirtualHost => VIRTUAL_HOST,
         }
     }
 
@@ -57,6 +62,12 @@ impl ResourceType {
             self,
             ResourceType::Cluster | ResourceType::Endpoint | ResourceType::Secret
         )
+    }
+
+    /// Every snapshot has this type, empty or not; virtual hosts only when the route
+    /// configurations are served in parts.
+    pub const fn is_always_present(self) -> bool {
+        !matches!(self, ResourceType::VirtualHost)
     }
 
     /// Envoy asks for all of these rather than by name.
@@ -137,6 +148,7 @@ impl Snapshot {
         let mut snapshot = Self {
             types: ResourceType::ALL
                 .iter()
+                .filter(|t| t.is_always_present())
                 .map(|t| (t.type_url().to_string(), Resources::new()))
                 .collect(),
             ..Self::default()
@@ -175,6 +187,14 @@ impl Snapshot {
         };
         let sum = self.sums.entry(type_url.to_owned()).or_default();
         *sum = sum.wrapping_sub(entry_hash(&old));
+        // A type only some snapshots have is gone with its last resource, as if it had
+        // never been: the version is the same as a snapshot built without it.
+        let optional =
+            ResourceType::from_type_url(type_url).is_some_and(|t| !t.is_always_present());
+        if optional && self.types.get(type_url).is_some_and(Resources::is_empty) {
+            self.types.remove(type_url);
+            self.sums.remove(type_url);
+        }
         true
     }
 
@@ -282,7 +302,7 @@ mod tests {
         assert!(!is_wildcard_type(ecds));
         assert_eq!(
             ResourceType::ALL.map(ResourceType::type_url),
-            [CLUSTER, ENDPOINT, SECRET, LISTENER, ROUTE],
+            [CLUSTER, ENDPOINT, SECRET, LISTENER, ROUTE, VIRTUAL_HOST],
             "make-before-break order"
         );
     }

@@ -10,7 +10,8 @@ use imbl::ordmap::DiffItem;
 
 use super::{DeltaResponse, Event, Response, Session};
 use crate::xds::planner::Entries;
-use crate::xds::snapshot::Resource;
+use crate::xds::snapshot::{Resource, VIRTUAL_HOST};
+use crate::xds::vhds;
 
 impl Session {
     /// A request of a delta node: names it subscribes to or drops on one type, what it
@@ -23,6 +24,7 @@ impl Session {
         self.remember_node(request.node);
         let type_url = request.type_url;
         let first = !self.types.get(&type_url).is_some_and(|t| t.requested);
+
         let ts = self.types.entry(type_url.clone()).or_default();
         if first
             || !request.resource_names_subscribe.is_empty()
@@ -67,11 +69,16 @@ impl Session {
                 ts.wildcard = false;
             } else {
                 ts.names.remove(&name);
-                // The node forgets what it unsubscribes from.
+                // The node forgets what it unsubscribes from: for virtual hosts, the
+                // namespace's every one.
                 if let Some(acked) = ts.acked.as_mut()
                     && !ts.wildcard
                 {
-                    acked.remove(&name);
+                    if type_url == VIRTUAL_HOST {
+                        forget_namespace(acked, &name);
+                    } else {
+                        acked.remove(&name);
+                    }
                 }
             }
         }
@@ -90,6 +97,19 @@ impl Session {
             }
         }
         self.pump(now)
+    }
+}
+
+/// Drops from what a node holds every virtual host of route configuration namespace
+/// `namespace` (see [`vhds`]).
+pub(super) fn forget_namespace(held: &mut Entries, namespace: &str) {
+    let forgotten: Vec<String> = held
+        .keys()
+        .filter(|name| vhds::namespace(name) == namespace)
+        .cloned()
+        .collect();
+    for name in forgotten {
+        held.remove(&name);
     }
 }
 
@@ -133,9 +153,14 @@ mod tests {
 
     use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
-    use super::super::testing::{full_config, names, nonce, subscription, switch_to, type_of};
-    use super::super::{Ordering, Protocol, Response, Session};
-    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, Snapshot};
+    use std::sync::Arc;
+
+    use super::super::testing::{full_config, names, nonce, res, subscription, switch_to, type_of};
+    use super::super::{Event, Ordering, Protocol, Response, Session};
+    use crate::xds::snapshot::{
+        CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, Snapshot, VIRTUAL_HOST,
+    };
+    use crate::xds::vhds;
 
     fn delta(type_url: &str, subscribe: &[&str], nonce: &str) -> DeltaDiscoveryRequest {
         DeltaDiscoveryRequest {
@@ -356,6 +381,177 @@ mod tests {
                 .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
             "{log:?}"
         );
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// A snapshot serving the route configuration in parts: the inline one, its parts
+    /// configuration and one VirtualHost resource per (id, content).
+    fn in_parts(vhosts: &[(&str, &str)]) -> Arc<Snapshot> {
+        let mut resources = vec![
+            res(CLUSTER, "a", "c"),
+            res(ROUTE, "switchyard", &format!("{vhosts:?}")),
+        ];
+        if !vhosts.is_empty() {
+            resources.push(res(ROUTE, &vhds::parts_name("switchyard"), "parts"));
+        }
+        for (id, content) in vhosts {
+            let name = vhds::virtual_host_name("switchyard", id);
+            resources.push(res(VIRTUAL_HOST, &name, content));
+        }
+        Arc::new(Snapshot::new(resources))
+    }
+
+    /// ACKs every response until there is none; returns them and the session's events.
+    fn ack_all(s: &mut Session, mut out: Vec<Response>) -> (Vec<Response>, Vec<Event>) {
+        let now = Instant::now();
+        let mut all = Vec::new();
+        while let Some(r) = out.pop() {
+            out.extend(s.on_delta_request(delta(&type_of(&r), &[], &nonce(&r)), now));
+            all.push(r);
+        }
+        (all, s.take_events())
+    }
+
+    fn virtual_host_responses(responses: &[Response]) -> Vec<(String, Vec<String>, Vec<String>)> {
+        responses
+            .iter()
+            .filter(|r| type_of(r) == VIRTUAL_HOST)
+            .map(names)
+            // The answer to a first request, before the view has any.
+            .filter(|(_, changed, removed)| !changed.is_empty() || !removed.is_empty())
+            .collect()
+    }
+
+    /// A delta session asked for clusters, the parts configuration and its virtual hosts.
+    fn subscribed_to_parts(parts: &str) -> Session {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(ROUTE, &[parts], ""), now);
+        s.on_delta_request(delta(VIRTUAL_HOST, &[parts], ""), now);
+        s
+    }
+
+    #[test]
+    fn virtual_hosts_go_one_by_one_and_stay_while_a_draining_listener_may_use_them() {
+        let now = Instant::now();
+        let parts = vhds::parts_name("switchyard");
+        let mut s = subscribed_to_parts(&parts);
+        let first = in_parts(&[("x", "1"), ("y", "1")]);
+        let out = s.set_desired(first.clone(), now);
+        let (responses, events) = ack_all(&mut s, out);
+        let sent = virtual_host_responses(&responses);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0].1.len(), 2);
+        // Accepting the parts is accepting the route configuration they make.
+        let inline = first.resources(ROUTE).unwrap()["switchyard"].clone();
+        assert!(events.iter().any(|e| matches!(e,
+            Event::RoutesInParts { route_configs, refused: None } if route_configs == std::slice::from_ref(&inline)
+        )), "{events:?}");
+        assert!(s.is_synced(), "{:#?}", s.status());
+
+        // One virtual host changed: it alone is sent.
+        let out = s.set_desired(in_parts(&[("x", "2"), ("y", "1")]), now);
+        let (responses, _) = ack_all(&mut s, out);
+        assert_eq!(
+            virtual_host_responses(&responses),
+            [(
+                "VirtualHost".to_string(),
+                vec![vhds::virtual_host_name("switchyard", "x")],
+                vec![]
+            )]
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+
+        // Served whole again: a listener draining on the parts still routes with them, so
+        // nothing is removed while the node asks for them...
+        let out = s.set_desired(in_parts(&[]), now);
+        let (responses, _) = ack_all(&mut s, out);
+        assert!(
+            virtual_host_responses(&responses)
+                .iter()
+                .all(|(_, _, removed)| removed.is_empty()),
+            "{responses:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+        // ...and the node forgets them when it stops asking: nothing to send.
+        let mut bye = delta(VIRTUAL_HOST, &[], "");
+        bye.resource_names_unsubscribe = vec![parts.clone()];
+        assert!(s.on_delta_request(bye, now).is_empty());
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    #[test]
+    fn a_refused_virtual_host_is_a_refused_route_configuration() {
+        let now = Instant::now();
+        let parts = vhds::parts_name("switchyard");
+        let mut s = subscribed_to_parts(&parts);
+        let out = s.set_desired(in_parts(&[("x", "1")]), now);
+        ack_all(&mut s, out);
+        let bad = in_parts(&[("x", "1"), ("bad", "1")]);
+        let mut out = s.set_desired(bad.clone(), now);
+        s.take_events();
+        let mut refused = false;
+        while let Some(r) = out.pop() {
+            let mut answer = delta(&type_of(&r), &[], &nonce(&r));
+            if type_of(&r) == VIRTUAL_HOST {
+                answer.error_detail = Some(Default::default());
+                refused = true;
+            }
+            out.extend(s.on_delta_request(answer, now));
+        }
+        assert!(refused);
+        let inline = bad.resources(ROUTE).unwrap()["switchyard"].clone();
+        assert!(s.take_events().iter().any(|e| matches!(e,
+            Event::RoutesInParts { route_configs, refused: Some(_) } if route_configs == std::slice::from_ref(&inline)
+        )));
+    }
+
+    /// Envoy keeps a virtual host only for a route configuration it already uses: those of
+    /// one it starts using later are sent again after it.
+    #[test]
+    fn a_route_configuration_in_parts_gets_its_virtual_hosts_again_after_it() {
+        let now = Instant::now();
+        let (shared, gateway) = (vhds::parts_name("switchyard"), vhds::parts_name("gw"));
+        let snapshot = Arc::new(Snapshot::new([
+            res(CLUSTER, "a", "c"),
+            res(ROUTE, "switchyard", "whole"),
+            res(ROUTE, &shared, "parts"),
+            res(ROUTE, "gw", "whole"),
+            res(ROUTE, &gateway, "parts"),
+            res(
+                VIRTUAL_HOST,
+                &vhds::virtual_host_name("switchyard", "x"),
+                "1",
+            ),
+            res(VIRTUAL_HOST, &vhds::virtual_host_name("gw", "y"), "1"),
+        ]));
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(ROUTE, &[&shared], ""), now);
+        // Envoy asks for virtual hosts as a wildcard: "gw"'s go out before Envoy uses it.
+        s.on_delta_request(delta(VIRTUAL_HOST, &[], ""), now);
+        let out = s.set_desired(snapshot, now);
+        ack_all(&mut s, out);
+
+        // In the order sent.
+        let out = s.on_delta_request(delta(ROUTE, &[&gateway], ""), now);
+        let kinds: Vec<(String, Vec<String>)> = out
+            .iter()
+            .map(names)
+            .map(|(kind, changed, _)| (kind, changed))
+            .collect();
+        let route = kinds
+            .iter()
+            .position(|(k, c)| k == "RouteConfiguration" && c == std::slice::from_ref(&gateway));
+        let again = kinds.iter().position(|(k, c)| {
+            k == "VirtualHost" && c.contains(&vhds::virtual_host_name("gw", "y"))
+        });
+        assert!(
+            matches!((route, again), (Some(r), Some(v)) if r < v),
+            "{kinds:?}"
+        );
+        ack_all(&mut s, out);
         assert!(s.is_synced(), "{:#?}", s.status());
     }
 }

@@ -26,6 +26,7 @@ mod sotw;
 mod testing;
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,7 +37,8 @@ use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
 use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
-use super::snapshot::{CLUSTER, ResourceType, Snapshot, short_type};
+use super::snapshot::{CLUSTER, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type};
+use super::vhds;
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -76,6 +78,13 @@ pub enum Event {
         type_url: String,
         nonce: String,
     },
+    /// The node accepted (`refused` None) or refused the virtual hosts of these route
+    /// configurations, served in parts (see [`vhds`]): a verdict on each, as if it had
+    /// been sent whole.
+    RoutesInParts {
+        route_configs: Vec<Arc<Resource>>,
+        refused: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +95,8 @@ struct Pending {
     desired: String,
     /// What the node holds of this type once it ACKs.
     wanted: Entries,
+    /// Virtual hosts only: the route configurations they are every part of.
+    in_parts_of: Vec<Arc<Resource>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -109,6 +120,10 @@ struct TypeState {
     /// Neither the view of this type nor the subscription changed since the pending
     /// response was built: once ACKed, the node holds what it should (settled).
     unchanged_since_sent: bool,
+    /// Virtual hosts only: a route configuration in parts went out while a response was
+    /// in flight, whose virtual hosts may reach no watch: all are sent again once it is
+    /// ACKed.
+    resend_after_ack: bool,
 }
 
 impl TypeState {
@@ -202,6 +217,10 @@ impl Session {
         let Some(source) = self.desired_source.clone() else {
             return;
         };
+        let source = match self.protocol {
+            Protocol::Delta => Arc::new(localize::serve_routes_in_parts(&source)),
+            Protocol::Sotw => source,
+        };
         let bound = match self.node.as_ref().and_then(localize::listen_address) {
             Some(address) => Arc::new(localize::bind_listeners(&source, &address)),
             None => source,
@@ -220,10 +239,20 @@ impl Session {
         let Some(pending) = ts.pending.take() else {
             return;
         };
-        ts.acked = Some(pending.wanted.clone());
+        ts.acked = Some(if std::mem::take(&mut ts.resend_after_ack) {
+            Entries::new()
+        } else {
+            pending.wanted.clone()
+        });
         ts.settled = ts.unchanged_since_sent;
         ts.acked_version = Some(pending.version.clone());
         ts.acked_at = Some(now);
+        if !pending.in_parts_of.is_empty() {
+            self.events.push(Event::RoutesInParts {
+                route_configs: pending.in_parts_of,
+                refused: None,
+            });
+        }
         self.events.push(Event::Acked {
             type_url: type_url.to_string(),
             nonce: pending.nonce,
@@ -259,6 +288,12 @@ impl Session {
         // Blocked on the snapshot the refused response came from: one that changed since
         // (the refusal itself may be why) is planned at once.
         self.blocked_on = Some(pending.desired.clone());
+        if !pending.in_parts_of.is_empty() {
+            self.events.push(Event::RoutesInParts {
+                route_configs: pending.in_parts_of,
+                refused: Some(error.clone()),
+            });
+        }
         self.events.push(Event::Nacked {
             type_url: type_url.to_string(),
             nonce: pending.nonce,
@@ -375,6 +410,9 @@ impl Session {
     /// otherwise mostly (a new cluster's endpoints Envoy has yet to ask for), so the view
     /// less the few names it lacks, still sharing the rest.
     fn wanted(&self, type_url: &str, ts: &TypeState) -> Entries {
+        if type_url == VIRTUAL_HOST {
+            return self.wanted_virtual_hosts(ts, self.view.get(type_url));
+        }
         let Some(view) = self.view.get(type_url) else {
             return Entries::new();
         };
@@ -395,6 +433,71 @@ impl Session {
             .collect()
     }
 
+    /// The view's virtual hosts in the namespaces the node asks for; and those it holds of
+    /// a route configuration no longer served in parts (VHDS turned off, a Gateway
+    /// listener gone): a listener draining on it still routes with them, so they stay
+    /// until the node stops asking for them.
+    fn wanted_virtual_hosts(&self, ts: &TypeState, view: Option<&Entries>) -> Entries {
+        let mut wanted = match view {
+            None => Entries::new(),
+            Some(view) if ts.wildcard => view.clone(),
+            Some(view) => in_namespaces(&ts.names, view),
+        };
+        let routes = self.desired.as_ref().and_then(|d| d.resources(ROUTE));
+        let retired = |namespace: &str| {
+            !routes.is_some_and(|routes| routes.contains_key(namespace))
+                && (ts.wildcard || ts.names.contains(namespace))
+        };
+        let Some(acked) = ts.acked.as_ref() else {
+            return wanted;
+        };
+        // One look per namespace held, not per virtual host: a namespace's names are
+        // contiguous in the map's order (ids have no '/'), so the walk jumps past each.
+        let mut from = String::new();
+        while let Some((name, _)) = acked
+            .range::<_, String>((Bound::Excluded(from.clone()), Bound::Unbounded))
+            .next()
+        {
+            let namespace = vhds::namespace(name).to_owned();
+            let first = format!("{namespace}/");
+            if retired(&namespace) {
+                for (name, entry) in acked
+                    .range::<_, String>(first.clone()..)
+                    .take_while(|(name, _)| vhds::namespace(name) == namespace)
+                {
+                    wanted.insert(name.clone(), entry.clone());
+                }
+            }
+            // Past this namespace, and never back (a name without '/' has none).
+            from = format!("{first}{}", char::MAX).max(name.clone());
+        }
+        wanted
+    }
+
+    /// A route configuration in parts the node gets now (`wanted` has it, `held` not):
+    /// Envoy starts asking for its virtual hosts once it has it, and keeps only those that
+    /// arrive after (it keeps a resource only for a watch that wants it, and tells the
+    /// server of no new watch). So those sent before are sent again, after this response.
+    fn resend_virtual_hosts_of_new_parts(&mut self, held: &Entries, wanted: &Entries) {
+        let new_parts: Vec<&String> = wanted
+            .keys()
+            .filter(|name| vhds::is_parts_name(name) && !held.contains_key(*name))
+            .collect();
+        if new_parts.is_empty() {
+            return;
+        }
+        let Some(ts) = self.types.get_mut(VIRTUAL_HOST) else {
+            return;
+        };
+        if let Some(acked) = ts.acked.as_mut() {
+            for namespace in &new_parts {
+                delta::forget_namespace(acked, namespace);
+            }
+        }
+        ts.resend_after_ack |= ts.pending.is_some();
+        ts.unsettle();
+    }
+
     fn respond(&mut self, type_url: &str, wanted: Entries, desired: &Snapshot) -> Response {
         self.next_nonce += 1;
         let nonce = self.next_nonce.to_string();
@@ -410,17 +513,27 @@ impl Session {
                 delta::response(type_url, desired.version(), &nonce, held, &wanted)
             }
         };
+        if self.protocol == Protocol::Delta && type_url == ROUTE {
+            let held = ts.acked.clone().unwrap_or_default();
+            self.resend_virtual_hosts_of_new_parts(&held, &wanted);
+        }
         let Some(ts) = self.types.get_mut(type_url) else {
             unreachable!("respond is only called for tracked types");
         };
         ts.force_send = false;
         ts.unchanged_since_sent = true;
         ts.last_nonce = Some(nonce.clone());
+        let in_parts_of = if type_url == VIRTUAL_HOST {
+            whole_route_configs(desired, &wanted)
+        } else {
+            Vec::new()
+        };
         ts.pending = Some(Pending {
             nonce: nonce.clone(),
             version: version.clone(),
             desired: desired.version().to_string(),
             wanted,
+            in_parts_of,
         });
         self.events.push(Event::Sent {
             type_url: type_url.to_string(),
@@ -513,6 +626,40 @@ pub struct TypeStatus {
     pub acked_resources: usize,
     pub pending_nonce: Option<String>,
     pub last_nack: Option<NackInfo>,
+}
+
+/// The route configurations of `desired` whose every virtual host, and nothing else,
+/// `virtual_hosts` holds: what a node that accepts or refuses them has judged. None when
+/// the response was planned from another snapshot than `desired`: no verdict then.
+fn whole_route_configs(desired: &Snapshot, virtual_hosts: &Entries) -> Vec<Arc<Resource>> {
+    let (Some(all), Some(routes)) = (desired.resources(VIRTUAL_HOST), desired.resources(ROUTE))
+    else {
+        return Vec::new();
+    };
+    if !same_versions(all, virtual_hosts) {
+        return Vec::new();
+    }
+    routes
+        .values()
+        .filter(|config| routes.contains_key(&vhds::parts_name(&config.name)))
+        .cloned()
+        .collect()
+}
+
+/// The entries whose namespace is among `namespaces`: Envoy subscribes to virtual hosts
+/// by their route configuration's namespace (see [`vhds`]). Usually every one.
+fn in_namespaces(namespaces: &Names, entries: &Entries) -> Entries {
+    if entries
+        .keys()
+        .all(|name| namespaces.contains(vhds::namespace(name)))
+    {
+        return entries.clone();
+    }
+    entries
+        .iter()
+        .filter(|(name, _)| namespaces.contains(vhds::namespace(name)))
+        .map(|(name, entry)| (name.clone(), entry.clone()))
+        .collect()
 }
 
 /// The names of `entries` that are not in `names`. One ordered walk of both: Envoy

@@ -18,7 +18,7 @@ use switchyard::translate::{Translator, translate};
 use switchyard::xds::{Ordering, Protocol, Snapshot};
 use switchyard_e2e::InProcessServer;
 use switchyard_e2e::ads_client::{
-    AdsClient, Counts, Target, received_since, spawn_fleet, wait_all,
+    AdsClient, Counts, Target, connect_channels, received_since, spawn_fleet, wait_all,
 };
 use switchyard_e2e::synthetic;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -199,52 +199,89 @@ pub struct BytesResult {
     pub total_bytes: u64,
 }
 
+/// The changes the bytes measurement makes, in the order the table lists them.
+const BYTE_CHANGES: [&str; 3] = [
+    "first sync",
+    "route → new cluster",
+    "one cluster's endpoints",
+];
+
 /// Bytes one SotW and one delta client receive for the first sync of `routes` routes,
-/// then for one route change and one endpoint change.
+/// then for one route change and one endpoint change; and one delta client of a server
+/// that also serves route configurations in parts (VHDS).
 pub async fn measure_bytes(routes: usize) -> anyhow::Result<Vec<BytesResult>> {
+    let config = synthetic::config(routes, 42);
+    let mut results = bytes_per_change(
+        config.clone(),
+        &[(Protocol::Sotw, "SotW"), (Protocol::Delta, "delta")],
+    )
+    .await?;
+    let mut in_parts = config;
+    in_parts.listeners.virtual_host_discovery = true;
+    results.extend(bytes_per_change(in_parts, &[(Protocol::Delta, "delta + VHDS")]).await?);
+    // Grouped by change, each group in the order measured (stable sort).
+    results.sort_by_key(|r| BYTE_CHANGES.iter().position(|c| *c == r.change));
+    Ok(results)
+}
+
+/// The [`BYTE_CHANGES`] made to `config` on a server of its own, with one client of each
+/// of `clients` (protocol, label).
+async fn bytes_per_change(
+    mut config: Config,
+    clients: &[(Protocol, &str)],
+) -> anyhow::Result<Vec<BytesResult>> {
+    let [first_sync, rerouting, moving] = BYTE_CHANGES;
     let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
-    let mut config = synthetic::config(routes, 42);
     let first = Arc::new(translate(&config).snapshot);
     server.desired.publish(first.clone());
     server.desired.open();
-    let clients = spawn_fleet(server.port, 1, 1).await?;
+    let channels = connect_channels(server.port, 1).await?;
+    let fleet: Vec<(AdsClient, Protocol, &str)> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, &(protocol, label))| {
+            let client = AdsClient::spawn(channels[0].clone(), protocol, format!("bytes-{i}"));
+            (client, protocol, label)
+        })
+        .collect();
     let mut results = Vec::new();
-    let none = vec![Counts::new(), Counts::new()];
-    let marks =
-        sync_and_count(&server, &clients, &first, &none, "first sync", &mut results).await?;
+    let none = vec![Counts::new(); fleet.len()];
+    let marks = sync_and_count(&server, &fleet, &first, &none, first_sync, &mut results).await?;
 
     repoint_to_new_cluster(&mut config, 0, "fresh-bytes");
     let rerouted = Arc::new(translate(&config).snapshot);
     server.desired.publish(rerouted.clone());
-    let change = "route → new cluster";
-    let marks = sync_and_count(&server, &clients, &rerouted, &marks, change, &mut results).await?;
+    let marks = sync_and_count(&server, &fleet, &rerouted, &marks, rerouting, &mut results).await?;
 
     // One endpoint of one cluster moves.
     config.clusters[1].endpoints[0].address = "10.250.0.1".into();
     let moved = Arc::new(translate(&config).snapshot);
     server.desired.publish(moved.clone());
-    let change = "one cluster's endpoints";
-    sync_and_count(&server, &clients, &moved, &marks, change, &mut results).await?;
+    sync_and_count(&server, &fleet, &moved, &marks, moving, &mut results).await?;
     Ok(results)
 }
 
-/// Waits for the clients to hold `snapshot` and the server to have all their ACKs (a SotW
-/// client holds the new state before the last, redundant, response of a switch
-/// arrives), records what each received since its mark, and returns the new marks.
+/// Waits for the clients to hold `snapshot` (as their protocol serves it) and the server
+/// to have all their ACKs (a SotW client holds the new state before the last, redundant,
+/// response of a switch arrives), records what each received since its mark, and
+/// returns the new marks.
 async fn sync_and_count(
     server: &InProcessServer,
-    clients: &[AdsClient],
+    clients: &[(AdsClient, Protocol, &str)],
     snapshot: &Snapshot,
     marks: &[Counts],
     change: &str,
     results: &mut Vec<BytesResult>,
 ) -> anyhow::Result<Vec<Counts>> {
-    wait_all(clients, &Target::of(snapshot), SYNC_TIMEOUT)
-        .await
-        .with_context(|| change.to_string())?;
+    for (client, protocol, label) in clients {
+        client
+            .wait_for(&Target::for_protocol(snapshot, *protocol), SYNC_TIMEOUT)
+            .await
+            .with_context(|| format!("{change}, {label}"))?;
+    }
     wait_server_synced(server, clients.len(), snapshot, Instant::now()).await?;
     let mut now = Vec::new();
-    for ((client, mark), protocol) in clients.iter().zip(marks).zip(["Sotw", "Delta"]) {
+    for ((client, _, label), mark) in clients.iter().zip(marks) {
         let received = client.received();
         let since = received_since(&received, mark);
         let bytes: BTreeMap<String, u64> = since
@@ -253,7 +290,7 @@ async fn sync_and_count(
             .collect();
         results.push(BytesResult {
             change: change.to_string(),
-            protocol: protocol.to_string(),
+            protocol: label.to_string(),
             total_bytes: bytes.values().sum(),
             responses: since.values().map(|r| r.responses).sum(),
             bytes,

@@ -269,6 +269,12 @@ struct ListenerArgs {
     /// an L4 load balancer (connections without one are served too).
     #[arg(long, env = "SWITCHYARD_PROXY_PROTOCOL")]
     proxy_protocol: bool,
+    /// Serve route configurations to delta-xDS Envoys one virtual host at a time (VHDS):
+    /// a route change sends that route, not every route. SotW Envoys take them whole.
+    /// `false` sends delta Envoys the whole route configuration too.
+    #[arg(long, env = "SWITCHYARD_VIRTUAL_HOST_DISCOVERY", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "true|false")]
+    virtual_host_discovery: bool,
 }
 
 impl ListenerArgs {
@@ -644,6 +650,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             https_port: args.listeners.https_port,
             probe_port: args.listeners.probe_port,
             probe_token: args.serve.probe_token.clone(),
+            virtual_host_discovery: args.listeners.virtual_host_discovery,
         },
         metrics: metrics.clone(),
         problems: problems.clone(),

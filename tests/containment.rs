@@ -157,12 +157,24 @@ async fn a_route_envoy_rejects_holds_back_no_other_route() {
 }
 
 /// Good and bad routes created together: the bad ones are found among them, one by one,
-/// and every good one becomes Ready.
+/// and every good one becomes Ready. The delta Envoys take virtual hosts one by one (VHDS,
+/// the default): they refuse a response of virtual hosts, not a route configuration, and
+/// that counts the same.
 #[tokio::test]
 async fn rejected_routes_arriving_with_good_ones_are_found_among_them() {
+    rejected_routes_are_found_among_good_ones(&[]).await;
+}
+
+/// The same with every Envoy taking the whole route configuration.
+#[tokio::test]
+async fn rejected_routes_in_whole_route_configurations_are_found_among_good_ones() {
+    rejected_routes_are_found_among_good_ones(&["--virtual-host-discovery=false"]).await;
+}
+
+async fn rejected_routes_are_found_among_good_ones(operator_args: &[&str]) {
     let mut rig = Rig::start(3).await;
     rig.add_backend("blue").await;
-    rig.start_operator("switchyard-1", &[]);
+    rig.start_operator("switchyard-1", operator_args);
     rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
         .await;
     rig.wait_ready("web", Duration::from_secs(60)).await;

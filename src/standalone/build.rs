@@ -123,6 +123,7 @@ pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
 fn listeners(file: &File, probe_token: &str) -> ListenerSettings {
     let mut listeners = ListenerSettings {
         probe_token: probe_token.to_string(),
+        virtual_host_discovery: true,
         ..ListenerSettings::default()
     };
     if let Some(l) = &file.listeners {
@@ -136,6 +137,9 @@ fn listeners(file: &File, probe_token: &str) -> ListenerSettings {
         if let Some(client_ip) = &l.client_ip {
             listeners.client_ip = client_ip.clone();
         }
+        listeners.virtual_host_discovery = l
+            .virtual_host_discovery
+            .unwrap_or(listeners.virtual_host_discovery);
     }
     listeners
 }

@@ -35,6 +35,9 @@ pub struct Listeners {
     /// Where the client's address comes from: `{ xffTrustedHops: 0-10, proxyProtocol }`
     /// (default: the connection's peer).
     pub client_ip: Option<crate::model::ClientIp>,
+    /// Serve route configurations to delta-xDS Envoys one virtual host at a time (VHDS):
+    /// a route change sends that route, not every route (default: true).
+    pub virtual_host_discovery: Option<bool>,
 }
 
 /// A route: its name and namespace, and its spec: the TrafficRoute's, the same type.

@@ -7,15 +7,17 @@
 //!
 //! When an Envoy refuses the current route configuration, its suspects are the trials that
 //! the last configuration an Envoy accepted did not hold as they are now. A lone suspect is
-//! refused (until its routes change). Of several, the later half is benched and the others
-//! are sent again, until a refusal has a lone suspect. An accepted configuration clears
+//! refused (until its routes change). Of several, the trials of routes not yet live are
+//! benched first when routes already serving users are among the suspects (a flood of new
+//! routes must not hold back a change to a live one); otherwise the later half is. The
+//! others are sent again, until a refusal has a lone suspect. An accepted configuration clears
 //! the trials it held and brings back the group benched last: a depth-first search that
 //! finds k bad trials among n in about k·log2(n) rounds. Leaving a trial out touches no
 //! traffic: nothing but the prober reaches it.
 //!
 //! No I/O: the caller feeds in what Envoys answered and what it publishes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -23,7 +25,8 @@ use prost::encoding::{WireType, decode_key, decode_varint};
 
 use super::{Problem, ROUTE_CONFIG_NAME, VERSION_PROBE_VHOST_PREFIX, proto};
 use crate::model::TRIAL_PREFIX;
-use crate::xds::snapshot::{ROUTE, Resource, Snapshot};
+use crate::xds::snapshot::{ROUTE, Resource, Snapshot, VIRTUAL_HOST};
+use crate::xds::vhds;
 
 /// What a refused trial's problem says: which Envoy refused it, and Envoy's words.
 pub fn refusal(node: &str, error: &str) -> String {
@@ -117,9 +120,18 @@ impl Quarantine {
                 true
             }
             several => {
-                // In the configuration's order, which is by name: the later half sits out.
-                let group = several[several.len() / 2..]
+                let live: HashSet<&str> = hosts.iter().map(|h| h.name).collect();
+                let (of_live, of_new): (Vec<_>, Vec<_>) = several
                     .iter()
+                    .partition(|(name, _)| live.contains(live_probe_of(name).as_str()));
+                let sitting_out = if of_live.is_empty() || of_new.is_empty() {
+                    // In the configuration's order, which is by name: the later half.
+                    several[several.len() / 2..].iter().collect()
+                } else {
+                    of_new
+                };
+                let group = sitting_out
+                    .into_iter()
                     .map(|(name, digest)| ((*name).to_owned(), *digest))
                     .collect();
                 self.benched.push(group);
@@ -141,7 +153,10 @@ impl Quarantine {
         };
         loop {
             let out = self.leave_out(&config);
-            let version = out.as_ref().unwrap_or(&config).version.clone();
+            let version = out
+                .as_ref()
+                .map_or(&config.version, |(resource, _)| &resource.version)
+                .clone();
             // What an Envoy accepted already draws no new answer (an Envoy that holds
             // it is not sent it again): it counts as accepted, and the next group is due.
             if self.accepted_version.as_deref() == Some(version.as_str())
@@ -151,27 +166,36 @@ impl Quarantine {
                 continue;
             }
             self.current = Some(version);
-            let Some(resource) = out else {
+            let Some((resource, left_out)) = out else {
                 return snapshot.clone();
             };
+            // Served in parts too (see `xds::vhds`): the same virtual hosts go.
+            let parts = left_out.iter().map(|name| {
+                (
+                    VIRTUAL_HOST,
+                    vhds::virtual_host_name(ROUTE_CONFIG_NAME, name),
+                )
+            });
             let mut snapshot = snapshot.clone();
-            snapshot.insert(Arc::new(resource));
+            snapshot.update(parts, [Arc::new(resource)]);
             return snapshot;
         }
     }
 
-    /// `config` less the trials left out; None when it keeps them all.
-    fn leave_out(&mut self, config: &Resource) -> Option<Resource> {
+    /// `config` less the trials left out, and their names; None when it keeps them all.
+    fn leave_out(&mut self, config: &Resource) -> Option<(Resource, Vec<String>)> {
         if self.refused.is_empty() && self.benched.is_empty() {
             return None;
         }
         let fields = fields(&config.body.value).ok()?;
         let mut kept = Vec::with_capacity(config.body.value.len());
         let mut present = HashMap::new();
+        let mut left_out = Vec::new();
         for field in &fields {
             if let Some(host) = field.virtual_host() {
                 present.insert(host.name, host.digest);
                 if self.leaves_out(&host) {
+                    left_out.push(host.name.to_owned());
                     continue;
                 }
             }
@@ -187,9 +211,12 @@ impl Quarantine {
         if kept.len() == config.body.value.len() {
             return None;
         }
-        Some(Resource::new(
-            ROUTE_CONFIG_NAME,
-            proto::pack_bytes::<RouteConfiguration>(kept),
+        Some((
+            Resource::new(
+                ROUTE_CONFIG_NAME,
+                proto::pack_bytes::<RouteConfiguration>(kept),
+            ),
+            left_out,
         ))
     }
 
@@ -237,6 +264,12 @@ fn is_trial(vhost_name: &str) -> bool {
     vhost_name
         .strip_prefix(VERSION_PROBE_VHOST_PREFIX)
         .is_some_and(|id| id.starts_with(TRIAL_PREFIX))
+}
+
+/// "switchyard-probe/trial/ns/web" → "switchyard-probe/ns/web": the version answer of the
+/// route's live configuration, there once the route serves users.
+fn live_probe_of(trial_vhost_name: &str) -> String {
+    format!("{VERSION_PROBE_VHOST_PREFIX}{}", route_of(trial_vhost_name))
 }
 
 /// "switchyard-probe/trial/ns/web" → "ns/web".
@@ -429,6 +462,33 @@ mod tests {
     }
 
     #[test]
+    fn a_trial_left_out_leaves_the_parts_too() {
+        let hosts = [live("ns/a", "1"), trial("ns/bad", "1")];
+        let mut whole = snapshot(&hosts);
+        let parts: Vec<Arc<Resource>> = hosts
+            .iter()
+            .map(|h| Arc::new(vhds::virtual_host(ROUTE_CONFIG_NAME, &name_of(h), h)))
+            .collect();
+        whole.update([], parts);
+        let mut q = Quarantine::default();
+        let sent = q.apply(&whole);
+        q.refused(&config(&sent), "envoy-0", "bad regex");
+        let next = q.apply(&whole);
+        let names: Vec<&String> = next
+            .resources(VIRTUAL_HOST)
+            .expect("parts")
+            .keys()
+            .collect();
+        assert_eq!(
+            names,
+            [&vhds::virtual_host_name(
+                ROUTE_CONFIG_NAME,
+                "switchyard-probe/ns/a"
+            )]
+        );
+    }
+
+    #[test]
     fn several_suspects_are_narrowed_down_to_the_one_to_blame() {
         let ids = ["ns/a", "ns/b", "ns/c", "ns/d", "ns/e"];
         let all = snapshot(&ids.iter().map(|id| trial(id, "1")).collect::<Vec<_>>());
@@ -456,6 +516,31 @@ mod tests {
             ids.len() - 1,
             "every other trial is served: {names:?}"
         );
+    }
+
+    #[test]
+    fn a_change_to_a_live_route_goes_on_trial_before_a_flood_of_new_routes() {
+        // "ns/z" serves users and changes while ten new routes arrive, all refused; by
+        // name it would sit out with the later half, at the bottom of the search.
+        let mut hosts = vec![live("ns/z", "1"), trial("ns/z", "2")];
+        let new: Vec<String> = (0..10).map(|i| format!("ns/new{i}")).collect();
+        hosts.extend(new.iter().map(|id| trial(id, "1")));
+        let all = snapshot(&hosts);
+        let mut q = Quarantine::default();
+        let sent = q.apply(&all);
+        assert!(q.refused(&config(&sent), "envoy-0", "bad regex"));
+        let sent = q.apply(&all);
+        assert_eq!(
+            served(&sent),
+            [
+                "switchyard-probe/ns/z".to_owned(),
+                "switchyard-probe/trial/ns/z".to_owned()
+            ],
+            "the live route's trial alone"
+        );
+        assert!(q.accepted(&config(&sent)));
+        // Then the new ones come back, to be searched among themselves.
+        assert_eq!(served(&q.apply(&all)).len(), hosts.len());
     }
 
     #[test]

@@ -121,11 +121,8 @@ impl Builder {
             "publishing"
         );
         let mut problems = built.problems.clone();
-        let refused = quarantine.problems();
-        for problem in &refused {
-            warn!(%problem, "left out of the configuration");
-        }
-        problems.extend(refused);
+        problems.extend(quarantine.problems());
+        log_new_problems(&self.problems.borrow(), &problems);
         self.metrics
             .trials_left_out
             .set(quarantine.left_out() as i64);
@@ -210,13 +207,6 @@ impl Builder {
         let elapsed = started.elapsed();
         problems.extend(secrets.problems.iter().cloned());
         problems.extend(translation.problems.iter().cloned());
-        for problem in &problems {
-            if problem.message.ends_with(SECRET_KEPT) {
-                warn!(%problem, "TLS Secret cannot serve; its last good content does");
-            } else {
-                warn!(%problem, "left out of the configuration");
-            }
-        }
         let snapshot = translation.snapshot;
         self.metrics.record_snapshot(&snapshot, elapsed);
         info!(
@@ -274,5 +264,18 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Logs each problem that the last published list did not have: a flood of bad routes is
+/// told once each, not again on every snapshot while it stays.
+fn log_new_problems(before: &[Problem], now: &[Problem]) {
+    let before: std::collections::BTreeSet<&Problem> = before.iter().collect();
+    for problem in now.iter().filter(|p| !before.contains(p)) {
+        if problem.message.ends_with(SECRET_KEPT) {
+            warn!(%problem, "TLS Secret cannot serve; its last good content does");
+        } else {
+            warn!(%problem, "left out of the configuration");
+        }
     }
 }

@@ -258,22 +258,44 @@ async fn load(targets: Vec<Target>, tick: Duration, stop: Arc<AtomicBool>) -> Ta
     tally
 }
 
-/// Until every node of `switchyard` (`count` of them) has asked for each of `types`.
-async fn wait_requested(switchyard: &Switchyard, count: usize, types: &[&str]) {
+/// The types each node asks for, by node id: a delta Envoy asks for virtual hosts too.
+async fn requested_types(switchyard: &Switchyard) -> BTreeMap<String, Vec<String>> {
+    let view = switchyard.nodes().await;
+    view["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|node| {
+            let types = node["status"]["types"]
+                .as_object()
+                .map(|types| types.keys().cloned().collect())
+                .unwrap_or_default();
+            (
+                node["node_id"].as_str().unwrap_or_default().to_owned(),
+                types,
+            )
+        })
+        .collect()
+}
+
+/// Until every node of `switchyard` has asked for each of the types it asked for before
+/// (`types`, by node id), and no other node is connected.
+async fn wait_requested(switchyard: &Switchyard, types: &BTreeMap<String, Vec<String>>) {
     let started = Instant::now();
     loop {
-        let view = switchyard.nodes().await;
-        let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
-        let ready = nodes
-            .iter()
-            .filter(|n| types.iter().all(|t| !n["status"]["types"][*t].is_null()))
-            .count();
-        if nodes.len() == count && ready == count {
+        let now = requested_types(switchyard).await;
+        let asked_again = now.len() == types.len()
+            && types.iter().all(|(node, types)| {
+                now.get(node)
+                    .is_some_and(|asked| types.iter().all(|t| asked.contains(t)))
+            });
+        if asked_again {
             return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "Envoys did not reconnect: {view:#}\n--- log ---\n{}",
+            "Envoys did not reconnect: {:#}\n--- log ---\n{}",
+            switchyard.nodes().await,
             switchyard.process.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -338,11 +360,11 @@ impl Rig {
 /// is fixed once both Envoys have asked for every type again.
 async fn restart(rig: &Rig, old: Switchyard, name: &str, gate_after_reconnect: bool) -> Switchyard {
     let before: Vec<_> = futures::future::join_all(rig.envoys.iter().map(stats)).await;
-    let served_types: Vec<String> = old.nodes().await["nodes"][0]["status"]["types"]
-        .as_object()
-        .map(|types| types.keys().cloned().collect())
-        .unwrap_or_default();
-    assert!(served_types.len() >= 5, "{served_types:?}");
+    let served_types = requested_types(&old).await;
+    assert!(
+        served_types.len() == rig.envoys.len() && served_types.values().all(|t| t.len() >= 5),
+        "{served_types:?}"
+    );
     let config = rig.work.join(name);
     std::fs::create_dir(&config).expect("config dir");
     write_config(
@@ -361,10 +383,9 @@ async fn restart(rig: &Rig, old: Switchyard, name: &str, gate_after_reconnect: b
     old.process.kill();
     let killed = Instant::now();
     let new = start_standalone_on(&rig.work, name, &config, xds_port);
-    let types: Vec<&str> = served_types.iter().map(String::as_str).collect();
     let (min_active, (reconnected, synced)) = rig
         .min_active_while(async {
-            wait_requested(&new, rig.envoys.len(), &types).await;
+            wait_requested(&new, &served_types).await;
             let reconnected = killed.elapsed();
             if gate_after_reconnect {
                 let nodes = new.nodes().await;

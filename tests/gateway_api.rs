@@ -45,6 +45,21 @@ async fn install_gateway_crds(rig: &Rig) {
         .await;
 }
 
+/// Starts operator `switchyard-1` with the Gateway API controller, under a controller name
+/// of this test's (`tag`) and with `extra` flags: (controller name, a GatewayClass name of
+/// its own).
+fn start_gateway_controller(rig: &mut Rig, tag: &str, extra: &[&str]) -> (String, String) {
+    let controller = format!("switchyard.dev/test-{}-{tag}", std::process::id());
+    let mut args = vec![
+        "--gateway-api",
+        "--gateway-controller-name",
+        controller.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    rig.start_operator("switchyard-1", &args);
+    (controller, k::unique_name("switchyard"))
+}
+
 async fn apply(rig: &Rig, yaml: &str) {
     let out = rig
         .api
@@ -90,12 +105,7 @@ where
 async fn gateway_api_objects_get_the_status_the_specification_gives() {
     let mut rig = Rig::start(0).await;
     install_gateway_crds(&rig).await;
-    let controller = format!("switchyard.dev/test-{}", std::process::id());
-    let class = k::unique_name("switchyard");
-    rig.start_operator(
-        "switchyard-1",
-        &["--gateway-api", "--gateway-controller-name", &controller],
-    );
+    let (controller, class) = start_gateway_controller(&mut rig, "status", &[]);
     let ns = rig.namespace.clone();
     rig.add_backend("app").await;
     apply(
@@ -261,12 +271,7 @@ async fn each_gateway_gets_a_service_of_its_own_and_its_address() {
     install_gateway_crds(&rig).await;
     // The fleet's Pods are what a Gateway's Service selects (none run here).
     select_fleet(&rig).await;
-    let controller = format!("switchyard.dev/test-{}-services", std::process::id());
-    let class = k::unique_name("switchyard");
-    rig.start_operator(
-        "switchyard-1",
-        &["--gateway-api", "--gateway-controller-name", &controller],
-    );
+    let (controller, class) = start_gateway_controller(&mut rig, "services", &[]);
     let ns = rig.namespace.clone();
     let gateway = |name: &str| {
         format!(
@@ -424,12 +429,7 @@ async fn an_httproute_is_served_through_its_gateway_and_moves_between_services_w
     for backend in ["svc-0", "other"] {
         rig.add_backend(backend).await;
     }
-    let controller = format!("switchyard.dev/test-{}-served", std::process::id());
-    let class = k::unique_name("switchyard");
-    rig.start_operator(
-        "switchyard-1",
-        &["--gateway-api", "--gateway-controller-name", &controller],
-    );
+    let (controller, class) = start_gateway_controller(&mut rig, "served", &[]);
     let ns = rig.namespace.clone();
     let route = |backend: &str, header: &str| {
         format!(
@@ -592,18 +592,8 @@ async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests(
     install_gateway_crds(&rig).await;
     select_fleet(&rig).await;
     rig.add_backend("svc-0").await;
-    let controller = format!("switchyard.dev/test-{}-naive", std::process::id());
-    let class = k::unique_name("switchyard");
-    rig.start_operator(
-        "switchyard-1",
-        &[
-            "--gateway-api",
-            "--gateway-controller-name",
-            &controller,
-            "--one-phase",
-            "--unordered-xds",
-        ],
-    );
+    let (controller, class) =
+        start_gateway_controller(&mut rig, "naive", &["--one-phase", "--unordered-xds"]);
     let ns = rig.namespace.clone();
     apply(
         &rig,
@@ -654,12 +644,7 @@ async fn an_httproutes_retries_and_session_cookie_are_served() {
     rig.add_pods("app", 2).await;
     rig.start_pod("app", 0).await;
     rig.start_pod("app", 1).await;
-    let controller = format!("switchyard.dev/test-{}-experimental", std::process::id());
-    let class = k::unique_name("switchyard");
-    rig.start_operator(
-        "switchyard-1",
-        &["--gateway-api", "--gateway-controller-name", &controller],
-    );
+    let (controller, class) = start_gateway_controller(&mut rig, "experimental", &[]);
     let ns = rig.namespace.clone();
     let route = |rule_options: &str| {
         format!(

@@ -312,11 +312,31 @@ impl Rig {
             if accept(holder.as_deref()) {
                 return (holder, started.elapsed());
             }
-            assert!(
-                started.elapsed() < within,
-                "lease {}: holder {holder:?} still not accepted after {within:?}",
-                self.lease_name()
-            );
+            if started.elapsed() >= within {
+                // What each replica said of the Lease is the only way to tell why.
+                let logs: Vec<String> = self
+                    .operators
+                    .iter()
+                    .map(|o| {
+                        let lease_lines: Vec<String> = std::fs::read_to_string(&o.process.log)
+                            .unwrap_or_default()
+                            .lines()
+                            .filter(|l| l.contains("lease") || l.contains("leader"))
+                            .map(str::to_owned)
+                            .collect();
+                        format!(
+                            "--- {} ---\n{}",
+                            o.process.log.display(),
+                            lease_lines.join("\n")
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "lease {}: holder {holder:?} still not accepted after {within:?}\n{}",
+                    self.lease_name(),
+                    logs.join("\n")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

@@ -12,31 +12,6 @@ use switchyard::k8s::resolve::{live_proxy_config, resolve_route};
 use switchyard_e2e::Envoy;
 use switchyard_e2e::rig::Rig;
 
-/// Names of the user virtual hosts (`<namespace>/<route>`) in an Envoy's active route
-/// configuration, or None while it has none.
-async fn served_virtual_hosts(envoy: &Envoy, namespace: &str) -> Option<usize> {
-    let dump = envoy
-        .admin("/config_dump?resource=dynamic_route_configs")
-        .await;
-    let json: serde_json::Value = serde_json::from_str(&dump).ok()?;
-    let configs = json["configs"].as_array()?;
-    let vhosts = configs
-        .iter()
-        .flat_map(|c| {
-            c["route_config"]["virtual_hosts"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter(|v| {
-            v["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with(&format!("{namespace}/")))
-        })
-        .count();
-    (!configs.is_empty()).then_some(vhosts)
-}
-
 fn tls_secret(name: &str) -> Secret {
     let read = |file: &str| {
         let path = format!("{}/e2e/testdata/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -91,7 +66,7 @@ async fn after_a_restart_the_first_configuration_holds_every_route() {
     rig.start_operator("switchyard-2", &[]);
     let started = Instant::now();
     let first = loop {
-        if let Some(count) = served_virtual_hosts(&rig.envoys[0], &rig.namespace).await {
+        if let Some(count) = rig.envoys[0].served_virtual_hosts(&rig.namespace).await {
             break count;
         }
         assert!(
@@ -164,7 +139,7 @@ async fn slow_status_writes_never_delay_xds() {
     rig.start_operator("switchyard-1", &["--status-qps", "2"]);
     let started = Instant::now();
     loop {
-        if served_virtual_hosts(&rig.envoys[0], &rig.namespace).await == Some(count) {
+        if rig.envoys[0].served_virtual_hosts(&rig.namespace).await == Some(count) {
             break;
         }
         assert!(

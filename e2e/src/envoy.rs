@@ -139,6 +139,43 @@ impl Envoy {
             Err(e) => format!("admin unreachable: {e}"),
         }
     }
+
+    /// How many user virtual hosts (`<namespace>/<route>`) the active route
+    /// configurations hold, or None while there is none.
+    pub async fn served_virtual_hosts(&self, namespace: &str) -> Option<usize> {
+        let dump = self
+            .admin("/config_dump?resource=dynamic_route_configs")
+            .await;
+        let json: serde_json::Value = serde_json::from_str(&dump).ok()?;
+        let configs = json["configs"].as_array()?;
+        let prefix = format!("{namespace}/");
+        let vhosts = configs
+            .iter()
+            .flat_map(|c| {
+                c["route_config"]["virtual_hosts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|v| {
+                v["name"]
+                    .as_str()
+                    .is_some_and(|n| translated_name(n).starts_with(&prefix))
+            })
+            .count();
+        (!configs.is_empty()).then_some(vhosts)
+    }
+}
+
+/// A virtual host's name as the translator gave it, also when served in parts
+/// (`<route configuration>+vhds/<escaped name>`, see `xds::vhds`).
+fn translated_name(served: &str) -> String {
+    match served.rsplit_once('/') {
+        Some((parts, id)) if switchyard::xds::vhds::is_parts_name(parts) => {
+            id.replace("%2F", "/").replace("%25", "%")
+        }
+        _ => served.to_owned(),
+    }
 }
 
 /// Envoy's `-l` (and `--component-log-level`) from SWITCHYARD_E2E_ENVOY_LOG: "LEVEL" or

@@ -18,7 +18,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use switchyard::api::{ProxyConfig, TrafficRoute, TrafficRouteSpec};
-use switchyard_e2e::Envoy;
 use switchyard_e2e::kube as k;
 use switchyard_e2e::rig::Rig;
 
@@ -95,29 +94,6 @@ async fn create_objects(rig: &Rig, n: usize, backend: std::net::SocketAddr) {
         .await;
 }
 
-/// User virtual hosts in the Envoy's active route configurations.
-async fn served_virtual_hosts(envoy: &Envoy, namespace: &str) -> usize {
-    let dump = envoy
-        .admin("/config_dump?resource=dynamic_route_configs")
-        .await;
-    let Ok(json) = serde_json::from_str::<serde_json::Value>(&dump) else {
-        return 0;
-    };
-    let prefix = format!("{namespace}/");
-    json["configs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|c| {
-            c["route_config"]["virtual_hosts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-        })
-        .filter(|v| v["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-        .count()
-}
-
 /// Routes whose status says Ready for their current generation.
 async fn ready_routes(routes: &Api<TrafficRoute>) -> usize {
     let Ok(list) = routes.list(&ListParams::default()).await else {
@@ -153,6 +129,39 @@ where
             return Some(since.elapsed());
         }
         tokio::time::sleep(every).await;
+    }
+    None
+}
+
+/// How many xDS responses the Envoy has taken in, over every subscription.
+async fn envoy_updates(envoy: &switchyard_e2e::Envoy) -> u64 {
+    envoy
+        .admin("/stats?filter=update_attempt$")
+        .await
+        .lines()
+        .filter_map(|l| l.rsplit_once(": ")?.1.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits until the Envoy has taken in no xDS response for `quiet`, and says how long
+/// that took: after a cold start, retired probe configurations and drained clusters are
+/// still being removed when every route is Ready, and each removal rebuilds the route
+/// table. A change measured before that waits behind them.
+async fn until_envoy_quiet(
+    envoy: &switchyard_e2e::Envoy,
+    quiet: Duration,
+    (since, within): (Instant, Duration),
+) -> Option<Duration> {
+    let mut last = envoy_updates(envoy).await;
+    let mut unchanged_since = Instant::now();
+    while since.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = envoy_updates(envoy).await;
+        if now != last {
+            (last, unchanged_since) = (now, Instant::now());
+        } else if unchanged_since.elapsed() >= quiet {
+            return Some(unchanged_since.duration_since(since));
+        }
     }
     None
 }
@@ -364,7 +373,12 @@ async fn main() {
         n,
         Duration::from_millis(100),
         (start, all_ready_within),
-        || served_virtual_hosts(&rig.envoys[0], &rig.namespace),
+        || async {
+            rig.envoys[0]
+                .served_virtual_hosts(&rig.namespace)
+                .await
+                .unwrap_or(0)
+        },
     )
     .await;
     let all_ready = until(n, Duration::from_secs(1), (start, all_ready_within), || {
@@ -430,7 +444,19 @@ async fn main() {
         "",
     );
 
-    // One route changed at this size: to another route's Service and back.
+    // One route changed at this size, once the cold start has settled: to another route's
+    // Service and back.
+    let settled = until_envoy_quiet(
+        &rig.envoys[0],
+        Duration::from_secs(3),
+        (start, all_ready_within + Duration::from_secs(180)),
+    )
+    .await;
+    row(
+        "operator start → Envoy takes no more updates (3 s quiet)",
+        secs(settled),
+        "",
+    );
     let mut changes = Vec::new();
     for i in 0..5 {
         let service = if i % 2 == 0 { "s1" } else { "s0" };

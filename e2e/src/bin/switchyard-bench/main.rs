@@ -10,6 +10,7 @@
 
 mod fanout;
 mod switch;
+mod targets;
 mod translation;
 
 use std::path::PathBuf;
@@ -184,6 +185,7 @@ fn machine() -> String {
 fn print_table(results: &Results) {
     println!("machine: {}", results.machine);
     println!();
+    targets::print_table(results);
     if !results.translation.is_empty() {
         translation::print_table(&results.translation);
     }
@@ -226,13 +228,13 @@ fn print_table(results: &Results) {
     if !results.bytes.is_empty() {
         println!();
         println!(
-            "| bytes one Envoy receives, 10k routes | protocol | responses | Cluster | ClusterLoadAssignment | Listener | RouteConfiguration | total |"
+            "| bytes one Envoy receives, 10k routes | protocol | responses | Cluster | ClusterLoadAssignment | Listener | RouteConfiguration | VirtualHost | total |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         for b in &results.bytes {
             let of = |t: &str| b.bytes.get(t).copied().unwrap_or(0);
             println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 b.change,
                 b.protocol,
                 b.responses,
@@ -240,6 +242,7 @@ fn print_table(results: &Results) {
                 of("ClusterLoadAssignment"),
                 of("Listener"),
                 of("RouteConfiguration"),
+                of("VirtualHost"),
                 b.total_bytes
             );
         }

@@ -1,6 +1,7 @@
 //! Correctness at scale: a thousand simulated Envoys (half SotW, half delta) on the
 //! in-process ADS server follow a route change and an endpoint change, and each ends
-//! holding exactly the desired snapshot. Loopback only; every wait has a timeout.
+//! holding exactly the desired snapshot; so do 500 delta Envoys taking virtual hosts one
+//! by one (VHDS). Loopback only; every wait has a timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,8 @@ use switchyard::model::{
     ClusterSettings, Config, RouteAction, ServiceRef, WeightedCluster, cluster_name,
 };
 use switchyard::translate::translate;
-use switchyard::xds::snapshot::{CLUSTER, ENDPOINT};
-use switchyard::xds::{Ordering, Snapshot};
+use switchyard::xds::snapshot::{CLUSTER, ENDPOINT, VIRTUAL_HOST};
+use switchyard::xds::{Ordering, Protocol, Snapshot};
 use switchyard_e2e::InProcessServer;
 use switchyard_e2e::ads_client::{AdsClient, Target, spawn_fleet, wait_all};
 use switchyard_e2e::synthetic;
@@ -94,16 +95,38 @@ async fn expect_server_sees_synced(server: &InProcessServer, nodes: usize, snaps
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_clients_follow_a_route_change_and_an_endpoint_change() {
+    follow_a_route_change_and_an_endpoint_change(false, 500, 500).await;
+}
+
+/// The operator's default: delta clients take route configurations in parts (VHDS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_taking_virtual_hosts_one_by_one_follow_the_same_changes() {
+    follow_a_route_change_and_an_endpoint_change(true, 0, 500).await;
+}
+
+/// `sotw` and `delta` clients, with route configurations also in parts when `in_parts`,
+/// follow a route change and an endpoint change and end holding alike.
+async fn follow_a_route_change_and_an_endpoint_change(in_parts: bool, sotw: usize, delta: usize) {
     let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
     let mut config = synthetic::config(200, 42);
+    config.listeners.virtual_host_discovery = in_parts;
+    // What a client holds depends on its protocol where configurations come in parts;
+    // with one protocol only, every client holds the same.
+    let target = |snapshot: &Snapshot| {
+        if in_parts {
+            Target::for_protocol(snapshot, Protocol::Delta)
+        } else {
+            Target::of(snapshot)
+        }
+    };
     let first = snapshot_of(&config);
     server.desired.publish(first.clone());
     assert!(server.desired.open());
-    let clients = spawn_fleet(server.port, 500, 500)
+    let clients = spawn_fleet(server.port, sotw, delta)
         .await
         .expect("connecting the clients");
 
-    expect_all_hold(&clients, &Target::of(&first), "initial state").await;
+    expect_all_hold(&clients, &target(&first), "initial state").await;
     expect_server_sees_synced(&server, clients.len(), &first).await;
 
     // Route 3 is the only user of its cluster: the old cluster goes, the new one comes.
@@ -117,14 +140,22 @@ async fn thousand_clients_follow_a_route_change_and_an_endpoint_change() {
             first.resources(type_url).map_or(0, |r| r.len())
         );
     }
+    if in_parts {
+        assert!(
+            rerouted
+                .resources(VIRTUAL_HOST)
+                .is_some_and(|v| v.len() >= 200),
+            "every virtual host is a resource of its own"
+        );
+    }
     server.desired.publish(rerouted.clone());
-    expect_all_hold(&clients, &Target::of(&rerouted), "after the route change").await;
+    expect_all_hold(&clients, &target(&rerouted), "after the route change").await;
     expect_server_sees_synced(&server, clients.len(), &rerouted).await;
 
     move_endpoint(&mut config, 7);
     let moved = snapshot_of(&config);
     server.desired.publish(moved.clone());
-    expect_all_hold(&clients, &Target::of(&moved), "after the endpoint change").await;
+    expect_all_hold(&clients, &target(&moved), "after the endpoint change").await;
     expect_server_sees_synced(&server, clients.len(), &moved).await;
 
     for client in &clients {

@@ -54,9 +54,12 @@ pub struct FanoutResult {
 const SERVER_THREAD: &str = "ads-server";
 
 /// `changes` route changes (each to a brand-new cluster, so every one is a full
-/// make-before-break switch) to `clients` clients of one protocol.
+/// make-before-break switch) to `clients` clients of one protocol; with `in_parts`, the
+/// server also serves route configurations in parts (VHDS, the operator's default), which
+/// delta clients take instead of the whole one.
 pub async fn measure_fanout(
     protocol: Protocol,
+    in_parts: bool,
     clients: usize,
     routes: usize,
     changes: usize,
@@ -72,7 +75,7 @@ pub async fn measure_fanout(
         .spawn(InProcessServer::start(Ordering::MakeBeforeBreak))
         .await
         .context("starting the server")?;
-    let result = fan_out(&server, protocol, clients, routes, changes).await;
+    let result = fan_out(&server, protocol, in_parts, clients, routes, changes).await;
     drop(server);
     runtime.shutdown_background();
     result
@@ -81,11 +84,13 @@ pub async fn measure_fanout(
 async fn fan_out(
     server: &InProcessServer,
     protocol: Protocol,
+    in_parts: bool,
     clients: usize,
     routes: usize,
     changes: usize,
 ) -> anyhow::Result<FanoutResult> {
     let mut config = synthetic::config(routes, 42);
+    config.listeners.virtual_host_discovery = in_parts;
     let first = Arc::new(translate(&config).snapshot);
     server.desired.publish(first.clone());
     server.desired.open();
@@ -94,9 +99,13 @@ async fn fan_out(
         Protocol::Sotw => spawn_fleet(server.port, clients, 0).await?,
         Protocol::Delta => spawn_fleet(server.port, 0, clients).await?,
     };
-    wait_all(&fleet, &Target::of(&first), SYNC_TIMEOUT)
-        .await
-        .context("first sync")?;
+    wait_all(
+        &fleet,
+        &Target::for_protocol(&first, protocol),
+        SYNC_TIMEOUT,
+    )
+    .await
+    .context("first sync")?;
     let initial_sync_ms = started.elapsed().as_secs_f64() * 1000.0;
     wait_server_synced(server, clients, &first, started).await?;
 
@@ -107,7 +116,7 @@ async fn fan_out(
     for change in 0..changes {
         repoint_to_new_cluster(&mut config, change % routes, &format!("fresh-{change}"));
         let snapshot = Arc::new(translate(&config).snapshot);
-        let target = Target::of(&snapshot);
+        let target = Target::for_protocol(&snapshot, protocol);
         let started = Instant::now();
         let cpu_before = process_cpu_ms();
         let server_cpu_before = threads_cpu_ms(SERVER_THREAD);
@@ -123,7 +132,11 @@ async fn fan_out(
         server_cpu_times.push(threads_cpu_ms(SERVER_THREAD) - server_cpu_before);
     }
     Ok(FanoutResult {
-        protocol: format!("{protocol:?}"),
+        protocol: if in_parts {
+            format!("{protocol:?} + VHDS")
+        } else {
+            format!("{protocol:?}")
+        },
         clients,
         routes,
         changes,

@@ -140,9 +140,16 @@ fn main() -> anyhow::Result<()> {
     }
     if args.runs(Section::Fanout) {
         for &routes in &args.fanout_routes {
-            for protocol in [Protocol::Sotw, Protocol::Delta] {
+            // SotW Envoys always take route configurations whole; delta Envoys take them
+            // in parts by default (VHDS), whole with `--virtual-host-discovery=false`.
+            for (protocol, in_parts) in [
+                (Protocol::Sotw, false),
+                (Protocol::Delta, false),
+                (Protocol::Delta, true),
+            ] {
                 results.fanout.push(runtime.block_on(fanout::measure_fanout(
                     protocol,
+                    in_parts,
                     args.fanout_clients,
                     routes,
                     args.fanout_changes,

@@ -451,25 +451,15 @@ impl Session {
         let Some(acked) = ts.acked.as_ref() else {
             return wanted;
         };
-        // One look per namespace held, not per virtual host: a namespace's names are
-        // contiguous in the map's order (ids have no '/'), so the walk jumps past each.
-        let mut from = String::new();
-        while let Some((name, _)) = acked
-            .range::<_, String>((Bound::Excluded(from.clone()), Bound::Unbounded))
-            .next()
-        {
-            let namespace = vhds::namespace(name).to_owned();
-            let first = format!("{namespace}/");
+        for namespace in namespaces_of(acked) {
             if retired(&namespace) {
                 for (name, entry) in acked
-                    .range::<_, String>(first.clone()..)
+                    .range::<_, String>(format!("{namespace}/")..)
                     .take_while(|(name, _)| vhds::namespace(name) == namespace)
                 {
                     wanted.insert(name.clone(), entry.clone());
                 }
             }
-            // Past this namespace, and never back (a name without '/' has none).
-            from = format!("{first}{}", char::MAX).max(name.clone());
         }
         wanted
     }
@@ -649,9 +639,10 @@ fn whole_route_configs(desired: &Snapshot, virtual_hosts: &Entries) -> Vec<Arc<R
 /// The entries whose namespace is among `namespaces`: Envoy subscribes to virtual hosts
 /// by their route configuration's namespace (see [`vhds`]). Usually every one.
 fn in_namespaces(namespaces: &Names, entries: &Entries) -> Entries {
-    if entries
-        .keys()
-        .all(|name| namespaces.contains(vhds::namespace(name)))
+    // Runs on every message: one look per namespace, not per virtual host.
+    if namespaces_of(entries)
+        .iter()
+        .all(|namespace| namespaces.contains(namespace))
     {
         return entries.clone();
     }
@@ -660,6 +651,25 @@ fn in_namespaces(namespaces: &Names, entries: &Entries) -> Entries {
         .filter(|(name, _)| namespaces.contains(vhds::namespace(name)))
         .map(|(name, entry)| (name.clone(), entry.clone()))
         .collect()
+}
+
+/// The namespaces of the VirtualHost names of `entries`, in order, found with one look
+/// each: a namespace's names are contiguous in the map's order (ids have no '/', and no
+/// namespace is another's followed by '/': route configurations are named after Gateway
+/// listeners, whose namespaces have no '+').
+fn namespaces_of(entries: &Entries) -> Vec<String> {
+    let mut namespaces = Vec::new();
+    let mut from = String::new();
+    while let Some((name, _)) = entries
+        .range::<_, String>((Bound::Excluded(from.clone()), Bound::Unbounded))
+        .next()
+    {
+        let namespace = vhds::namespace(name);
+        // Past this namespace, and never back (a name without '/' has none).
+        from = format!("{namespace}/{}", char::MAX).max(name.clone());
+        namespaces.push(namespace.to_owned());
+    }
+    namespaces
 }
 
 /// The names of `entries` that are not in `names`. One ordered walk of both: Envoy
@@ -707,5 +717,46 @@ mod tests {
         assert_eq!(missing(&["d"]), ["b"]);
         assert_eq!(missing(&[]), ["b", "d"]);
         assert!(unsubscribed(&names(&[]), &Entries::new()).is_empty());
+    }
+
+    #[test]
+    fn virtual_hosts_are_kept_by_namespace() {
+        let entries: Entries = [
+            "gw%2Fweb+vhds/b",
+            "switchyard+vhds/a",
+            "switchyard+vhds/b%2Fc",
+            "switchyard+vhds/z",
+            "zz+vhds/a",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), Arc::new(res(VIRTUAL_HOST, n, "v"))))
+        .collect();
+        assert_eq!(
+            namespaces_of(&entries),
+            ["gw%2Fweb+vhds", "switchyard+vhds", "zz+vhds"]
+        );
+        assert!(namespaces_of(&Entries::new()).is_empty());
+
+        let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Names>();
+        let kept = |ns: &[&str]| -> Vec<String> {
+            in_namespaces(&names(ns), &entries)
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            kept(&["gw%2Fweb+vhds", "switchyard+vhds", "zz+vhds"]).len(),
+            5
+        );
+        assert_eq!(kept(&["zz+vhds", "other+vhds"]), ["zz+vhds/a"]);
+        assert_eq!(
+            kept(&["switchyard+vhds"]),
+            [
+                "switchyard+vhds/a",
+                "switchyard+vhds/b%2Fc",
+                "switchyard+vhds/z"
+            ]
+        );
+        assert!(kept(&[]).is_empty());
     }
 }

@@ -655,8 +655,8 @@ fn in_namespaces(namespaces: &Names, entries: &Entries) -> Entries {
 
 /// The namespaces of the VirtualHost names of `entries`, in order, found with one look
 /// each: a namespace's names are contiguous in the map's order (ids have no '/', and no
-/// namespace is another's followed by '/': route configurations are named after Gateway
-/// listeners, whose namespaces have no '+').
+/// namespace starts with another's followed by '/': route configurations are "switchyard"
+/// or named after Gateway listeners, and Kubernetes names have no '+').
 fn namespaces_of(entries: &Entries) -> Vec<String> {
     let mut namespaces = Vec::new();
     let mut from = String::new();

@@ -10,6 +10,7 @@ pub mod k8s;
 pub mod offline;
 pub mod prober;
 pub mod proxy_status;
+pub mod rollout;
 pub mod serving;
 pub mod standalone;
 pub mod xds_tls;

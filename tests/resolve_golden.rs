@@ -6,7 +6,8 @@
 use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 use switchyard::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute};
-use switchyard::k8s::resolve::{proxy_config_spec, resolve_route};
+use switchyard::k8s::resolve::resolve_route;
+use switchyard::rollout::proxy_config_spec;
 use switchyard_e2e::golden;
 
 const STAGE: &str = "resolve";

@@ -242,3 +242,90 @@ async fn every_step_of_a_rollout_is_timed() {
         );
     }
 }
+
+/// The rollout engine writes and deletes a unit's ProxyConfigs only as it read them, for
+/// every front-end: a write or delete decided on a stale read (another writer got there
+/// first, or the store lagged) is refused by the API server, and the retry reads afresh.
+#[tokio::test]
+async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
+    use std::sync::Arc;
+
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::watcher;
+    use switchyard::api::{ProxyConfig, ProxyConfigSpec};
+    use switchyard::k8s::index::Watched;
+    use switchyard::rollout::{ProxyConfigs, UnitRef};
+    use switchyard_e2e::kube::{KubeApi, create_namespace, delete_namespace, unique_name};
+
+    let api = KubeApi::shared().await;
+    api.install_crds().await;
+    let client = api.client().await;
+    let ns = unique_name("engine");
+    create_namespace(&client, &ns).await;
+    let changes = Arc::new(tokio::sync::watch::channel(0).0);
+    let store = Watched::start(
+        vec![Api::<ProxyConfig>::namespaced(client.clone(), &ns)],
+        watcher::Config::default(),
+        &changes,
+    );
+    assert!(store.ready().await, "the ProxyConfig watch lists");
+    let engine = ProxyConfigs::new(client.clone(), store);
+    let spec = |version: &str| -> ProxyConfigSpec {
+        serde_json::from_value(serde_json::json!({
+            "role": "probe", "route": "web", "generation": 1, "version": version,
+            "clusters": [],
+        }))
+        .expect("a ProxyConfig spec")
+    };
+    let unit = UnitRef {
+        namespace: &ns,
+        name: "web",
+        owner: Default::default(),
+    };
+    let apply = |version: &'static str, current: Option<ProxyConfig>| {
+        let (engine, unit) = (&engine, &unit);
+        async move {
+            let current = current.as_ref();
+            (engine.apply(unit, "web-probe", spec(version), None, current)).await
+        }
+    };
+
+    let first = apply("p1", None).await.expect("created");
+    // Another writer moves it on.
+    Api::<ProxyConfig>::namespaced(client.clone(), &ns)
+        .patch(
+            "web-probe",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "version": "theirs" } })),
+        )
+        .await
+        .expect("another writer's patch");
+
+    // What was decided on the first read is refused: a write, and a delete.
+    let stale = apply("p2", Some(first.clone())).await;
+    assert!(
+        stale.as_ref().is_err_and(|e| e.is_conflict()),
+        "a stale write: {stale:?}"
+    );
+    let stale = engine.delete(&ns, "web-probe", Some(&first)).await;
+    assert!(
+        stale.as_ref().is_err_and(|e| e.is_conflict()),
+        "a stale delete: {stale:?}"
+    );
+
+    // The retry reads afresh (from the API server: the store's copy is no longer known to
+    // be current) and its write holds.
+    let fresh = engine.read(&ns, "web-probe").await.expect("read");
+    let fresh = fresh.expect("still there");
+    assert_eq!(fresh.spec.version, "theirs");
+    let written = apply("p2", Some(fresh)).await.expect("the retried write");
+    assert_eq!(written.spec.version, "p2");
+    engine
+        .delete(&ns, "web-probe", Some(&written))
+        .await
+        .expect("a delete as read");
+    let gone = engine.read(&ns, "web-probe").await.expect("read");
+    assert!(gone.is_none(), "deleted: {gone:?}");
+    delete_namespace(&client, &ns).await;
+}

@@ -28,7 +28,7 @@ use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
 use super::rollout::{Outcome, Rollout, UnitState};
-use super::service::{self, GatewayKey, Wanted};
+use super::service::{self, GATEWAY_LABEL, GatewayKey, Wanted};
 use super::translate::{
     Cond, GROUP, GatewayOutcome, Inputs, KnownSecret, ParentOutcome, Translation, translate,
 };
@@ -37,9 +37,9 @@ use crate::api::ProxyConfig;
 use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watched;
-use crate::k8s::rollout::{GATEWAY_LABEL, fleet_addresses};
 use crate::k8s::to_model::SERVICE_NAME_LABEL;
 use crate::prober::Prober;
+use crate::rollout::fleet_addresses;
 
 /// How long changes gather before the next translation: a burst of events (a `kubectl
 /// apply` of many objects) costs one pass.
@@ -135,6 +135,7 @@ pub async fn run(client: Client, settings: Settings) {
     let controller = service::controller_label(&settings.controller_name);
     let mut rollout = Rollout::new(
         client.clone(),
+        stores.proxy_configs.clone(),
         settings.prober.clone(),
         controller,
         settings.two_phase,
@@ -192,11 +193,8 @@ async fn pass(
     );
     let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
-    let proxy_configs = owned(&stores.proxy_configs);
     let envoys = fleet_addresses(&stores.fleet.state(), settings.address_map);
-    let outcome = rollout
-        .pass(&units, &gateways, &proxy_configs, &envoys)
-        .await;
+    let outcome = rollout.pass(&units, &gateways, &envoys).await;
     let written = Written {
         classes: &classes,
         gateways: &gateways,

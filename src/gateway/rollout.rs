@@ -1,5 +1,5 @@
 //! Each unit of a Gateway ([`super::unit`]) moved through the two-phase rollout by the
-//! TrafficRoute's own decision ([`shift::next_step`]): its probe ProxyConfig staged, every
+//! engine's decision ([`next_step`]): its probe ProxyConfig staged, every
 //! Envoy asked whether the new clusters are ready and the routes on trial accepted, its
 //! live ProxyConfig promoted, every Envoy asked whether it serves it, then the probe
 //! collected after the drain period. The ProxyConfigs live in the Gateway's namespace,
@@ -8,28 +8,31 @@
 //! A pass asks the fleet once per step and does not wait in between: a unit that waits
 //! says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
 //! derived from the ProxyConfigs the API server holds, so a new leader goes on where the
-//! old one was; promotion only follows a verification of the same pass (I3).
+//! old one was; promotion only follows a verification of the same pass (I3). They are
+//! read, written and deleted through the engine ([`ProxyConfigs`]): every write and delete
+//! holds only if the object is still as read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::api::gateways::Gateway;
-use super::service::{CONTROLLER_LABEL, GatewayKey};
+use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::{ProxyConfig, ProxyConfigSpec};
-use crate::k8s::resolve::{RouteError, live_name, probe_name};
-use crate::k8s::rollout::shift::{Observed, Step, Verified, next_step};
-use crate::k8s::rollout::{DEFAULT_DRAIN, FIELD_MANAGER, GATEWAY_LABEL, PROMOTED_AT, promoted_ago};
+use crate::k8s::index::Watched;
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
+use crate::rollout::fleet::passed;
+use crate::rollout::proxy_configs::Error;
+use crate::rollout::shift::{Observed, Step, Verified, next_step};
+use crate::rollout::{
+    DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, live_name, probe_name,
+    promoted_ago, promotion_time,
+};
 use switchyard_core::route::lower::{endpoint_probe_id, route_id};
-
-/// The label naming the unit a ProxyConfig belongs to (as for a TrafficRoute's).
-const ROUTE_LABEL: &str = "switchyard.dev/route";
 
 /// Steps one pass takes for one unit at most.
 const MAX_STEPS: usize = 8;
@@ -82,7 +85,7 @@ impl Outcome {
 }
 
 pub struct Rollout {
-    client: Client,
+    proxy_configs: ProxyConfigs,
     prober: Prober,
     /// The controller's label value on what it writes.
     controller: String,
@@ -94,9 +97,16 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    pub fn new(client: Client, prober: Prober, controller: String, two_phase: bool) -> Self {
+    /// `store`: a watch of (at least) the Gateways' ProxyConfigs.
+    pub fn new(
+        client: Client,
+        store: Watched<ProxyConfig>,
+        prober: Prober,
+        controller: String,
+        two_phase: bool,
+    ) -> Self {
         Self {
-            client,
+            proxy_configs: ProxyConfigs::new(client, store),
             prober,
             controller,
             two_phase,
@@ -110,15 +120,9 @@ impl Rollout {
         &mut self,
         units: &[Unit],
         gateways: &[Gateway],
-        proxy_configs: &[ProxyConfig],
         envoys: &[String],
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        let held: HashMap<(String, String), &ProxyConfig> = proxy_configs
-            .iter()
-            .filter(|pc| self.is_ours(pc))
-            .map(|pc| ((pc.namespace().unwrap_or_default(), pc.name_any()), pc))
-            .collect();
         for unit in units {
             let Some(gateway) = gateways.iter().find(|g| {
                 g.metadata.namespace.as_deref() == Some(unit.gateway.0.as_str())
@@ -127,13 +131,10 @@ impl Rollout {
                 continue;
             };
             let ns = unit.gateway.0.clone();
-            let live = held
-                .get(&(ns.clone(), live_name(&unit.name)))
-                .map(|pc| (*pc).clone());
-            let probe = held
-                .get(&(ns.clone(), probe_name(&unit.name)))
-                .map(|pc| (*pc).clone());
-            let (state, wake) = self.advance(unit, gateway, live, probe, envoys).await;
+            let (state, wake) = match self.read(unit).await {
+                Ok((live, probe)) => self.advance(unit, gateway, live, probe, envoys).await,
+                Err(error) => retried(&error),
+            };
             let key = (ns, unit.name.clone());
             let wake = match &state {
                 UnitState::Waiting(_) => Some(wake.unwrap_or_else(|| self.backoff(&key))),
@@ -147,8 +148,19 @@ impl Rollout {
                 .states
                 .insert((unit.gateway.clone(), unit.name.clone()), state);
         }
-        self.collect_gone(units, proxy_configs).await;
+        self.collect_gone(units).await;
         outcome
+    }
+
+    /// A unit's live and probe ProxyConfigs, as the API server holds them.
+    async fn read(&self, unit: &Unit) -> Result<(Option<ProxyConfig>, Option<ProxyConfig>), Error> {
+        let namespace = unit.gateway.0.as_str();
+        let (live_name, probe_name) = (live_name(&unit.name), probe_name(&unit.name));
+        let (live, probe) = tokio::join!(
+            self.proxy_configs.read(namespace, &live_name),
+            self.proxy_configs.read(namespace, &probe_name),
+        );
+        Ok((live?, probe?))
     }
 
     fn is_ours(&self, pc: &ProxyConfig) -> bool {
@@ -189,12 +201,13 @@ impl Rollout {
             match next_step(&observed, &verified) {
                 Step::Reject(error) => return (UnitState::Failed(error.to_string()), None),
                 Step::Stage(spec) => {
+                    let name = probe_name(&unit.name);
                     match self
-                        .write(unit, gateway, probe_name(&unit.name), spec, None)
+                        .write(unit, gateway, &name, spec, None, probe.as_ref())
                         .await
                     {
                         Ok(pc) => probe = Some(pc),
-                        Err(state) => return (state, None),
+                        Err(error) => return retried(&error),
                     }
                 }
                 Step::VerifyEndpoints { probe_version } => {
@@ -212,14 +225,15 @@ impl Rollout {
                 }
                 Step::Promote(spec) => {
                     let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
-                    let promoted_at = match (&live, first) {
-                        (Some(l), false) => l.annotations().get(PROMOTED_AT).cloned(),
-                        _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
-                    };
+                    let promoted_at = promotion_time(live.as_ref(), &spec.version);
                     let name = live_name(&unit.name);
-                    match self.write(unit, gateway, name, spec, promoted_at).await {
+                    let current = live.as_ref();
+                    match self
+                        .write(unit, gateway, &name, spec, promoted_at, current)
+                        .await
+                    {
                         Ok(pc) => live = Some(pc),
-                        Err(state) => return (state, None),
+                        Err(error) => return retried(&error),
                     }
                     if first {
                         info!(gateway = %format!("{}/{}", unit.gateway.0, unit.gateway.1), unit = %unit.name, "promoted");
@@ -255,8 +269,10 @@ impl Rollout {
                     if !after.is_zero() {
                         return (UnitState::Served, Some(after));
                     }
-                    if let Err(state) = self.delete(namespace, &probe_name(&unit.name)).await {
-                        return (state, None);
+                    let name = probe_name(&unit.name);
+                    let deleted = self.proxy_configs.delete(namespace, &name, probe.as_ref());
+                    if let Err(error) = deleted.await {
+                        return retried(&error);
                     }
                     probe = None;
                 }
@@ -269,50 +285,47 @@ impl Rollout {
         )
     }
 
-    /// Server-side applies one of a unit's ProxyConfigs, owned by its Gateway.
+    /// Applies one of a unit's ProxyConfigs, owned by its Gateway, conditional on
+    /// `current` (the object as this pass read or wrote it).
     async fn write(
         &self,
         unit: &Unit,
         gateway: &Gateway,
-        name: String,
+        name: &str,
         spec: ProxyConfigSpec,
         promoted_at: Option<String>,
-    ) -> Result<ProxyConfig, UnitState> {
-        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), &unit.gateway.0);
-        let mut pc = ProxyConfig::new(&name, spec);
-        pc.metadata.owner_references = gateway.controller_owner_ref(&()).map(|o| vec![o]);
-        pc.metadata.labels = Some(
-            [
-                (ROUTE_LABEL.to_owned(), unit.name.clone()),
-                (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
-                (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
-            ]
-            .into(),
-        );
-        pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_owned(), at)].into());
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&name, &params, &Patch::Apply(&pc))
+        current: Option<&ProxyConfig>,
+    ) -> Result<ProxyConfig, Error> {
+        let unit = UnitRef {
+            namespace: &unit.gateway.0,
+            name: &unit.name,
+            owner: Owner {
+                reference: gateway.controller_owner_ref(&()),
+                labels: [
+                    (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
+                    (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
+                ]
+                .into(),
+            },
+        };
+        (self.proxy_configs)
+            .apply(&unit, name, spec, promoted_at, current)
             .await
-            .map_err(|error| written(&name, &error))
-    }
-
-    async fn delete(&self, namespace: &str, name: &str) -> Result<(), UnitState> {
-        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(error) => Err(written(name, &error)),
-        }
     }
 
     /// Deletes the ProxyConfigs of this controller whose unit is gone (its Gateway, port
     /// or hostname): what they served is no longer asked for.
-    async fn collect_gone(&mut self, units: &[Unit], proxy_configs: &[ProxyConfig]) {
+    async fn collect_gone(&mut self, units: &[Unit]) {
         let wanted: BTreeSet<(&str, &str)> = units
             .iter()
             .map(|u| (u.gateway.0.as_str(), u.name.as_str()))
             .collect();
-        let ours: Vec<&ProxyConfig> = proxy_configs.iter().filter(|pc| self.is_ours(pc)).collect();
+        let held = self.proxy_configs.store().state();
+        let ours: Vec<&ProxyConfig> = held
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|pc| self.is_ours(pc))
+            .collect();
         for pc in ours {
             let namespace = pc.namespace().unwrap_or_default();
             let unit = pc.labels().get(ROUTE_LABEL).cloned().unwrap_or_default();
@@ -323,21 +336,20 @@ impl Rollout {
             }
             self.served.remove(&(namespace.clone(), unit.clone()));
             let name = pc.name_any();
-            match self.delete(&namespace, &name).await {
+            // Only as this replica saw it: one rewritten since is the next pass's business.
+            let deleted = self.proxy_configs.delete(&namespace, &name, Some(pc)).await;
+            self.proxy_configs
+                .forget(&(namespace.clone(), name.clone()));
+            match deleted {
                 Ok(()) => {
                     debug!(%namespace, proxy_config = %name, "unit gone: ProxyConfig deleted")
                 }
-                Err(state) => {
-                    warn!(%namespace, proxy_config = %name, ?state, "cannot delete a ProxyConfig of a unit gone")
+                Err(error) => {
+                    warn!(%namespace, proxy_config = %name, %error, "cannot delete a ProxyConfig of a unit gone")
                 }
             }
         }
     }
-}
-
-/// Every Envoy passed, or there is none to ask.
-fn passed(result: &FleetResult, envoys: &[String]) -> bool {
-    result.all_ready() || envoys.is_empty()
 }
 
 /// Why a unit waits, naming the Envoys that hold it back (the first few).
@@ -362,18 +374,19 @@ fn lagging(why: &str, result: &FleetResult) -> String {
     )
 }
 
-/// A write that failed: refused for good (4xx but conflicts and throttling), or to retry.
-fn written(name: &str, error: &kube::Error) -> UnitState {
-    match error {
-        kube::Error::Api(s) if matches!(s.code, 400 | 413 | 422) => UnitState::Failed(format!(
-            "the API server refuses its ProxyConfig {name}: {}",
-            s.message
-        )),
-        kube::Error::Api(s) => {
-            UnitState::Waiting(format!("writing ProxyConfig {name} failed: {}", s.message))
-        }
-        _ => UnitState::Waiting(format!("writing ProxyConfig {name} failed: {error}")),
+/// A read or write that failed: refused for good (the API server finds the ProxyConfig
+/// invalid), or to retry as soon as its kind of error allows (a conflict: at once, with a
+/// fresh read).
+fn retried(error: &Error) -> (UnitState, Option<Duration>) {
+    if let Some((name, message)) = error.refusal() {
+        let refused = RouteError::WriteRefused {
+            name: name.to_owned(),
+            message: message.to_owned(),
+        };
+        return (UnitState::Failed(refused.to_string()), None);
     }
+    let (_, after) = error.policy();
+    (UnitState::Waiting(error.to_string()), Some(after))
 }
 
 fn min(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {

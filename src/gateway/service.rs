@@ -18,6 +18,8 @@ use crate::hash;
 /// (a digest of its controllerName, which a label value cannot hold).
 pub const GATEWAY_NAMESPACE_LABEL: &str = "switchyard.dev/gateway-namespace";
 pub const GATEWAY_NAME_LABEL: &str = "switchyard.dev/gateway-name";
+/// The label of the ProxyConfigs of a Gateway's units: the Gateway's name.
+pub const GATEWAY_LABEL: &str = "switchyard.dev/gateway";
 pub const CONTROLLER_LABEL: &str = "switchyard.dev/gateway-controller";
 
 /// The value of [`CONTROLLER_LABEL`] for `controller_name`.

@@ -11,7 +11,7 @@ pub mod builder;
 pub mod departed;
 pub mod envoys;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod fleet_drain;
 pub mod fleet_report;
 pub mod index;
@@ -21,6 +21,7 @@ pub mod rate_limit;
 pub mod rbac;
 pub mod resolve;
 pub mod rollout;
+pub mod services;
 pub mod status;
 pub mod tls_secrets;
 pub mod to_model;

@@ -6,49 +6,15 @@
 //! [`ResolvedRoute`] and version, whatever the order of the Services. Nothing here writes
 //! anything (I7).
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
-
-use k8s_openapi::api::core::v1::{Service, ServicePort};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Service;
 
 use crate::api::ProxyConfig;
-use crate::api::proxy_config::{ProxyConfigRole, ProxyConfigSpec, ResolvedCluster};
-use crate::api::traffic_route::{Backend, TrafficRoute};
-use crate::hash;
+use crate::api::proxy_config::ProxyConfigRole;
+use crate::api::traffic_route::TrafficRoute;
+use crate::k8s::services::ServiceIndex;
+use crate::rollout::{RouteError, live_name, proxy_config_spec};
 use switchyard_core::route::check::{self, SpecError};
-pub use switchyard_core::route::resolve::sorted_unique;
-pub use switchyard_core::route::{ResolveError, ResolvedRoute, ServiceLookup};
-
-/// Why a TrafficRoute is not served. [`RouteError::reason`] is the Kubernetes condition
-/// reason; the Display form is the condition message.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum RouteError {
-    /// Its spec, or a Service it names, does not resolve.
-    #[error(transparent)]
-    Resolve(#[from] ResolveError),
-    /// Another route already serves one of the hosts; the route that was there first keeps it.
-    #[error("host {host:?} is already served by route {route}")]
-    HostConflict { host: String, route: String },
-    /// Envoy would refuse what the spec asks for (the translator says why).
-    #[error("cannot be served: {message}")]
-    Rejected { message: String },
-    /// The API server refuses the route's ProxyConfig as invalid (it would refuse it again).
-    #[error("the API server refuses its ProxyConfig {name}: {message}")]
-    WriteRefused { name: String, message: String },
-}
-
-impl RouteError {
-    /// Short CamelCase reason, for the `Ready`/`Accepted` conditions.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Resolve(e) => e.reason(),
-            Self::HostConflict { .. } => "HostConflict",
-            Self::Rejected { .. } => "Rejected",
-            Self::WriteRefused { .. } => "WriteRefused",
-        }
-    }
-}
+pub use switchyard_core::route::{ResolveError, ResolvedRoute};
 
 /// Resolves a TrafficRoute's spec against `services`, the Services of its namespace (any
 /// Service of another namespace is ignored). The spec is checked in full before any
@@ -75,66 +41,6 @@ pub fn resolve_route(
     )?)
 }
 
-/// The spec of one of a route's two ProxyConfigs.
-///
-/// - `Live`: the routes (`virtual_host`) and the clusters they reference; `version` is
-///   `resolved.version`; `created` is the route's creation time. `live_clusters` is not
-///   used.
-/// - `Probe`: the routes on trial, and the clusters that must be on every Envoy: those of
-///   `resolved` and `live_clusters` (the clusters live now, so that nothing live is
-///   dropped), sorted and deduplicated. The live ones are `kept_clusters`: the probe
-///   proves only that they exist, and ready endpoints for the others only. `version` is a
-///   digest of both lists and the trial.
-pub fn proxy_config_spec(
-    route_name: &str,
-    generation: i64,
-    role: ProxyConfigRole,
-    resolved: &ResolvedRoute,
-    live_clusters: &[ResolvedCluster],
-    created: Option<&Time>,
-) -> ProxyConfigSpec {
-    let (clusters, kept_clusters, version) = match role {
-        ProxyConfigRole::Live => (
-            sorted_unique(resolved.clusters.iter().cloned()),
-            Vec::new(),
-            resolved.version.clone(),
-        ),
-        ProxyConfigRole::Probe => {
-            let clusters = sorted_unique(resolved.clusters.iter().chain(live_clusters).cloned());
-            let kept = sorted_unique(live_clusters.iter().cloned());
-            let version = hash::digest_of(&(&clusters, &kept, &resolved.virtual_host));
-            (clusters, kept, version)
-        }
-    };
-    ProxyConfigSpec {
-        route_created: match role {
-            ProxyConfigRole::Live => created.cloned(),
-            ProxyConfigRole::Probe => None,
-        },
-        role,
-        route: route_name.to_owned(),
-        generation,
-        version,
-        virtual_host: Some(resolved.virtual_host.clone()),
-        clusters,
-        kept_clusters,
-        listener: match role {
-            ProxyConfigRole::Live => resolved.listener.clone(),
-            ProxyConfigRole::Probe => None,
-        },
-    }
-}
-
-/// The name of a route's live ProxyConfig.
-pub fn live_name(route: &str) -> String {
-    format!("{route}-live")
-}
-
-/// The name of a route's probe ProxyConfig.
-pub fn probe_name(route: &str) -> String {
-    format!("{route}-probe")
-}
-
 /// The live ProxyConfig a route has once its current generation is rolled out (name,
 /// namespace and spec; the rollout adds its owner and labels when it writes it).
 pub fn live_proxy_config(route: &TrafficRoute, resolved: &ResolvedRoute) -> ProxyConfig {
@@ -152,155 +58,20 @@ pub fn live_proxy_config(route: &TrafficRoute, resolved: &ResolvedRoute) -> Prox
     pc
 }
 
-// ---------------------------------------------------------------------------------------
-// The Services of a namespace, as the core's lookup.
-
-/// The cluster of the Service port `backend` names among `services` of `namespace`: what
-/// a TrafficRoute's backend resolves to, for other front-ends (Gateway API backendRefs).
-pub fn service_cluster(
-    namespace: &str,
-    services: &[&Service],
-    backend: &Backend,
-) -> Result<ResolvedCluster, ResolveError> {
-    ServiceIndex::new(Some(namespace), services).cluster(backend)
-}
-
-/// The Services of the route's namespace, by name.
-struct ServiceIndex<'a> {
-    by_name: BTreeMap<&'a str, &'a Service>,
-}
-
-impl<'a> ServiceIndex<'a> {
-    fn new(namespace: Option<&str>, services: &[&'a Service]) -> Self {
-        let mut by_name: BTreeMap<&'a str, &'a Service> = BTreeMap::new();
-        for &service in services {
-            let Some(name) = service.metadata.name.as_deref() else {
-                continue;
-            };
-            if let (Some(want), Some(have)) = (namespace, service.metadata.namespace.as_deref())
-                && want != have
-            {
-                continue;
-            }
-            match by_name.entry(name) {
-                Entry::Vacant(e) => {
-                    e.insert(service);
-                }
-                // Two objects of one name (a stale cache): keep one, whatever their order.
-                Entry::Occupied(mut e) => {
-                    if tie_key(service) > tie_key(e.get()) {
-                        e.insert(service);
-                    }
-                }
-            }
-        }
-        Self { by_name }
-    }
-}
-
-fn tie_key(service: &Service) -> (Option<&str>, Option<&str>) {
-    (
-        service.metadata.uid.as_deref(),
-        service.metadata.resource_version.as_deref(),
-    )
-}
-
-impl ServiceLookup for ServiceIndex<'_> {
-    fn cluster(&self, backend: &Backend) -> Result<ResolvedCluster, ResolveError> {
-        let name = &backend.service;
-        let service =
-            self.by_name
-                .get(name.as_str())
-                .ok_or_else(|| ResolveError::ServiceNotFound {
-                    service: name.clone(),
-                })?;
-        let unsupported = |message: String| ResolveError::UnsupportedBackend {
-            service: name.clone(),
-            message,
-        };
-        let spec = service.spec.as_ref();
-        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
-            return Err(unsupported(
-                "an ExternalName Service has no endpoints to route to".to_owned(),
-            ));
-        }
-        let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
-        let not_found = |port: String| ResolveError::PortNotFound {
-            service: name.clone(),
-            port,
-        };
-        let port = match (backend.port, &backend.port_name) {
-            (Some(number), None) => {
-                // A number may appear twice, once per protocol (53/TCP and 53/UDP).
-                let mut same_number = ports.iter().filter(|p| p.port == number).peekable();
-                let first = same_number
-                    .peek()
-                    .copied()
-                    .ok_or_else(|| not_found(number.to_string()))?;
-                match same_number.find(|p| is_tcp(p)) {
-                    Some(p) => p,
-                    None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
-                }
-            }
-            (None, Some(port_name)) => {
-                let p = ports
-                    .iter()
-                    .find(|p| p.name.as_deref() == Some(port_name.as_str()))
-                    .ok_or_else(|| not_found(port_name.clone()))?;
-                if !is_tcp(p) {
-                    return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
-                }
-                p
-            }
-            // The spec's check refused every other combination before.
-            _ => {
-                return Err(unsupported("give exactly one of port, portName".to_owned()));
-            }
-        };
-        Ok(ResolvedCluster {
-            namespace: None,
-            service: name.clone(),
-            port: port.port,
-            port_name: port.name.clone().unwrap_or_default(),
-            http2: is_http2(port.app_protocol.as_deref()),
-            ..ResolvedCluster::default()
-        })
-    }
-}
-
-fn is_tcp(port: &ServicePort) -> bool {
-    port.protocol.as_deref().is_none_or(|p| p == "TCP")
-}
-
-fn not_tcp(what: &str, port: &ServicePort) -> String {
-    format!(
-        "{what} is {}; HTTP needs a TCP port",
-        port.protocol.as_deref().unwrap_or("TCP")
-    )
-}
-
-/// Upstream HTTP/2 without TLS: appProtocol `h2c`, `kubernetes.io/h2c` or `grpc`.
-fn is_http2(app_protocol: Option<&str>) -> bool {
-    app_protocol.is_some_and(|p| {
-        ["h2c", "kubernetes.io/h2c", "grpc"]
-            .iter()
-            .any(|known| p.eq_ignore_ascii_case(known))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::ServiceSpec;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use kube::api::ObjectMeta;
 
     use super::*;
-    use crate::api::proxy_config::{ResolvedBackend, ResolvedTls};
+    use crate::api::proxy_config::{ResolvedBackend, ResolvedCluster, ResolvedTls};
     use crate::api::traffic_route::{
-        HeaderEdits, HeaderMatch, Retries, RolloutSettings, RouteRule, RouteSpec, RouteTls,
-        RuleMatch, TrafficRouteSpec,
+        Backend, HeaderEdits, HeaderMatch, Retries, RolloutSettings, RouteRule, RouteSpec,
+        RouteTls, RuleMatch, TrafficRouteSpec,
     };
+    use crate::hash;
 
     const NS: &str = "shop";
 

@@ -22,7 +22,7 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesSessionPersistenceCookieConfigLifetimeType as LifetimeType,
     HttpRouteRulesSessionPersistenceType as SessionType, HttpRouteUseDefaultGateways,
 };
-use crate::k8s::resolve::service_cluster;
+use crate::k8s::services::service_cluster;
 use switchyard_core::route::resolve::cluster_policy;
 use switchyard_core::route::spec::{
     Affinity, AffinityCookie, Backend, Cors, HeaderEdits, HeaderMatch, LoadBalancer,

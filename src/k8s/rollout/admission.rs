@@ -8,11 +8,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::routes::object_ref;
-use super::{Context, is_gateways};
+use super::{Context, is_others};
 use crate::api::ProxyConfigRole;
 use crate::api::TrafficRoute;
-use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, resolve_route};
+use crate::k8s::resolve::{ResolvedRoute, resolve_route};
 use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret};
+use crate::rollout::{RouteError, live_name};
 use crate::translate::translate;
 use switchyard_core::route::lower;
 
@@ -55,10 +56,11 @@ pub(super) fn older_claimant(
     // Whether the route's live config serves the host now.
     let serves = |ns: &str, route: &str, host: &str| {
         ctx.proxy_configs
+            .store()
             .get(&(ns.to_owned(), live_name(route)))
             .is_some_and(|pc| {
                 pc.spec.role == ProxyConfigRole::Live
-                    && !is_gateways(&pc)
+                    && !is_others(&pc)
                     && pc.spec.route == route
                     && pc
                         .spec

@@ -11,17 +11,11 @@
 //! - `routes`: the routes by host and by Service, for those triggers and admission.
 
 mod admission;
-mod clock;
-mod known;
 mod reconcile;
 mod report;
 mod routes;
-pub mod shift;
 mod triggers;
 mod verify;
-
-pub(crate) use reconcile::promoted_ago;
-pub use verify::fleet_addresses;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,6 +41,9 @@ use super::to_model::SERVICE_NAME_LABEL;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
+use crate::rollout::ProxyConfigs;
+use crate::rollout::clock::RolloutClock;
+use crate::rollout::proxy_configs::Error;
 use crate::translate::Problem;
 use reconcile::reconcile;
 use routes::{RouteIndex, object_ref};
@@ -55,18 +52,13 @@ use triggers::{
     wake_waiting,
 };
 
-pub const FIELD_MANAGER: &str = "switchyard";
-
-pub(crate) const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
-
-pub(crate) const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
-
-/// The label of the ProxyConfigs of a Gateway's virtual hosts: the Gateway's name. They
-/// are the Gateway controller's, never a TrafficRoute's.
-pub const GATEWAY_LABEL: &str = "switchyard.dev/gateway";
-
-pub(super) fn is_gateways(pc: &ProxyConfig) -> bool {
-    pc.labels().contains_key(GATEWAY_LABEL)
+/// Whether `pc` belongs to another front-end's unit: owned (as its controller) by an
+/// object that is not a TrafficRoute. Those are their own front-end's to roll out, claim
+/// hosts with and collect.
+pub(super) fn is_others(pc: &ProxyConfig) -> bool {
+    pc.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind != "TrafficRoute")
 }
 
 /// The Ready reason (and Event reason) while an Envoy rejects the route's configuration.
@@ -112,9 +104,9 @@ pub struct Settings {
 }
 
 pub(super) struct Context {
-    pub(super) client: Client,
-    /// Every ProxyConfig, to keep a route from taking a host another route serves.
-    pub(super) proxy_configs: Watched<ProxyConfig>,
+    /// Every ProxyConfig (to keep a route from taking a host another route serves), read
+    /// and written through the engine.
+    pub(super) proxy_configs: ProxyConfigs,
     pub(super) settings: Settings,
     pub(super) status: StatusWriter,
     pub(super) services: Watched<Service>,
@@ -127,21 +119,11 @@ pub(super) struct Context {
     pub(super) routes: Store<TrafficRoute>,
     /// The same routes by host and by Service.
     pub(super) route_index: Arc<RouteIndex>,
-    /// The ProxyConfigs as the API server last answered for them.
-    pub(super) known: known::Known,
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
     /// When each route's rollout took its last step, for the step histogram.
-    pub(super) clock: clock::RolloutClock,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("writing ProxyConfig {name}: {source}")]
-    Write { name: String, source: kube::Error },
-    #[error("reading ProxyConfigs of {route}: {source}")]
-    Read { route: String, source: kube::Error },
+    pub(super) clock: RolloutClock,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -192,9 +174,8 @@ pub async fn run(client: Client, settings: Settings) {
     let (converged_tx, converged) = watch::channel(None);
     let tracker = track_convergence(settings.envoys.clone(), converged_tx);
     let context = Arc::new(Context {
-        proxy_configs,
+        proxy_configs: ProxyConfigs::new(client.clone(), proxy_configs),
         status: StatusWriter::start(client.clone(), settings.status_qps),
-        client: client.clone(),
         settings,
         services,
         fleet,
@@ -202,9 +183,8 @@ pub async fn run(client: Client, settings: Settings) {
         attempts: Arc::default(),
         routes: route_store,
         route_index: route_index.clone(),
-        known: known::Known::default(),
         converged,
-        clock: clock::RolloutClock::default(),
+        clock: RolloutClock::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
@@ -229,7 +209,7 @@ pub async fn run(client: Client, settings: Settings) {
             {
                 let index = route_index.clone();
                 move |pc| {
-                    if is_gateways(&pc) {
+                    if is_others(&pc) {
                         return Vec::new();
                     }
                     let namespace = pc.namespace().unwrap_or_default();
@@ -284,34 +264,6 @@ pub async fn run(client: Client, settings: Settings) {
     }
 }
 
-impl Error {
-    fn source(&self) -> &kube::Error {
-        match self {
-            Self::Write { source, .. } | Self::Read { source, .. } => source,
-        }
-    }
-
-    /// What went wrong, as the failure metric counts it, and how soon to try again.
-    fn policy(&self) -> (&'static str, Duration) {
-        let status = match self.source() {
-            kube::Error::Api(status) => Some(status.code),
-            _ => None,
-        };
-        match status {
-            // Another writer got there first: the next pass reads what it wrote.
-            Some(409) => ("conflict", Duration::from_millis(100)),
-            // The API server (or our own client-side limit) asks to slow down.
-            Some(429) => ("throttled", Duration::from_secs(5)),
-            // Missing permissions are fixed by a person: retry, but not in a hurry.
-            Some(401 | 403) => ("forbidden", Duration::from_secs(30)),
-            Some(code) if code >= 500 => ("unavailable", Duration::from_secs(1)),
-            Some(_) => ("refused", Duration::from_secs(2)),
-            // The API server is unreachable: rollouts go on as soon as it is back.
-            None => ("unavailable", Duration::from_secs(1)),
-        }
-    }
-}
-
 fn error_policy(route: Arc<TrafficRoute>, error: &Error, ctx: Arc<Context>) -> Action {
     let (kind, after) = error.policy();
     ctx.settings
@@ -321,40 +273,4 @@ fn error_policy(route: Arc<TrafficRoute>, error: &Error, ctx: Arc<Context>) -> A
         .inc();
     warn!(route = %route.name_any(), %error, kind, ?after, "will retry");
     Action::requeue(after)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api_error(code: u16) -> Error {
-        Error::Write {
-            name: "web-live".into(),
-            source: kube::Error::Api(
-                kube::core::Status::failure("refused", "Reason")
-                    .with_code(code)
-                    .boxed(),
-            ),
-        }
-    }
-
-    #[test]
-    fn each_kind_of_error_has_its_own_retry() {
-        let kinds: Vec<_> = [409, 429, 403, 503, 422]
-            .into_iter()
-            .map(|code| api_error(code).policy().0)
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "conflict",
-                "throttled",
-                "forbidden",
-                "unavailable",
-                "refused"
-            ]
-        );
-        assert!(api_error(409).policy().1 < api_error(503).policy().1);
-        assert!(api_error(503).policy().1 < api_error(403).policy().1);
-    }
 }

@@ -5,26 +5,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
-use super::clock::RolloutStep;
 use super::report::{ConditionType, Report};
-use super::shift::{Observed, Step, Verified, next_step};
 use super::verify::{Verification, verify};
-use super::{Context, DEFAULT_DRAIN, ENVOY_REJECTED, Error, FIELD_MANAGER, PROMOTED_AT};
+use super::{Context, ENVOY_REJECTED};
 use crate::api::ProxyConfigSpec;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::duration;
-use crate::k8s::resolve::{ResolvedRoute, RouteError, live_name, probe_name, resolve_route};
+use crate::k8s::resolve::{ResolvedRoute, resolve_route};
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::metrics::StepLabel;
 use crate::model::trial_id;
 use crate::prober::FleetResult;
+use crate::rollout::clock::RolloutStep;
+use crate::rollout::proxy_configs::Error;
+use crate::rollout::shift::{Observed, Step, Verified, next_step};
+use crate::rollout::{
+    DEFAULT_DRAIN, Owner, RouteError, UnitRef, live_name, probe_name, promoted_ago, promotion_time,
+};
 use crate::translate::is_refusal;
 
 /// Steps one pass takes at most before it hands over to the next (a pass normally ends
@@ -89,14 +92,10 @@ impl<'a> Pass<'a> {
         let services = ctx.services_of(route);
         let named: Vec<&Service> = services.iter().map(Arc::as_ref).collect();
         let resolved = resolve_route(route, &named).and_then(|r| admit(ctx, route, r));
-        let read = |source| Error::Read {
-            route: format!("{namespace}/{name}"),
-            source,
-        };
         let (live_pc, probe_pc) = (live_name(&name), probe_name(&name));
         let (live, probe) = tokio::join!(
-            ctx.proxy_config(&namespace, &live_pc),
-            ctx.proxy_config(&namespace, &probe_pc)
+            ctx.proxy_configs.read(&namespace, &live_pc),
+            ctx.proxy_configs.read(&namespace, &probe_pc)
         );
         let drain = route
             .spec
@@ -108,8 +107,8 @@ impl<'a> Pass<'a> {
         Ok(Self {
             ctx,
             route,
-            live: live.map_err(read)?,
-            probe: probe.map_err(read)?,
+            live: live?,
+            probe: probe?,
             namespace,
             name,
             generation,
@@ -168,7 +167,7 @@ impl<'a> Pass<'a> {
     async fn stage(&mut self, spec: ProxyConfigSpec) -> Result<Next, Error> {
         let probe_name = probe_name(&self.name);
         let current = self.probe.as_ref();
-        match apply(self.ctx, self.route, &probe_name, spec, None, current).await {
+        match self.apply(&probe_name, spec, None, current).await {
             Ok(pc) => self.probe = Some(pc),
             Err(error) => return self.refused(error).await,
         }
@@ -207,14 +206,9 @@ impl<'a> Pass<'a> {
     async fn promote(&mut self, spec: ProxyConfigSpec) -> Result<Next, Error> {
         let live = self.live.as_ref();
         let first = live.is_none_or(|l| l.spec.version != spec.version);
-        // The promotion time starts the drain period; a metadata-only promotion keeps it.
-        let promoted_at = match (first, live) {
-            (false, Some(l)) => l.annotations().get(PROMOTED_AT).cloned(),
-            _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
-        };
+        let promoted_at = promotion_time(live, &spec.version);
         let live_name = live_name(&self.name);
-        let current = self.live.as_ref();
-        match apply(self.ctx, self.route, &live_name, spec, promoted_at, current).await {
+        match self.apply(&live_name, spec, promoted_at, live).await {
             Ok(pc) => self.live = Some(pc),
             Err(error) => return self.refused(error).await,
         }
@@ -256,24 +250,11 @@ impl<'a> Pass<'a> {
             self.report.draining();
             return Ok(self.ready(after).await);
         }
-        let api: Api<ProxyConfig> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         let probe_name = probe_name(&self.name);
-        let params = DeleteParams {
-            preconditions: self.probe.as_ref().map(unchanged_since),
-            ..DeleteParams::default()
-        };
-        let deleted = api.delete(&probe_name, &params).await;
-        let key = (self.namespace.clone(), probe_name.clone());
-        if let Err(e) = deleted
-            && !matches!(&e, kube::Error::Api(s) if s.code == 404)
-        {
-            self.ctx.known.forget(&key);
-            return Err(Error::Write {
-                name: probe_name,
-                source: e,
-            });
-        }
-        self.ctx.known.saw(key, None);
+        let current = self.probe.as_ref();
+        (self.ctx.proxy_configs)
+            .delete(&self.namespace, &probe_name, current)
+            .await?;
         self.probe = None;
         Ok(Next::Step)
     }
@@ -294,6 +275,28 @@ impl<'a> Pass<'a> {
         Next::End(Action::requeue(after))
     }
 
+    /// Applies one of the route's ProxyConfigs, owned by the route, conditional on
+    /// `current` (the object as this pass read or wrote it).
+    async fn apply(
+        &self,
+        name: &str,
+        spec: ProxyConfigSpec,
+        promoted_at: Option<String>,
+        current: Option<&ProxyConfig>,
+    ) -> Result<ProxyConfig, Error> {
+        let unit = UnitRef {
+            namespace: &self.namespace,
+            name: &self.name,
+            owner: Owner {
+                reference: self.route.controller_owner_ref(&()),
+                labels: Default::default(),
+            },
+        };
+        (self.ctx.proxy_configs)
+            .apply(&unit, name, spec, promoted_at, current)
+            .await
+    }
+
     /// A write that failed: refused for good (the route says so), or an error to retry.
     async fn refused(&mut self, error: Error) -> Result<Next, Error> {
         let (ctx, route, live) = (self.ctx, self.route, self.live.as_ref());
@@ -301,59 +304,6 @@ impl<'a> Pass<'a> {
             .await
             .map(Next::End)
     }
-}
-
-pub(crate) fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
-    let text = pc.annotations().get(PROMOTED_AT)?;
-    let at: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
-    let ago = k8s_openapi::jiff::Timestamp::now().duration_since(at);
-    Duration::try_from(ago).ok()
-}
-
-/// Preconditions of a write that holds only if `pc` is still as this pass read (or last
-/// wrote) it: a leader that lost its lease without knowing, or any other writer that got
-/// there first, makes the API server refuse it (409), and the next pass reads afresh.
-pub(super) fn unchanged_since(pc: &ProxyConfig) -> kube::api::Preconditions {
-    kube::api::Preconditions {
-        uid: pc.uid(),
-        resource_version: pc.resource_version(),
-    }
-}
-
-/// Server-side applies a ProxyConfig owned by the route; conditional on `current`, the
-/// object as this pass read or wrote it (none: it did not exist).
-pub(super) async fn apply(
-    ctx: &Context,
-    route: &TrafficRoute,
-    name: &str,
-    spec: ProxyConfigSpec,
-    promoted_at: Option<String>,
-    current: Option<&ProxyConfig>,
-) -> Result<ProxyConfig, Error> {
-    let namespace = route.namespace().unwrap_or_default();
-    let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut pc = ProxyConfig::new(name, spec);
-    // An apply carrying a resourceVersion is refused if the object moved on since.
-    pc.metadata.resource_version = current.and_then(|c| c.resource_version());
-    pc.metadata.owner_references = route.controller_owner_ref(&()).map(|o| vec![o]);
-    pc.metadata.labels = Some([("switchyard.dev/route".to_string(), route.name_any())].into());
-    pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_string(), at)].into());
-    let written = api
-        .patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&pc),
-        )
-        .await;
-    let key = (namespace, name.to_string());
-    match &written {
-        Ok(pc) => ctx.known.saw(key, Some(pc)),
-        Err(_) => ctx.known.forget(&key),
-    }
-    written.map_err(|source| Error::Write {
-        name: name.to_string(),
-        source,
-    })
 }
 
 /// A ProxyConfig write the API server refuses as invalid fails the same way every time:
@@ -366,19 +316,12 @@ pub(super) async fn refuse(
     live: Option<&ProxyConfig>,
     error: Error,
 ) -> Result<Action, Error> {
-    let Error::Write {
-        name,
-        source: kube::Error::Api(status),
-    } = &error
-    else {
+    let Some((name, message)) = error.refusal() else {
         return Err(error);
     };
-    if !matches!(status.code, 400 | 413 | 422) {
-        return Err(error);
-    }
     let refused = RouteError::WriteRefused {
-        name: name.clone(),
-        message: status.message.clone(),
+        name: name.to_owned(),
+        message: message.to_owned(),
     };
     warn!(route = %route.name_any(), %refused, "cannot write the route's ProxyConfig");
     report.rejected(&refused, live);
@@ -489,24 +432,5 @@ pub(super) async fn publish(
     };
     if let Err(error) = ctx.recorder.publish(&event, &route.object_ref(&())).await {
         warn!(%error, "cannot record an event");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_write_holds_only_while_the_object_is_as_read() {
-        let spec: ProxyConfigSpec = serde_json::from_value(serde_json::json!({
-            "role": "probe", "route": "web", "generation": 1, "version": "p1", "clusters": [],
-        }))
-        .expect("spec");
-        let mut pc = ProxyConfig::new("web-probe", spec);
-        pc.metadata.uid = Some("u-1".into());
-        pc.metadata.resource_version = Some("41".into());
-        let pre = unchanged_since(&pc);
-        assert_eq!(pre.uid.as_deref(), Some("u-1"));
-        assert_eq!(pre.resource_version.as_deref(), Some("41"));
     }
 }

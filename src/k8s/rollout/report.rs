@@ -8,10 +8,10 @@ use crate::api::TrafficRouteStatus;
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::fleet_report::from_an_envoy;
-use crate::k8s::resolve::RouteError;
 use crate::k8s::status::condition;
 use crate::k8s::tls_secrets::{SecretTrouble, secret_troubles};
 use crate::prober::FleetResult;
+use crate::rollout::RouteError;
 use crate::translate::{EVERY_ROUTE, Problem};
 
 impl Context {

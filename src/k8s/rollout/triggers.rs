@@ -6,14 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::DeleteParams;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Context, is_gateways};
-use crate::api::{ProxyConfig, TrafficRoute};
+use super::{Context, is_others};
+use crate::api::TrafficRoute;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
 use crate::translate::Problem;
@@ -30,30 +29,27 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
-        for pc in ctx.proxy_configs.state() {
+        for pc in ctx.proxy_configs.store().state() {
             let namespace = pc.namespace().unwrap_or_default();
             let route = ObjectRef::<TrafficRoute>::new(&pc.spec.route).within(&namespace);
             // A Gateway's are the Gateway controller's to collect.
             if ctx.routes.get(&route).is_some()
                 || pc.metadata.deletion_timestamp.is_some()
-                || is_gateways(&pc)
+                || is_others(&pc)
             {
                 continue;
             }
-            let api: Api<ProxyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
             // Only as this replica saw it: a ProxyConfig rewritten since (by a route
             // that came back) is the next look's business.
-            let params = DeleteParams {
-                preconditions: Some(super::reconcile::unchanged_since(&pc)),
-                ..DeleteParams::default()
-            };
+            let name = pc.name_any();
+            let deleted = ctx.proxy_configs.delete(&namespace, &name, Some(&pc)).await;
             // The route is gone: nothing needs what the API server said of its configs.
-            ctx.known.forget(&(namespace.clone(), pc.name_any()));
-            match api.delete(&pc.name_any(), &params).await {
-                Ok(_) => {
+            ctx.proxy_configs.forget(&(namespace.clone(), name));
+            match deleted {
+                Ok(()) => {
                     info!(%namespace, proxy_config = %pc.name_any(), "route gone: ProxyConfig deleted")
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(error) if error.is_conflict() => {}
                 Err(error) => {
                     warn!(%namespace, proxy_config = %pc.name_any(), %error, "cannot delete an orphaned ProxyConfig")
                 }

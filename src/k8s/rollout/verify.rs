@@ -3,41 +3,19 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use tracing::debug;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
 use super::{Context, VERIFY_IN_PASS};
-use crate::api::{ProxyConfig, TrafficRoute};
-use crate::k8s::address_map::AddressMap;
+use crate::api::TrafficRoute;
 use crate::prober::FleetResult;
+use crate::rollout::fleet_addresses;
 
 impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
         fleet_addresses(&self.fleet.state(), self.settings.address_map)
-    }
-
-    /// The ProxyConfig `namespace/name`: from the watch's store when it holds what the API
-    /// server last answered for it, else from the API server (see [`super::known`]).
-    pub(super) async fn proxy_config(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<ProxyConfig>, kube::Error> {
-        let key = (namespace.to_owned(), name.to_owned());
-        if let Some(pc) = self
-            .known
-            .stored_if_current(&key, self.proxy_configs.get(&key))
-        {
-            return Ok(pc);
-        }
-        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
-        let pc = api.get_opt(name).await?;
-        self.known.saw(key, pc.as_ref());
-        Ok(pc)
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {
@@ -60,24 +38,6 @@ impl Context {
             .get(&ObjectRef::from_obj(route))
             .is_none_or(|r| r.metadata.generation != route.metadata.generation)
     }
-}
-
-/// The ready endpoints of the fleet's EndpointSlices, as addresses the prober can reach:
-/// every Envoy a rollout must hear from.
-pub fn fleet_addresses(
-    slices: &[std::sync::Arc<EndpointSlice>],
-    address_map: Option<AddressMap>,
-) -> Vec<String> {
-    let mut out: Vec<String> = slices
-        .iter()
-        .flat_map(|slice| slice.endpoints.iter().flatten())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-        .flat_map(|e| e.addresses.iter())
-        .map(|a| address_map.map_or(a.clone(), |m| m.map(a)))
-        .collect();
-    out.sort();
-    out.dedup();
-    out
 }
 
 /// How a verification within one reconcile ended.

@@ -14,7 +14,7 @@ use crate::api::ProxyConfig;
 use crate::k8s::model_cache::ObjectKey;
 
 #[derive(Default)]
-pub(crate) struct Known(Mutex<HashMap<ObjectKey, Option<String>>>);
+pub(super) struct Known(Mutex<HashMap<ObjectKey, Option<String>>>);
 
 impl Known {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Option<String>>> {

@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{ProxyConfigRole, ProxyConfigSpec};
 
-use crate::k8s::resolve::{ResolvedRoute, RouteError, proxy_config_spec};
+use super::spec::{RouteError, proxy_config_spec};
+use switchyard_core::route::ResolvedRoute;
 
 /// What the API server holds for one route.
 pub struct Observed<'a> {
@@ -130,7 +131,7 @@ mod tests {
     use super::*;
     use crate::api::proxy_config::{ResolvedCluster, ResolvedVirtualHost};
     use crate::k8s::fixtures::cluster;
-    use crate::k8s::resolve::ResolveError;
+    use switchyard_core::route::ResolveError;
 
     fn resolved(services: &[&str], header: &str) -> Result<ResolvedRoute, RouteError> {
         let virtual_host = ResolvedVirtualHost {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// The steps of a rollout, in order; the one-phase path skips the first two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum RolloutStep {
+pub enum RolloutStep {
     /// The probe ProxyConfig written.
     Staged,
     /// Every Envoy holds the new clusters with ready endpoints and accepts the trial.
@@ -25,7 +25,7 @@ impl RolloutStep {
         matches!(self, RolloutStep::Staged | RolloutStep::Promoted)
     }
 
-    pub(super) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             RolloutStep::Staged => "staged",
             RolloutStep::EndpointsVerified => "endpoints_verified",
@@ -40,7 +40,7 @@ impl RolloutStep {
 /// stops when it is live and verified; the passes that only verify again what is already
 /// live time nothing.
 #[derive(Default)]
-pub(crate) struct RolloutClock {
+pub struct RolloutClock {
     last: Mutex<HashMap<String, (i64, Instant)>>,
 }
 
@@ -52,7 +52,7 @@ impl RolloutClock {
     /// `step` of `route` at `generation` is done, in a pass that began at `pass_began`:
     /// the time since the step before it, or since `pass_began` for the generation's first
     /// write. None when that generation's clock does not run.
-    pub(super) fn step(
+    pub fn step(
         &self,
         route: &str,
         generation: i64,
@@ -75,7 +75,7 @@ impl RolloutClock {
     }
 
     /// The route needs no more steps (it is rejected, or done): its clock stops.
-    pub(super) fn stop(&self, route: &str) {
+    pub fn stop(&self, route: &str) {
         self.lock().remove(route);
     }
 

@@ -1,0 +1,145 @@
+//! Kubernetes Services as the core's lookup: what a backend (a TrafficRoute's, a Gateway
+//! API backendRef) that names a Service port resolves to. Every front-end resolves its
+//! backends here.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+
+use crate::api::proxy_config::ResolvedCluster;
+use crate::api::traffic_route::Backend;
+use switchyard_core::route::{ResolveError, ServiceLookup};
+
+/// The cluster of the Service port `backend` names among `services` of `namespace`: what
+/// a TrafficRoute's backend resolves to, for other front-ends (Gateway API backendRefs).
+pub fn service_cluster(
+    namespace: &str,
+    services: &[&Service],
+    backend: &Backend,
+) -> Result<ResolvedCluster, ResolveError> {
+    ServiceIndex::new(Some(namespace), services).cluster(backend)
+}
+
+/// The Services of one namespace, by name: the core's [`ServiceLookup`].
+pub(crate) struct ServiceIndex<'a> {
+    by_name: BTreeMap<&'a str, &'a Service>,
+}
+
+impl<'a> ServiceIndex<'a> {
+    pub(crate) fn new(namespace: Option<&str>, services: &[&'a Service]) -> Self {
+        let mut by_name: BTreeMap<&'a str, &'a Service> = BTreeMap::new();
+        for &service in services {
+            let Some(name) = service.metadata.name.as_deref() else {
+                continue;
+            };
+            if let (Some(want), Some(have)) = (namespace, service.metadata.namespace.as_deref())
+                && want != have
+            {
+                continue;
+            }
+            match by_name.entry(name) {
+                Entry::Vacant(e) => {
+                    e.insert(service);
+                }
+                // Two objects of one name (a stale cache): keep one, whatever their order.
+                Entry::Occupied(mut e) => {
+                    if tie_key(service) > tie_key(e.get()) {
+                        e.insert(service);
+                    }
+                }
+            }
+        }
+        Self { by_name }
+    }
+}
+
+fn tie_key(service: &Service) -> (Option<&str>, Option<&str>) {
+    (
+        service.metadata.uid.as_deref(),
+        service.metadata.resource_version.as_deref(),
+    )
+}
+
+impl ServiceLookup for ServiceIndex<'_> {
+    fn cluster(&self, backend: &Backend) -> Result<ResolvedCluster, ResolveError> {
+        let name = &backend.service;
+        let service =
+            self.by_name
+                .get(name.as_str())
+                .ok_or_else(|| ResolveError::ServiceNotFound {
+                    service: name.clone(),
+                })?;
+        let unsupported = |message: String| ResolveError::UnsupportedBackend {
+            service: name.clone(),
+            message,
+        };
+        let spec = service.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return Err(unsupported(
+                "an ExternalName Service has no endpoints to route to".to_owned(),
+            ));
+        }
+        let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+        let not_found = |port: String| ResolveError::PortNotFound {
+            service: name.clone(),
+            port,
+        };
+        let port = match (backend.port, &backend.port_name) {
+            (Some(number), None) => {
+                // A number may appear twice, once per protocol (53/TCP and 53/UDP).
+                let mut same_number = ports.iter().filter(|p| p.port == number).peekable();
+                let first = same_number
+                    .peek()
+                    .copied()
+                    .ok_or_else(|| not_found(number.to_string()))?;
+                match same_number.find(|p| is_tcp(p)) {
+                    Some(p) => p,
+                    None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
+                }
+            }
+            (None, Some(port_name)) => {
+                let p = ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(port_name.as_str()))
+                    .ok_or_else(|| not_found(port_name.clone()))?;
+                if !is_tcp(p) {
+                    return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
+                }
+                p
+            }
+            // The spec's check refused every other combination before.
+            _ => {
+                return Err(unsupported("give exactly one of port, portName".to_owned()));
+            }
+        };
+        Ok(ResolvedCluster {
+            namespace: None,
+            service: name.clone(),
+            port: port.port,
+            port_name: port.name.clone().unwrap_or_default(),
+            http2: is_http2(port.app_protocol.as_deref()),
+            ..ResolvedCluster::default()
+        })
+    }
+}
+
+fn is_tcp(port: &ServicePort) -> bool {
+    port.protocol.as_deref().is_none_or(|p| p == "TCP")
+}
+
+fn not_tcp(what: &str, port: &ServicePort) -> String {
+    format!(
+        "{what} is {}; HTTP needs a TCP port",
+        port.protocol.as_deref().unwrap_or("TCP")
+    )
+}
+
+/// Upstream HTTP/2 without TLS: appProtocol `h2c`, `kubernetes.io/h2c` or `grpc`.
+fn is_http2(app_protocol: Option<&str>) -> bool {
+    app_protocol.is_some_and(|p| {
+        ["h2c", "kubernetes.io/h2c", "grpc"]
+            .iter()
+            .any(|known| p.eq_ignore_ascii_case(known))
+    })
+}

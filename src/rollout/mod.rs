@@ -1,0 +1,38 @@
+//! The rollout engine: moves every unit of every front-end through the two phases of
+//! DESIGN.md (stage the probe ProxyConfig, prove the new clusters ready on every Envoy,
+//! promote the live ProxyConfig, prove it served everywhere, drain, collect). A unit is
+//! what a front-end hands over: a TrafficRoute, a Gateway's port, a hostname on one. The
+//! engine knows no front-end; front-ends know the engine and never each other.
+//!
+//! - [`shift`]: the decision, pure: from what the API server holds, the next step;
+//! - [`spec`]: a unit's two ProxyConfig specs and names, and why a unit is not served;
+//! - [`proxy_configs`]: reading them, and writing and deleting them conditionally;
+//! - [`fleet`]: the Envoys a verification must hear from;
+//! - [`clock`]: how long each step took, for the step histogram.
+
+pub mod clock;
+pub mod fleet;
+mod known;
+pub mod proxy_configs;
+pub mod shift;
+pub mod spec;
+
+use std::time::Duration;
+
+pub use fleet::fleet_addresses;
+pub use proxy_configs::{
+    Owner, ProxyConfigs, UnitRef, promoted_ago, promotion_time, unchanged_since,
+};
+pub use spec::{RouteError, live_name, probe_name, proxy_config_spec};
+
+/// The field manager of every ProxyConfig the engine writes.
+pub const FIELD_MANAGER: &str = "switchyard";
+
+/// When a live ProxyConfig's version was promoted: its drain period runs from then.
+pub const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+
+/// The label naming the unit a ProxyConfig belongs to.
+pub const ROUTE_LABEL: &str = "switchyard.dev/route";
+
+/// The drain period of a unit that sets none.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);

@@ -1,0 +1,310 @@
+//! The one way the engine reads and writes a unit's ProxyConfigs, for every front-end.
+//!
+//! Reads come from the watch's store when it holds what the API server last answered
+//! for that object ([`Known`]), and from the API server otherwise. Every write and delete
+//! is conditional on the object as it was read or last written (resourceVersion, uid): a
+//! store that lags behind another writer, or a leader that lost its Lease without knowing,
+//! costs a conflict (409) and a fresh read on the next pass, never a lost update.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
+
+use super::known::Known;
+use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL};
+use crate::api::{ProxyConfig, ProxyConfigSpec};
+use crate::k8s::index::Watched;
+use crate::k8s::model_cache::ObjectKey;
+
+/// A ProxyConfig read or write that failed, with the object it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing ProxyConfig {name}: {source}")]
+    Write { name: String, source: kube::Error },
+    #[error("reading ProxyConfig {name}: {source}")]
+    Read { name: String, source: kube::Error },
+}
+
+impl Error {
+    pub fn source(&self) -> &kube::Error {
+        match self {
+            Self::Write { source, .. } | Self::Read { source, .. } => source,
+        }
+    }
+
+    /// The API server refuses the write as invalid: it would refuse it again, so the unit
+    /// is told instead of retried (400, 413, 422). The message is the API server's.
+    pub fn refusal(&self) -> Option<(&str, &str)> {
+        match self {
+            Self::Write {
+                name,
+                source: kube::Error::Api(status),
+            } if matches!(status.code, 400 | 413 | 422) => Some((name, &status.message)),
+            _ => None,
+        }
+    }
+
+    /// Another writer got there first (or our store lagged): read again and decide anew.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self.source(), kube::Error::Api(s) if s.code == 409)
+    }
+
+    /// What went wrong, as the failure metric counts it, and how soon to try again.
+    pub fn policy(&self) -> (&'static str, Duration) {
+        let status = match self.source() {
+            kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        };
+        match status {
+            // Another writer got there first: the next pass reads what it wrote.
+            Some(409) => ("conflict", Duration::from_millis(100)),
+            // The API server (or our own client-side limit) asks to slow down.
+            Some(429) => ("throttled", Duration::from_secs(5)),
+            // Missing permissions are fixed by a person: retry, but not in a hurry.
+            Some(401 | 403) => ("forbidden", Duration::from_secs(30)),
+            Some(code) if code >= 500 => ("unavailable", Duration::from_secs(1)),
+            Some(_) => ("refused", Duration::from_secs(2)),
+            // The API server is unreachable: rollouts go on as soon as it is back.
+            None => ("unavailable", Duration::from_secs(1)),
+        }
+    }
+}
+
+/// Who a unit's ProxyConfigs belong to: the object that owns them (garbage collection
+/// follows it) and the labels its front-end finds them by.
+#[derive(Clone, Debug, Default)]
+pub struct Owner {
+    pub reference: Option<OwnerReference>,
+    /// Besides [`ROUTE_LABEL`] (the unit's name), which the engine sets.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The unit a ProxyConfig is written for.
+pub struct UnitRef<'a> {
+    /// Where its ProxyConfigs live.
+    pub namespace: &'a str,
+    /// Its name, unique in the namespace: its ProxyConfigs are named after it.
+    pub name: &'a str,
+    pub owner: Owner,
+}
+
+/// The ProxyConfigs of the units one front-end rolls out.
+pub struct ProxyConfigs {
+    client: Client,
+    store: Watched<ProxyConfig>,
+    known: Known,
+}
+
+impl ProxyConfigs {
+    /// `store`: a watch holding at least these units' ProxyConfigs.
+    pub fn new(client: Client, store: Watched<ProxyConfig>) -> Self {
+        Self {
+            client,
+            store,
+            known: Known::default(),
+        }
+    }
+
+    /// The watch's store.
+    pub fn store(&self) -> &Watched<ProxyConfig> {
+        &self.store
+    }
+
+    /// ProxyConfig `name` of `namespace` as the API server holds it now, as far as this
+    /// replica can tell: from the store when it agrees with the last answer, else asked.
+    pub async fn read(&self, namespace: &str, name: &str) -> Result<Option<ProxyConfig>, Error> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(pc) = self.known.stored_if_current(&key, self.store.get(&key)) {
+            return Ok(pc);
+        }
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        let pc = api.get_opt(name).await.map_err(|source| Error::Read {
+            name: name.to_owned(),
+            source,
+        })?;
+        self.known.saw(key, pc.as_ref());
+        Ok(pc)
+    }
+
+    /// Server-side applies `spec` as `unit`'s ProxyConfig `name`, conditional on
+    /// `current`: the object as this pass read or wrote it (None: there was none when
+    /// read, and the write creates it).
+    pub async fn apply(
+        &self,
+        unit: &UnitRef<'_>,
+        name: &str,
+        spec: ProxyConfigSpec,
+        promoted_at: Option<String>,
+        current: Option<&ProxyConfig>,
+    ) -> Result<ProxyConfig, Error> {
+        let namespace = unit.namespace;
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        let pc = desired(name, unit, spec, promoted_at, current);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        // An apply carrying a resourceVersion is refused if the object moved on since. One
+        // without (the object was absent when read) creates it: a create (POST) would be
+        // conditional too, but its fields would then belong to an Update manager, and
+        // later applies could never remove them.
+        let written = api.patch(name, &params, &Patch::Apply(&pc)).await;
+        let key = (namespace.to_owned(), name.to_owned());
+        match &written {
+            Ok(pc) => self.known.saw(key, Some(pc)),
+            Err(_) => self.known.forget(&key),
+        }
+        written.map_err(|source| Error::Write {
+            name: name.to_owned(),
+            source,
+        })
+    }
+
+    /// Deletes ProxyConfig `name` of `namespace` if it is still `current` (None: whatever
+    /// it is). Gone already is done.
+    pub async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: Option<&ProxyConfig>,
+    ) -> Result<(), Error> {
+        let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: current.map(unchanged_since),
+            ..DeleteParams::default()
+        };
+        let key = (namespace.to_owned(), name.to_owned());
+        match api.delete(name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                self.known.forget(&key);
+                return Err(Error::Write {
+                    name: name.to_owned(),
+                    source,
+                });
+            }
+        }
+        self.known.saw(key, None);
+        Ok(())
+    }
+
+    /// Nothing this replica knows of `namespace/name` holds any more: it is the next
+    /// read's business (its unit is gone).
+    pub fn forget(&self, key: &ObjectKey) {
+        self.known.forget(key);
+    }
+}
+
+/// The object an apply sends.
+fn desired(
+    name: &str,
+    unit: &UnitRef<'_>,
+    spec: ProxyConfigSpec,
+    promoted_at: Option<String>,
+    current: Option<&ProxyConfig>,
+) -> ProxyConfig {
+    let mut pc = ProxyConfig::new(name, spec);
+    pc.metadata.resource_version = current.and_then(|c| c.resource_version());
+    pc.metadata.owner_references = unit.owner.reference.clone().map(|o| vec![o]);
+    let mut labels = unit.owner.labels.clone();
+    labels.insert(ROUTE_LABEL.to_owned(), unit.name.to_owned());
+    pc.metadata.labels = Some(labels);
+    pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_owned(), at)].into());
+    pc
+}
+
+/// Preconditions of a write that holds only if `pc` is still as this pass read (or last
+/// wrote) it: a leader that lost its lease without knowing, or any other writer that got
+/// there first, makes the API server refuse it (409), and the next pass reads afresh.
+pub fn unchanged_since(pc: &ProxyConfig) -> Preconditions {
+    Preconditions {
+        uid: pc.uid(),
+        resource_version: pc.resource_version(),
+    }
+}
+
+/// How long ago `pc` was promoted (the drain period runs from then); None if unknown.
+pub fn promoted_ago(pc: &ProxyConfig) -> Option<Duration> {
+    let text = pc.annotations().get(PROMOTED_AT)?;
+    let at: k8s_openapi::jiff::Timestamp = text.parse().ok()?;
+    let ago = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+    Duration::try_from(ago).ok()
+}
+
+/// When a promotion of `spec_version` over `live` starts its drain period: now for a new
+/// version, the time it had for a metadata-only promotion (a new generation of the same
+/// content keeps its drain period running).
+pub fn promotion_time(live: Option<&ProxyConfig>, spec_version: &str) -> Option<String> {
+    match live {
+        Some(l) if l.spec.version == spec_version => l.annotations().get(PROMOTED_AT).cloned(),
+        _ => Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ProxyConfigSpec {
+        serde_json::from_value(serde_json::json!({
+            "role": "probe", "route": "web", "generation": 1, "version": "p1", "clusters": [],
+        }))
+        .expect("spec")
+    }
+
+    #[test]
+    fn a_write_holds_only_while_the_object_is_as_read() {
+        let mut pc = ProxyConfig::new("web-probe", spec());
+        pc.metadata.uid = Some("u-1".into());
+        pc.metadata.resource_version = Some("41".into());
+        let pre = unchanged_since(&pc);
+        assert_eq!(pre.uid.as_deref(), Some("u-1"));
+        assert_eq!(pre.resource_version.as_deref(), Some("41"));
+        // The apply carries the version it was decided on, and the unit's label.
+        let unit = UnitRef {
+            namespace: "shop",
+            name: "web",
+            owner: Owner {
+                reference: None,
+                labels: [("switchyard.dev/gateway".to_owned(), "edge".to_owned())].into(),
+            },
+        };
+        let sent = desired("web-probe", &unit, spec(), None, Some(&pc));
+        assert_eq!(sent.metadata.resource_version.as_deref(), Some("41"));
+        let labels = sent.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get(ROUTE_LABEL).map(String::as_str), Some("web"));
+        assert_eq!(labels.len(), 2);
+    }
+
+    #[test]
+    fn each_kind_of_error_has_its_own_retry() {
+        let error = |code: u16| Error::Write {
+            name: "web-live".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("refused", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        };
+        let kinds: Vec<_> = [409, 429, 403, 503, 422]
+            .into_iter()
+            .map(|code| error(code).policy().0)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "conflict",
+                "throttled",
+                "forbidden",
+                "unavailable",
+                "refused"
+            ]
+        );
+        assert!(error(409).policy().1 < error(503).policy().1);
+        assert!(error(503).policy().1 < error(403).policy().1);
+        assert!(error(409).is_conflict());
+        assert_eq!(error(422).refusal(), Some(("web-live", "refused")));
+        assert_eq!(error(409).refusal(), None);
+    }
+}

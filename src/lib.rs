@@ -13,6 +13,7 @@ pub mod proxy_status;
 pub mod rollout;
 pub mod serving;
 pub mod standalone;
+pub mod traffic_route;
 pub mod xds_tls;
 
 // The Kubernetes-free core: model, translator, xDS server (crate switchyard-core).

@@ -19,12 +19,12 @@ use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
 use switchyard::k8s::index::{Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
-use switchyard::k8s::rollout;
 use switchyard::metrics::Metrics;
 use switchyard::model::{AccessLog, ClientIp, ListenerSettings};
 use switchyard::prober::Prober;
 use switchyard::serving::Serving;
 use switchyard::standalone;
+use switchyard::traffic_route;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering, Protocol};
 use switchyard::xds_tls::{ReloadingTls, TlsFiles};
 
@@ -737,9 +737,9 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                 };
                 gateway::controller::run(client.clone(), settings)
             });
-            let rollout = rollout::run(
+            let rollout = traffic_route::run(
                 client.clone(),
-                rollout::Settings {
+                traffic_route::Settings {
                     scope: scope.clone(),
                     envoy_service: envoy_service.clone(),
                     address_map,

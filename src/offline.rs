@@ -13,11 +13,11 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
 use crate::api::TrafficRoute;
-use crate::k8s::resolve::{live_proxy_config, resolve_route};
 use crate::k8s::tls_secrets::tls_data;
 use crate::k8s::to_model::{self, Inputs, TlsData};
 use crate::model::{Config, ListenerSettings};
 use crate::standalone;
+use crate::traffic_route::resolve::{live_proxy_config, resolve_route};
 use crate::translate::{render, translate};
 
 /// What `translate` shows.

@@ -6,8 +6,8 @@
 use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 use switchyard::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec, TrafficRoute};
-use switchyard::k8s::resolve::resolve_route;
 use switchyard::rollout::proxy_config_spec;
+use switchyard::traffic_route::resolve::resolve_route;
 use switchyard_e2e::golden;
 
 const STAGE: &str = "resolve";

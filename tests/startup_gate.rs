@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use switchyard::api::{ProxyConfig, TrafficRoute};
-use switchyard::k8s::resolve::{live_proxy_config, resolve_route};
+use switchyard::traffic_route::resolve::{live_proxy_config, resolve_route};
 use switchyard_e2e::Envoy;
 use switchyard_e2e::rig::Rig;
 

@@ -1,10 +1,10 @@
-//! Kubernetes mode, by concern. Watching: `index` (every replica's stores), `fleet_drain`.
-//! Building, on every replica: `to_model` and `model_cache` (ProxyConfigs, EndpointSlices
-//! and TLS Secrets → model), `departed`, `tls_secrets`, `builder` (→ translator → the
-//! Envoys). Rolling out, on the leader: `resolve` (TrafficRoute + Services → ProxyConfig
-//! specs), `rollout` (decision, reconcile, admission, verification, status report).
-//! Writing status: `status`. Leader election: `leader`. The Envoys are reached only
-//! through the `envoys` port; `main.rs` composes it with the xDS server.
+//! Kubernetes mode's shared parts, by concern: what every front-end and the serving
+//! pipeline build on, and no front-end of its own. Watching: `index` (every replica's
+//! stores), `fleet_drain`. Building, on every replica: `to_model` and `model_cache`
+//! (ProxyConfigs, EndpointSlices and TLS Secrets → model), `departed`, `tls_secrets`,
+//! `builder` (→ translator → the Envoys). Backends: `services` (a Service port → its
+//! cluster). Writing status: `status`. Leader election: `leader`. The Envoys are reached
+//! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod address_map;
 pub mod builder;
@@ -19,8 +19,6 @@ pub mod leader;
 pub mod model_cache;
 pub mod rate_limit;
 pub mod rbac;
-pub mod resolve;
-pub mod rollout;
 pub mod services;
 pub mod status;
 pub mod tls_secrets;

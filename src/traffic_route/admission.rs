@@ -7,11 +7,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::resolve::{ResolvedRoute, resolve_route};
 use super::routes::object_ref;
 use super::{Context, is_others};
 use crate::api::ProxyConfigRole;
 use crate::api::TrafficRoute;
-use crate::k8s::resolve::{ResolvedRoute, resolve_route};
 use crate::model::{Config as ModelConfig, ListenerSettings, TlsSecret};
 use crate::rollout::{RouteError, live_name};
 use crate::translate::translate;

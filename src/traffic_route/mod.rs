@@ -1,8 +1,9 @@
-//! Rolling routes out, on the leader only. For each TrafficRoute the reconciler performs
-//! the steps [`shift::next_step`] decides: writes ProxyConfigs, has every Envoy probed, and
-//! hands the resulting status to the status writer.
+//! The TrafficRoute front-end, on the leader only. For each TrafficRoute the reconciler
+//! performs the steps the rollout engine decides ([`crate::rollout::shift::next_step`]):
+//! writes ProxyConfigs through the engine, has every Envoy probed, and hands the resulting
+//! status to the status writer.
 //!
-//! - [`shift`]: the pure decision, from what the API server holds;
+//! - [`resolve`]: the spec and its Services into the route vocabulary;
 //! - `reconcile`: one pass, the effects of each step;
 //! - `admission`: what a route needs beyond its own spec (its hosts, Envoy's verdict);
 //! - `verify`: asking the fleet, with the backoff between attempts;
@@ -13,6 +14,7 @@
 mod admission;
 mod reconcile;
 mod report;
+pub mod resolve;
 mod routes;
 mod triggers;
 mod verify;
@@ -32,13 +34,13 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::address_map::AddressMap;
-use super::envoys::Envoys;
-use super::fleet_report::FleetView;
-use super::index::{Scope, WatchBackoff, Watched};
-use super::status::StatusWriter;
-use super::to_model::SERVICE_NAME_LABEL;
 use crate::api::{ProxyConfig, TrafficRoute};
+use crate::k8s::address_map::AddressMap;
+use crate::k8s::envoys::Envoys;
+use crate::k8s::fleet_report::FleetView;
+use crate::k8s::index::{Scope, WatchBackoff, Watched};
+use crate::k8s::status::StatusWriter;
+use crate::k8s::to_model::SERVICE_NAME_LABEL;
 use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::rollout::ProxyConfigs;

@@ -1,4 +1,4 @@
-//! One reconcile pass: the steps of [`super::shift::next_step`] performed, until the route
+//! One reconcile pass: the steps of [`crate::rollout::shift::next_step`] performed, until the route
 //! is Ready, waits on the fleet, or is refused.
 
 use std::sync::Arc;
@@ -12,12 +12,12 @@ use tracing::{debug, info, warn};
 
 use super::admission::admit;
 use super::report::{ConditionType, Report};
+use super::resolve::{ResolvedRoute, resolve_route};
 use super::verify::{Verification, verify};
 use super::{Context, ENVOY_REJECTED};
 use crate::api::ProxyConfigSpec;
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::duration;
-use crate::k8s::resolve::{ResolvedRoute, resolve_route};
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::metrics::StepLabel;
 use crate::model::trial_id;

@@ -11,39 +11,19 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
-use switchyard_e2e::kube::{self as k, tool};
-use switchyard_e2e::rig::{FLEET_NAMESPACE, Rig};
+use switchyard_e2e::gateway::{
+    edge_gateway, edge_targets, gateway_services, install_crds, select_fleet,
+};
+use switchyard_e2e::kube::{self as k};
+use switchyard_e2e::rig::Rig;
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// The experimental channel's CRDs, a superset of the standard one's: the routes of the
-/// standard channel are served alike, and one test sets experimental fields. (Every test
-/// of this file shares one API server, and the channels' CRDs cannot be installed over
-/// each other.)
-async fn install_gateway_crds(rig: &Rig) {
-    // kubectl reads a link to a folder as a file: give it the folder itself.
-    let crds = std::fs::canonicalize(tool("gateway-api-experimental"))
-        .expect("the Gateway API CRDs, experimental channel");
-    let crds = crds.to_string_lossy();
-    rig.api
-        .kubectl_ok(["apply", "--server-side", "--force-conflicts", "-f", &crds])
-        .await;
-    rig.api
-        .wait_established(&[
-            "gatewayclasses.gateway.networking.k8s.io",
-            "gateways.gateway.networking.k8s.io",
-            "httproutes.gateway.networking.k8s.io",
-            "referencegrants.gateway.networking.k8s.io",
-        ])
-        .await;
-}
 
 /// Starts operator `switchyard-1` with the Gateway API controller, under a controller name
 /// of this test's (`tag`) and with `extra` flags: (controller name, a GatewayClass name of
@@ -104,7 +84,7 @@ where
 #[tokio::test]
 async fn gateway_api_objects_get_the_status_the_specification_gives() {
     let mut rig = Rig::start(0).await;
-    install_gateway_crds(&rig).await;
+    install_crds(&rig).await;
     let (controller, class) = start_gateway_controller(&mut rig, "status", &[]);
     let ns = rig.namespace.clone();
     rig.add_backend("app").await;
@@ -240,35 +220,10 @@ spec:
     assert_eq!(before, after, "Accepted stayed True: {status:#}");
 }
 
-/// Gives the rig's fleet Service a selector: each Gateway's Service copies it.
-async fn select_fleet(rig: &Rig) {
-    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
-    fleet
-        .patch(
-            &rig.fleet_service(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "selector": { "app": "envoy-fleet" } } })),
-        )
-        .await
-        .expect("give the fleet Service a selector");
-}
-
-/// The Services of the Gateway `namespace/name`, from the fleet's namespace.
-async fn gateway_services(rig: &Rig, namespace: &str, name: &str) -> Vec<Service> {
-    let fleet: Api<Service> = Api::namespaced(rig.client.clone(), FLEET_NAMESPACE);
-    let selector =
-        format!("switchyard.dev/gateway-namespace={namespace},switchyard.dev/gateway-name={name}");
-    fleet
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .expect("list Services")
-        .items
-}
-
 #[tokio::test]
 async fn each_gateway_gets_a_service_of_its_own_and_its_address() {
     let mut rig = Rig::start(0).await;
-    install_gateway_crds(&rig).await;
+    install_crds(&rig).await;
     // The fleet's Pods are what a Gateway's Service selects (none run here).
     select_fleet(&rig).await;
     let (controller, class) = start_gateway_controller(&mut rig, "services", &[]);
@@ -360,29 +315,6 @@ spec:
     assert_eq!(gateway_services(&rig, &ns, "two").await.len(), 1);
 }
 
-/// The fleet port on every Envoy that the Gateway `namespace/name`'s `port` maps to.
-async fn fleet_port(rig: &Rig, namespace: &str, name: &str, port: i32) -> u16 {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while tokio::time::Instant::now() < deadline {
-        let services = gateway_services(rig, namespace, name).await;
-        let target = services
-            .iter()
-            .flat_map(|s| s.spec.iter().flat_map(|s| s.ports.iter().flatten()))
-            .find(|p| p.port == port)
-            .and_then(|p| match &p.target_port {
-                Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(t)) => {
-                    u16::try_from(*t).ok()
-                }
-                _ => None,
-            });
-        if let Some(target) = target {
-            return target;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{namespace}/{name}: no Service with port {port} within {WITHIN:?}");
-}
-
 /// One request through each target for `host`: the backend that answered, or the status.
 async fn answers(targets: &[String], host: &str) -> Vec<String> {
     let client = reqwest::Client::builder()
@@ -424,7 +356,7 @@ async fn wait_served(routes: &Api<HttpRoute>, name: &str, generation: i64) -> Va
 #[tokio::test]
 async fn an_httproute_is_served_through_its_gateway_and_moves_between_services_without_a_drop() {
     let mut rig = Rig::start(3).await;
-    install_gateway_crds(&rig).await;
+    install_crds(&rig).await;
     select_fleet(&rig).await;
     for backend in ["svc-0", "other"] {
         rig.add_backend(backend).await;
@@ -542,35 +474,6 @@ spec:
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
 }
 
-/// GatewayClass `class` of `controller`, and Gateway `edge` in `namespace` with one HTTP
-/// listener on port 80, ending in a document separator.
-fn edge_gateway(class: &str, controller: &str, namespace: &str) -> String {
-    format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{ name: {class} }}
-spec: {{ controllerName: {controller} }}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{ name: edge, namespace: {namespace} }}
-spec:
-  gatewayClassName: {class}
-  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
----"#
-    )
-}
-
-/// The base URLs of Gateway `edge`'s port 80 on every Envoy of the rig.
-async fn edge_targets(rig: &Rig) -> Vec<String> {
-    let port = fleet_port(rig, &rig.namespace, "edge", 80).await;
-    rig.envoy_addresses
-        .iter()
-        .map(|a| format!("http://{a}:{port}"))
-        .collect()
-}
-
 /// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.
 fn web_route(namespace: &str, backend: &str) -> String {
     format!(
@@ -589,7 +492,7 @@ spec:
 #[tokio::test]
 async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests() {
     let mut rig = Rig::start(3).await;
-    install_gateway_crds(&rig).await;
+    install_crds(&rig).await;
     select_fleet(&rig).await;
     rig.add_backend("svc-0").await;
     let (controller, class) =
@@ -639,7 +542,7 @@ async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests(
 #[tokio::test]
 async fn an_httproutes_retries_and_session_cookie_are_served() {
     let mut rig = Rig::start(2).await;
-    install_gateway_crds(&rig).await;
+    install_crds(&rig).await;
     select_fleet(&rig).await;
     rig.add_pods("app", 2).await;
     rig.start_pod("app", 0).await;

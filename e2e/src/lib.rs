@@ -6,6 +6,7 @@
 pub mod ads_client;
 mod backend;
 mod envoy;
+pub mod gateway;
 pub mod golden;
 mod https;
 pub mod kube;

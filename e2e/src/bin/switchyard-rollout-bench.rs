@@ -1,7 +1,8 @@
 //! Time from a TrafficRoute change to Ready on every Envoy, on a real kube-apiserver with
 //! three real Envoys: rollouts to a freshly created Service (until Ready, and until every
 //! Envoy answers from the new Service), and header-only changes. Two-phase (the default)
-//! and the direct one-phase path, side by side, each row with its target; then where the
+//! and the direct one-phase path, side by side, each row with its target; the same two
+//! changes of an HTTPRoute through a Gateway, until `switchyard.dev/Served`; then where the
 //! time goes, step by step, from the operator's `switchyard_rollout_step_seconds`.
 //!
 //! Run by `e2e/bench.sh`, which provisions the binaries and builds the release
@@ -14,6 +15,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use switchyard::api::TrafficRoute;
+use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard_e2e::gateway;
 use switchyard_e2e::rig::{HOST, Rig};
 
 /// What one rollout path measured: times in ms, sorted.
@@ -114,6 +117,110 @@ async fn apply(rig: &Rig, service: &str, round: Option<usize>) {
         .expect("apply route web");
 }
 
+/// An HTTPRoute's two changes, each timed from the start of its apply to Served on its
+/// Gateway: a move to a fresh Service, and a header-only change.
+struct MeasuredRoute {
+    ready: Vec<f64>,
+    header_only: Vec<f64>,
+}
+
+/// `rollouts` moves of HTTPRoute `web` to fresh Services, then `rollouts` header-only
+/// changes, each timed to `switchyard.dev/Served` at the new generation.
+async fn measure_httproute(rollouts: usize) -> MeasuredRoute {
+    let mut rig = Rig::start(3).await;
+    gateway::install_crds(&rig).await;
+    gateway::select_fleet(&rig).await;
+    rig.add_backend("svc-0").await;
+    let controller = format!("switchyard.dev/bench-{}", std::process::id());
+    let class = format!("bench-{}", std::process::id());
+    let args = ["--gateway-api", "--gateway-controller-name", &controller];
+    rig.start_operator("switchyard-bench", &args);
+    let gateway = gateway::edge_gateway(&class, &controller, &rig.namespace);
+    let applied = rig
+        .api
+        .kubectl_input(["apply", "--server-side", "-f", "-"], &gateway)
+        .await;
+    assert!(applied.status.success(), "apply the Gateway");
+    let mut generation = apply_httproute(&rig, "svc-0", None).await;
+    wait_served(&rig, generation).await;
+    let mut ready = Vec::new();
+    for i in 1..=rollouts {
+        let service = format!("svc-{i}");
+        rig.add_backend(&service).await;
+        let started = Instant::now();
+        generation = apply_httproute(&rig, &service, None).await;
+        wait_served(&rig, generation).await;
+        ready.push(ms(started.elapsed()));
+    }
+    let last = format!("svc-{rollouts}");
+    let mut header_only = Vec::new();
+    for i in 1..=rollouts {
+        let started = Instant::now();
+        generation = apply_httproute(&rig, &last, Some(i)).await;
+        wait_served(&rig, generation).await;
+        header_only.push(ms(started.elapsed()));
+    }
+    for times in [&mut ready, &mut header_only] {
+        times.sort_by(f64::total_cmp);
+    }
+    MeasuredRoute { ready, header_only }
+}
+
+/// HTTPRoute `web` for [`HOST`] on Gateway `edge` to `service`, answers carrying
+/// `x-round: <round>` when given: one server-side apply. Returns its generation.
+async fn apply_httproute(rig: &Rig, service: &str, round: Option<usize>) -> i64 {
+    let mut rule = json!({ "backendRefs": [ { "name": service, "port": 80 } ] });
+    if let Some(round) = round {
+        rule["filters"] = json!([{
+            "type": "ResponseHeaderModifier",
+            "responseHeaderModifier": { "set": [ { "name": "x-round", "value": round.to_string() } ] },
+        }]);
+    }
+    let route = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": { "name": "web", "namespace": rig.namespace },
+        "spec": { "parentRefs": [ { "name": "edge" } ], "hostnames": [HOST], "rules": [rule] },
+    });
+    let written = Api::<HttpRoute>::namespaced(rig.client.clone(), &rig.namespace)
+        .patch(
+            "web",
+            &PatchParams::apply("rig-user").force(),
+            &Patch::Apply(&route),
+        )
+        .await
+        .expect("apply HTTPRoute web");
+    written.metadata.generation.unwrap_or_default()
+}
+
+/// Until HTTPRoute `web`'s first parent says Served at `generation` (asked every 5 ms, as
+/// [`Rig::wait_ready`] asks for a TrafficRoute's Ready; at most 30 s).
+async fn wait_served(rig: &Rig, generation: i64) {
+    let routes = Api::<HttpRoute>::namespaced(rig.client.clone(), &rig.namespace);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let route = routes.get("web").await.expect("read HTTPRoute web");
+        let status = serde_json::to_value(&route.status).unwrap_or_default();
+        let served = status["parents"][0]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "switchyard.dev/Served"
+                    && c["status"] == "True"
+                    && c["observedGeneration"] == generation
+            });
+        if served {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "HTTPRoute web not Served at generation {generation} within 30 s: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -186,6 +293,7 @@ async fn main() {
         .max(1);
     let two_phase = measure(&[], rollouts).await;
     let one_phase = measure(&["--one-phase"], rollouts).await;
+    let httproute = measure_httproute(rollouts).await;
     println!(
         "| 3 Envoys, times from the start of the apply | path | n | p50 ms | p95 ms | p99 ms | max ms | target |"
     );
@@ -208,6 +316,18 @@ async fn main() {
             "two-phase (default)",
             &two_phase.header_only,
             "p50 ≤ 15",
+        ),
+        (
+            "HTTPRoute: new Service → Served",
+            "two-phase (default)",
+            &httproute.ready,
+            "≤ 1.2 × TrafficRoute's",
+        ),
+        (
+            "HTTPRoute: header-only change → Served",
+            "two-phase (default)",
+            &httproute.header_only,
+            "≤ 1.2 × TrafficRoute's",
         ),
         (
             "new Service → Ready",

@@ -42,6 +42,9 @@ if cargo tree -p switchyard-core -e normal --locked --prefix none | grep -E '^(k
   exit 1
 fi
 
+step "no front-end imports another (docs/architecture.md)"
+e2e/layout.sh
+
 step "cargo test"
 # Integration tests run real Envoys and bounded load; two at a time keeps a
 # 2-core machine honest.

@@ -12,8 +12,8 @@
 //! the fleet can tell (Programmed, Served). One file per kind: [`gateway_class`],
 //! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
 //!
-//! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue): mirrors,
-//! CORS, ExtensionRef filters, and filters per backend.
+//! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue):
+//! RequestMirror and ExtensionRef filters, and filters per backend.
 
 pub mod gateway;
 pub mod gateway_class;

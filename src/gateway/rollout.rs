@@ -1,5 +1,5 @@
 //! Each unit of a Gateway ([`super::unit`]) moved through the two-phase rollout by the
-//! engine's decision ([`next_step`]): its probe ProxyConfig staged, every
+//! engine ([`advance`]): its probe ProxyConfig staged, every
 //! Envoy asked whether the new clusters are ready and the routes on trial accepted, its
 //! live ProxyConfig promoted, every Envoy asked whether it serves it, then the probe
 //! collected after the drain period. The ProxyConfigs live in the Gateway's namespace,
@@ -21,21 +21,15 @@ use tracing::{debug, info, warn};
 use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
-use crate::api::{ProxyConfig, ProxyConfigSpec};
+use crate::api::ProxyConfig;
 use crate::k8s::index::Watched;
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
+use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
 use crate::rollout::fleet::passed;
 use crate::rollout::proxy_configs::Error;
-use crate::rollout::shift::{Observed, Step, Verified, next_step};
-use crate::rollout::{
-    DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, live_name, probe_name,
-    promoted_ago, promotion_time,
-};
+use crate::rollout::{DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef};
 use switchyard_core::route::lower::{endpoint_probe_id, route_id};
-
-/// Steps one pass takes for one unit at most.
-const MAX_STEPS: usize = 8;
 
 /// A live version seen on every Envoy is asked again after this long: Envoys that joined
 /// since are then heard from too.
@@ -131,10 +125,7 @@ impl Rollout {
                 continue;
             };
             let ns = unit.gateway.0.clone();
-            let (state, wake) = match self.read(unit).await {
-                Ok((live, probe)) => self.advance(unit, gateway, live, probe, envoys).await,
-                Err(error) => retried(&error),
-            };
+            let (state, wake) = self.advance(unit, gateway, envoys).await;
             let key = (ns, unit.name.clone());
             let wake = match &state {
                 UnitState::Waiting(_) => Some(wake.unwrap_or_else(|| self.backoff(&key))),
@@ -152,17 +143,6 @@ impl Rollout {
         outcome
     }
 
-    /// A unit's live and probe ProxyConfigs, as the API server holds them.
-    async fn read(&self, unit: &Unit) -> Result<(Option<ProxyConfig>, Option<ProxyConfig>), Error> {
-        let namespace = unit.gateway.0.as_str();
-        let (live_name, probe_name) = (live_name(&unit.name), probe_name(&unit.name));
-        let (live, probe) = tokio::join!(
-            self.proxy_configs.read(namespace, &live_name),
-            self.proxy_configs.read(namespace, &probe_name),
-        );
-        Ok((live?, probe?))
-    }
-
     fn is_ours(&self, pc: &ProxyConfig) -> bool {
         pc.labels().contains_key(GATEWAY_LABEL)
             && pc.labels().get(CONTROLLER_LABEL) == Some(&self.controller)
@@ -174,143 +154,67 @@ impl Rollout {
         Duration::from_millis(25 << (*n - 1)).min(Duration::from_secs(2))
     }
 
-    /// The steps of one unit, until it is served, waits or fails; and when to come back.
+    /// Moves one unit as far as it goes now, by the engine's steps: its state, and when
+    /// to come back if sooner than the backoff.
     async fn advance(
         &mut self,
         unit: &Unit,
         gateway: &Gateway,
-        mut live: Option<ProxyConfig>,
-        mut probe: Option<ProxyConfig>,
         envoys: &[String],
     ) -> (UnitState, Option<Duration>) {
-        let namespace = unit.gateway.0.as_str();
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
-        let mut verified = Verified::default();
-        for _ in 0..MAX_STEPS {
-            let observed = Observed {
-                route: &unit.name,
-                generation: 1,
-                resolved: &resolved,
-                live: live.as_ref().map(|p| &p.spec),
-                probe: probe.as_ref().map(|p| &p.spec),
-                since_promoted: live.as_ref().and_then(promoted_ago),
-                drain_period: DEFAULT_DRAIN,
-                two_phase: self.two_phase,
-                created: None,
-            };
-            match next_step(&observed, &verified) {
-                Step::Reject(error) => return (UnitState::Failed(error.to_string()), None),
-                Step::Stage(spec) => {
-                    let name = probe_name(&unit.name);
-                    match self
-                        .write(unit, gateway, &name, spec, None, probe.as_ref())
-                        .await
-                    {
-                        Ok(pc) => probe = Some(pc),
-                        Err(error) => return retried(&error),
-                    }
-                }
-                Step::VerifyEndpoints { probe_version } => {
-                    let id = endpoint_probe_id(namespace, &unit.name, &probe_version);
-                    let trial = trial_id(&route_id(namespace, &unit.name));
-                    let result = self
-                        .prober
-                        .check_staged(envoys, &id, &trial, &probe_version)
-                        .await;
-                    if !passed(&result, envoys) {
-                        let why = "new clusters not ready, or routes on trial not accepted";
-                        return (UnitState::Waiting(lagging(why, &result)), None);
-                    }
-                    verified.endpoints = Some(probe_version);
-                }
-                Step::Promote(spec) => {
-                    let first = live.as_ref().is_none_or(|l| l.spec.version != spec.version);
-                    let promoted_at = promotion_time(live.as_ref(), &spec.version);
-                    let name = live_name(&unit.name);
-                    let current = live.as_ref();
-                    match self
-                        .write(unit, gateway, &name, spec, promoted_at, current)
-                        .await
-                    {
-                        Ok(pc) => live = Some(pc),
-                        Err(error) => return retried(&error),
-                    }
-                    if first {
-                        info!(gateway = %format!("{}/{}", unit.gateway.0, unit.gateway.1), unit = %unit.name, "promoted");
-                    }
-                }
-                Step::VerifyLive { version } => {
-                    let key = (namespace.to_owned(), unit.name.clone());
-                    let seen = self
-                        .served
-                        .get(&key)
-                        .is_some_and(|(v, at)| *v == version && at.elapsed() < RECHECK);
-                    if !seen {
-                        let port = unit
-                            .resolved
-                            .listener
-                            .as_ref()
-                            .and_then(|l| u16::try_from(l.probe_port).ok())
-                            .unwrap_or_default();
-                        let id = route_id(namespace, &unit.name);
-                        let result = self
-                            .prober
-                            .check_version_on(envoys, port, &id, &version)
-                            .await;
-                        if !passed(&result, envoys) {
-                            let why = "new routes not served by every Envoy yet";
-                            return (UnitState::Waiting(lagging(why, &result)), None);
-                        }
-                        self.served.insert(key, (version.clone(), Instant::now()));
-                    }
-                    verified.live = Some(version);
-                }
-                Step::Collect { after } => {
-                    if !after.is_zero() {
-                        return (UnitState::Served, Some(after));
-                    }
-                    let name = probe_name(&unit.name);
-                    let deleted = self.proxy_configs.delete(namespace, &name, probe.as_ref());
-                    if let Err(error) = deleted.await {
-                        return retried(&error);
-                    }
-                    probe = None;
-                }
-                Step::Done => return (UnitState::Served, None),
-            }
-        }
-        (
-            UnitState::Waiting("still rolling out".into()),
-            Some(Duration::ZERO),
-        )
-    }
-
-    /// Applies one of a unit's ProxyConfigs, owned by its Gateway, conditional on
-    /// `current` (the object as this pass read or wrote it).
-    async fn write(
-        &self,
-        unit: &Unit,
-        gateway: &Gateway,
-        name: &str,
-        spec: ProxyConfigSpec,
-        promoted_at: Option<String>,
-        current: Option<&ProxyConfig>,
-    ) -> Result<ProxyConfig, Error> {
-        let unit = UnitRef {
-            namespace: &unit.gateway.0,
-            name: &unit.name,
-            owner: Owner {
-                reference: gateway.controller_owner_ref(&()),
-                labels: [
-                    (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
-                    (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
-                ]
-                .into(),
+        let moved = executor::Unit {
+            unit: UnitRef {
+                namespace: &unit.gateway.0,
+                name: &unit.name,
+                owner: Owner {
+                    reference: gateway.controller_owner_ref(&()),
+                    labels: [
+                        (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
+                        (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
+                    ]
+                    .into(),
+                },
             },
+            // A unit's content is its version: it has no generation of its own.
+            generation: 1,
+            resolved: &resolved,
+            drain_period: DEFAULT_DRAIN,
+            two_phase: self.two_phase,
+            created: None,
         };
-        (self.proxy_configs)
-            .apply(&unit, name, spec, promoted_at, current)
-            .await
+        let mut held = match Held::read(&self.proxy_configs, &moved.unit).await {
+            Ok(held) => held,
+            Err(error) => return retried(&error),
+        };
+        let mut front = Fleet {
+            prober: &self.prober,
+            envoys,
+            served: &mut self.served,
+            unit,
+        };
+        let end = advance(&self.proxy_configs, &moved, &mut held, &mut front).await;
+        match end {
+            Ok(End::Rejected(error) | End::Refused(error)) => {
+                (UnitState::Failed(error.to_string()), None)
+            }
+            Ok(End::Waiting { phase, result, .. }) => {
+                let why = match phase {
+                    Phase::VerifyingEndpoints => {
+                        "new clusters not ready, or routes on trial not accepted"
+                    }
+                    Phase::VerifyingLive => "new routes not served by every Envoy yet",
+                };
+                (UnitState::Waiting(lagging(why, &result)), None)
+            }
+            Ok(End::Draining { after }) => (UnitState::Served, Some(after)),
+            Ok(End::Served) => (UnitState::Served, None),
+            Ok(End::Superseded | End::MoreSteps) => (
+                UnitState::Waiting("still rolling out".into()),
+                Some(Duration::ZERO),
+            ),
+            Err(error) => retried(&error),
+        }
     }
 
     /// Deletes the ProxyConfigs of this controller whose unit is gone (its Gateway, port
@@ -349,6 +253,68 @@ impl Rollout {
                 }
             }
         }
+    }
+}
+
+/// How a Gateway's unit asks the fleet: once per step, never waiting within the pass
+/// (the controller comes back when an Envoy answers, see [`Outcome::wake`]).
+struct Fleet<'a> {
+    prober: &'a Prober,
+    envoys: &'a [String],
+    /// Live versions seen on every Envoy, by (namespace, unit): when.
+    served: &'a mut HashMap<(String, String), (String, Instant)>,
+    unit: &'a Unit,
+}
+
+impl Front for Fleet<'_> {
+    async fn verify_endpoints(&mut self, probe_version: &str) -> Verification {
+        let (namespace, name) = (&self.unit.gateway.0, &self.unit.name);
+        let id = endpoint_probe_id(namespace, name, probe_version);
+        let trial = trial_id(&route_id(namespace, name));
+        let result = (self.prober)
+            .check_staged(self.envoys, &id, &trial, probe_version)
+            .await;
+        verdict(result, self.envoys)
+    }
+
+    async fn verify_live(&mut self, version: &str) -> Verification {
+        let key = (self.unit.gateway.0.clone(), self.unit.name.clone());
+        let seen = (self.served)
+            .get(&key)
+            .is_some_and(|(v, at)| v == version && at.elapsed() < RECHECK);
+        if seen {
+            return Verification::Passed(FleetResult::default());
+        }
+        let port = (self.unit.resolved.listener.as_ref())
+            .and_then(|l| u16::try_from(l.probe_port).ok())
+            .unwrap_or_default();
+        let id = route_id(&key.0, &key.1);
+        let result = (self.prober)
+            .check_version_on(self.envoys, port, &id, version)
+            .await;
+        let verdict = verdict(result, self.envoys);
+        if matches!(verdict, Verification::Passed(_)) {
+            self.served
+                .insert(key, (version.to_owned(), Instant::now()));
+        }
+        verdict
+    }
+
+    fn done(&mut self, step: Done<'_>) {
+        if let Done::Promoted { first: true } = step {
+            let gateway = format!("{}/{}", self.unit.gateway.0, self.unit.gateway.1);
+            info!(%gateway, unit = %self.unit.name, "promoted");
+        }
+    }
+}
+
+/// Passed when every Envoy did (or there is none); else waiting, for the controller's
+/// backoff to decide when to ask again.
+fn verdict(result: FleetResult, envoys: &[String]) -> Verification {
+    if passed(&result, envoys) {
+        Verification::Passed(result)
+    } else {
+        Verification::Waiting(result, Duration::ZERO)
     }
 }
 

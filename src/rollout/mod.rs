@@ -11,6 +11,7 @@
 //! - [`clock`]: how long each step took, for the step histogram.
 
 pub mod clock;
+pub mod executor;
 pub mod fleet;
 mod known;
 pub mod proxy_configs;

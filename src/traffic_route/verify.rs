@@ -10,6 +10,7 @@ use tracing::debug;
 use super::{Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
 use crate::prober::FleetResult;
+use crate::rollout::executor::Verification;
 use crate::rollout::fleet_addresses;
 
 impl Context {
@@ -38,16 +39,6 @@ impl Context {
             .get(&ObjectRef::from_obj(route))
             .is_none_or(|r| r.metadata.generation != route.metadata.generation)
     }
-}
-
-/// How a verification within one reconcile ended.
-pub(super) enum Verification {
-    /// Every Envoy passed, or there is none to ask.
-    Passed(FleetResult),
-    /// Not yet: report the result, ask again after the backoff.
-    Waiting(FleetResult, Duration),
-    /// A newer generation arrived meanwhile.
-    Superseded,
 }
 
 /// Asks the fleet (re-read on every attempt, so Envoys that join are asked too) until every

@@ -12,6 +12,10 @@
 //! or an ambiguity the translator itself must resolve (two ProxyConfigs claiming one
 //! name), takes a full build from every object, as does the first step.
 //!
+//! The translator (`core/src/translate/translator`) keeps the inputs these changes edit;
+//! each xDS session (`core/src/xds/session`) keeps what its Envoy acknowledged of the
+//! snapshots the translator makes.
+//!
 //! A full build takes ProxyConfigs and slices in key order, so that an incremental step
 //! (which keeps what it holds by key) ends exactly where a full build of the same objects
 //! does: same endpoint order, same problems in the same order.

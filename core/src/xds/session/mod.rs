@@ -16,6 +16,10 @@
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
 //! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
 //!
+//! The snapshots come from the translator (`core/src/translate/translator`), which keeps
+//! their inputs between changes, fed by the model cache (`src/k8s/model_cache.rs`), which
+//! keeps what the last model was built from.
+//!
 //! Each protocol's subscription bookkeeping (what a request subscribes to, ACKs or
 //! NACKs, and how a response is built) is in `sotw` and `delta`; this module keeps
 //! what both share: the per-type state, planning and sending in order, and the status.

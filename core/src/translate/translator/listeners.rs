@@ -1,0 +1,168 @@
+//! The listeners: the shared HTTP, HTTPS and probe listeners' settings, the Gateway
+//! listeners (one port each, no conflicts), and their rebuild when TLS hosts or endpoint
+//! probes change.
+
+use super::*;
+
+impl Translator {
+    pub(super) fn set_listeners(&mut self, settings: model::ListenerSettings) {
+        self.listeners = settings;
+        match validate::header_value(&self.listeners.probe_token) {
+            Ok(()) => {
+                self.token_ok = true;
+                self.problems.remove(&key(LISTENERS, ""));
+            }
+            Err(e) => {
+                self.token_ok = false;
+                self.problems.insert(
+                    key(LISTENERS, ""),
+                    vec![Problem::new(
+                        "listeners",
+                        format!(
+                            "probe token is not a valid header value ({e}); no probe is served"
+                        ),
+                    )],
+                );
+            }
+        }
+    }
+
+    /// Takes the Gateway listeners in: a name defined twice with different contents is
+    /// left out; of those asking for one port, the first by name is served. Every one left
+    /// out is reported. Returns the names whose served
+    /// definition changed (added, gone or different).
+    pub(super) fn set_gateway_listeners(
+        &mut self,
+        listeners: Vec<model::GatewayListener>,
+        out: &mut Output,
+    ) -> BTreeSet<String> {
+        let mut sorted = listeners.clone();
+        sorted.sort();
+        sorted.dedup();
+        self.gateway_listeners = listeners;
+        let shared = &self.listeners;
+        let mut ports: BTreeMap<u16, String> = [
+            (shared.http_port, HTTP_LISTENER),
+            (shared.https_port, HTTPS_LISTENER),
+            (shared.probe_port, PROBE_LISTENER),
+        ]
+        .into_iter()
+        .map(|(p, n)| (p, format!("the shared {n} listener")))
+        .collect();
+        let mut definitions: HashMap<&str, usize> = HashMap::new();
+        for l in &sorted {
+            *definitions.entry(l.name.as_str()).or_default() += 1;
+        }
+        let twice: HashSet<String> = definitions
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let mut served: BTreeMap<String, model::GatewayListener> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for l in sorted {
+            let problem = if l.name.is_empty() || l.name == ROUTE_CONFIG_NAME {
+                Some(format!("the name {:?} is not allowed", l.name))
+            } else if twice.contains(&l.name) {
+                Some("defined twice with different contents".to_owned())
+            } else if l.port == 0 || l.probe_port == 0 || l.port == l.probe_port {
+                Some("needs two different ports, neither 0".to_owned())
+            } else {
+                let holder = ports.get(&l.port).or_else(|| ports.get(&l.probe_port));
+                holder.map(|h| format!("a port of it is taken by {h}"))
+            };
+            match problem {
+                Some(message) => {
+                    problems.push(Problem::new(
+                        format!("gateway-listener/{}", l.name),
+                        message,
+                    ));
+                }
+                None => {
+                    let holder = format!("Gateway listener {:?}", l.name);
+                    ports.insert(l.port, holder.clone());
+                    ports.insert(l.probe_port, holder);
+                    served.insert(l.name.clone(), l);
+                }
+            }
+        }
+        self.problems.insert(key(GATEWAY_LISTENERS, ""), problems);
+        let mut changed = BTreeSet::new();
+        for name in self.served_gateway_listeners.keys().chain(served.keys()) {
+            if self.served_gateway_listeners.get(name) != served.get(name) {
+                changed.insert(name.clone());
+            }
+        }
+        // Their default secrets are used while they are served.
+        let defaults: Vec<String> = served
+            .values()
+            .filter_map(|l| l.default_secret.clone())
+            .collect();
+        for s in std::mem::replace(&mut self.gateway_secret_uses, defaults.clone()) {
+            decrement(&mut self.secret_uses, &s);
+            out.touched_secrets.insert(s);
+        }
+        for s in defaults {
+            *self.secret_uses.entry(s.clone()).or_default() += 1;
+            out.touched_secrets.insert(s);
+        }
+        let catch_all = probe::catch_all_virtual_host();
+        for name in &changed {
+            // A probe host not installed answers 404 there too, never a user's backend.
+            let entry = served.contains_key(name).then(|| catch_all.encode_to_vec());
+            let key = (name.clone(), catch_all.name.clone(), EntryKind::Probe);
+            self.set_entry(key, entry, out);
+            out.routes_changed.insert(name.clone());
+        }
+        self.served_gateway_listeners = served;
+        changed
+    }
+
+    pub(super) fn place_listeners(&mut self, out: &mut Output) {
+        let tls_hosts_of = |listener: Option<&String>| -> Vec<listener::TlsHost<'_>> {
+            self.tls_hosts
+                .iter()
+                .filter(|(_, t)| t.listener.as_ref() == listener)
+                .map(|(name, t)| listener::TlsHost {
+                    virtual_host: name,
+                    hosts: &t.hosts,
+                    secret: &t.secret,
+                })
+                .collect()
+        };
+        let probes: Vec<&model::EndpointProbe> = self
+            .selected_endpoint_probes
+            .iter()
+            .filter_map(|id| self.endpoint_probes.get(id))
+            .collect();
+        let mut listeners = listener::listeners(&self.listeners, &tls_hosts_of(None), &probes);
+        for (name, gateway) in &self.served_gateway_listeners {
+            // Its default chain only with a secret that can serve.
+            let default_secret = gateway.default_secret.as_deref().filter(|s| {
+                self.secrets
+                    .get(*s)
+                    .is_some_and(|s| secret::validate(s).is_ok())
+            });
+            listeners.extend(listener::gateway_listeners(
+                &self.listeners,
+                gateway,
+                &tls_hosts_of(Some(name)),
+                default_secret,
+            ));
+        }
+        let names: BTreeSet<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+        for old in self
+            .snapshot
+            .resources(LISTENER)
+            .into_iter()
+            .flat_map(|rs| rs.keys())
+        {
+            if !names.contains(old.as_str()) {
+                out.removes.push((LISTENER, old.clone()));
+            }
+        }
+        for l in &listeners {
+            out.puts.push(Resource::new(l.name.clone(), proto::pack(l)));
+        }
+    }
+}

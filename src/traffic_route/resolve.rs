@@ -69,7 +69,7 @@ mod tests {
     use crate::api::proxy_config::{ResolvedBackend, ResolvedCluster, ResolvedTls};
     use crate::api::traffic_route::{
         Backend, HeaderEdits, HeaderMatch, Retries, RolloutSettings, RouteRule, RouteSpec,
-        RouteTls, RuleMatch, TrafficRouteSpec,
+        RouteTls, RuleMatch, RuleOptions, TrafficRouteSpec,
     };
     use crate::hash;
 
@@ -376,14 +376,17 @@ mod tests {
                         path_prefix: Some("/api".into()),
                         ..RuleMatch::default()
                     }),
-                    timeout: Some("1.5s".into()),
-                    retries: Some(Retries {
-                        attempts: 2,
-                        on: vec!["5xx".into()],
-                        per_try_timeout: Some("250ms".into()),
-                        ..Retries::default()
-                    }),
-                    rewrite_prefix: Some("/".into()),
+                    options: RuleOptions {
+                        timeout: Some("1.5s".into()),
+                        retries: Some(Retries {
+                            attempts: 2,
+                            on: vec!["5xx".into()],
+                            per_try_timeout: Some("250ms".into()),
+                            ..Retries::default()
+                        }),
+                        rewrite_prefix: Some("/".into()),
+                        ..RuleOptions::default()
+                    },
                     ..rule(vec![
                         weighted(by_number("api", 8080), 90),
                         by_name("web", "http"),
@@ -416,7 +419,7 @@ mod tests {
         let api = &vh.rules[0];
         assert_eq!(api.matches, r.spec.route.rules[0].matches);
         assert_eq!(api.options.timeout.as_deref(), Some("1.5s"));
-        assert_eq!(api.options.retries, r.spec.route.rules[0].retries);
+        assert_eq!(api.options.retries, r.spec.route.rules[0].options.retries);
         assert_eq!(api.options.rewrite_prefix.as_deref(), Some("/"));
         assert!(!api.redirect_https);
         let weights: Vec<_> = api.backends.iter().map(|b| b.weight).collect();
@@ -460,7 +463,7 @@ mod tests {
     #[test]
     fn bad_duration_is_invalid() {
         let mut r = one_backend(by_number("web", 80));
-        r.spec.route.rules[0].timeout = Some("5x".into());
+        r.spec.route.rules[0].options.timeout = Some("5x".into());
         let err = resolve(&r, &services()).unwrap_err();
         assert_eq!(err.reason(), "InvalidSpec");
         let msg = err.to_string();
@@ -477,7 +480,7 @@ mod tests {
         assert!(invalid_message(resolve(&r, &services())).contains("spec.rollout.drainPeriod"));
 
         let mut r = one_backend(by_number("web", 80));
-        r.spec.route.rules[0].retries = Some(Retries {
+        r.spec.route.rules[0].options.retries = Some(Retries {
             attempts: 1,
             on: vec![],
             per_try_timeout: Some("fast".into()),
@@ -562,7 +565,7 @@ mod tests {
             (
                 "retries.attempts",
                 Box::new(|r| {
-                    r.retries = Some(Retries {
+                    r.options.retries = Some(Retries {
                         attempts: -1,
                         ..Retries::default()
                     })
@@ -570,7 +573,7 @@ mod tests {
             ),
             (
                 "rewritePrefix",
-                Box::new(|r| r.rewrite_prefix = Some("v2".into())),
+                Box::new(|r| r.options.rewrite_prefix = Some("v2".into())),
             ),
             (
                 "not a lower-case DNS label",
@@ -607,7 +610,7 @@ mod tests {
     #[test]
     fn an_invalid_spec_is_reported_before_a_missing_service() {
         let mut r = one_backend(by_number("cart", 80));
-        r.spec.route.rules[0].idle_timeout = Some("5x".into());
+        r.spec.route.rules[0].options.idle_timeout = Some("5x".into());
         assert_eq!(
             resolve(&r, &services()).unwrap_err().reason(),
             "InvalidSpec"
@@ -621,10 +624,13 @@ mod tests {
             &["shop.example.com"],
             vec![
                 RouteRule {
-                    request_headers: Some(HeaderEdits {
-                        set: BTreeMap::from([("x-env".to_owned(), "prod".to_owned())]),
-                        ..HeaderEdits::default()
-                    }),
+                    options: RuleOptions {
+                        request_headers: Some(HeaderEdits {
+                            set: BTreeMap::from([("x-env".to_owned(), "prod".to_owned())]),
+                            ..HeaderEdits::default()
+                        }),
+                        ..RuleOptions::default()
+                    },
                     ..rule(vec![by_name("web", "grpc"), by_number("api", 8080)])
                 },
                 rule(vec![by_number("web", 80), by_number("cart", 9000)]),
@@ -683,7 +689,7 @@ mod tests {
         );
 
         let mut edited = busy_route();
-        if let Some(edits) = edited.spec.route.rules[0].request_headers.as_mut() {
+        if let Some(edits) = edited.spec.route.rules[0].options.request_headers.as_mut() {
             edits.set.insert("x-env".into(), "staging".into());
         }
         let changed = resolve(&edited, &services).unwrap();

@@ -166,7 +166,7 @@ fn check_rule(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
     if let Some(m) = &rule.matches {
         check_match(&format!("{at}.match"), m)?;
     }
-    check_options(at, &rule.options())
+    check_options(at, &rule.options.clone())
 }
 
 fn check_redirect(
@@ -698,7 +698,7 @@ mod tests {
     #[test]
     fn paths_start_at_the_root_the_front_end_gives() {
         let mut bad = spec(vec![rule()]);
-        bad.rules[0].timeout = Some("5x".into());
+        bad.rules[0].options.timeout = Some("5x".into());
         let at = |root| check(root, &bad).expect_err("invalid").at;
         assert_eq!(at("spec"), "spec.rules[0].timeout");
         assert_eq!(at(""), "rules[0].timeout");
@@ -781,8 +781,11 @@ mod tests {
             (
                 "rules[0]: give at most one of rewritePrefix, rewritePath",
                 spec(vec![RouteRule {
-                    rewrite_prefix: Some("/v2".into()),
-                    rewrite_path: Some("/index.html".into()),
+                    options: RuleOptions {
+                        rewrite_prefix: Some("/v2".into()),
+                        rewrite_path: Some("/index.html".into()),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
@@ -852,223 +855,286 @@ mod tests {
             (
                 "rules[0].retries.attempts: 11 is not within 0..10",
                 spec(vec![RouteRule {
-                    retries: Some(Retries {
-                        attempts: 11,
-                        ..Retries::default()
-                    }),
+                    options: RuleOptions {
+                        retries: Some(Retries {
+                            attempts: 11,
+                            ..Retries::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].retries.statusCodes[1]: 200 is not within 400..599",
                 spec(vec![RouteRule {
-                    retries: Some(Retries {
-                        attempts: 2,
-                        status_codes: vec![503, 200],
-                        ..Retries::default()
-                    }),
+                    options: RuleOptions {
+                        retries: Some(Retries {
+                            attempts: 2,
+                            status_codes: vec![503, 200],
+                            ..Retries::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].retries.on[1]: \"503\" is not a retry condition",
                 spec(vec![RouteRule {
-                    retries: Some(Retries {
-                        attempts: 2,
-                        on: vec!["5xx".into(), "503".into()],
-                        ..Retries::default()
-                    }),
+                    options: RuleOptions {
+                        retries: Some(Retries {
+                            attempts: 2,
+                            on: vec!["5xx".into(), "503".into()],
+                            ..Retries::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].retries.backoff: must be more than 0s",
                 spec(vec![RouteRule {
-                    retries: Some(Retries {
-                        attempts: 2,
-                        backoff: Some("0ms".into()),
-                        ..Retries::default()
-                    }),
+                    options: RuleOptions {
+                        retries: Some(Retries {
+                            attempts: 2,
+                            backoff: Some("0ms".into()),
+                            ..Retries::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].cors.allowOrigins: name at least one origin",
                 spec(vec![RouteRule {
-                    cors: Some(Cors::default()),
+                    options: RuleOptions {
+                        cors: Some(Cors::default()),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].cors.allowOrigins[0]: \"app.example.com\" is not",
                 spec(vec![RouteRule {
-                    cors: Some(Cors {
-                        allow_origins: vec!["app.example.com".into()],
-                        ..Cors::default()
-                    }),
+                    options: RuleOptions {
+                        cors: Some(Cors {
+                            allow_origins: vec!["app.example.com".into()],
+                            ..Cors::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].cors.allowMethods[0]: \"get\" is not an HTTP method",
                 spec(vec![RouteRule {
-                    cors: Some(Cors {
-                        allow_origins: vec!["*".into()],
-                        allow_methods: vec!["get".into()],
-                        ..Cors::default()
-                    }),
+                    options: RuleOptions {
+                        cors: Some(Cors {
+                            allow_origins: vec!["*".into()],
+                            allow_methods: vec!["get".into()],
+                            ..Cors::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].cors.maxAge",
                 spec(vec![RouteRule {
-                    cors: Some(Cors {
-                        allow_origins: vec!["*".into()],
-                        max_age: Some("ten minutes".into()),
-                        ..Cors::default()
-                    }),
+                    options: RuleOptions {
+                        cors: Some(Cors {
+                            allow_origins: vec!["*".into()],
+                            max_age: Some("ten minutes".into()),
+                            ..Cors::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].rateLimit.unit: \"day\" is not second, minute or hour",
                 spec(vec![RouteRule {
-                    rate_limit: Some(RateLimit {
-                        requests: 1,
-                        unit: "day".into(),
-                        burst: None,
-                    }),
+                    options: RuleOptions {
+                        rate_limit: Some(RateLimit {
+                            requests: 1,
+                            unit: "day".into(),
+                            burst: None,
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].rateLimit.requests: 0 is not within 1..1000000",
                 spec(vec![RouteRule {
-                    rate_limit: Some(RateLimit {
-                        requests: 0,
-                        unit: "second".into(),
-                        burst: None,
-                    }),
+                    options: RuleOptions {
+                        rate_limit: Some(RateLimit {
+                            requests: 0,
+                            unit: "second".into(),
+                            burst: None,
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].loadBalancer.policy: \"weighted\" is not one of",
                 spec(vec![RouteRule {
-                    load_balancer: Some(LoadBalancer {
-                        policy: Some("weighted".into()),
-                        affinity: None,
-                    }),
+                    options: RuleOptions {
+                        load_balancer: Some(LoadBalancer {
+                            policy: Some("weighted".into()),
+                            affinity: None,
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].loadBalancer.affinity: affinity needs the policy ringHash or maglev",
                 spec(vec![RouteRule {
-                    load_balancer: Some(LoadBalancer {
-                        policy: Some("leastRequest".into()),
-                        affinity: Some(Affinity {
-                            source_ip: Some(true),
-                            ..Affinity::default()
+                    options: RuleOptions {
+                        load_balancer: Some(LoadBalancer {
+                            policy: Some("leastRequest".into()),
+                            affinity: Some(Affinity {
+                                source_ip: Some(true),
+                                ..Affinity::default()
+                            }),
                         }),
-                    }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].loadBalancer.affinity: give exactly one of cookie, header, sourceIP",
                 spec(vec![RouteRule {
-                    load_balancer: Some(LoadBalancer {
-                        policy: None,
-                        affinity: Some(Affinity::default()),
-                    }),
+                    options: RuleOptions {
+                        load_balancer: Some(LoadBalancer {
+                            policy: None,
+                            affinity: Some(Affinity::default()),
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].circuitBreaker.maxRequests: 0 is not within 1..1000000",
                 spec(vec![RouteRule {
-                    circuit_breaker: Some(CircuitBreaker {
-                        max_requests: Some(0),
-                        ..CircuitBreaker::default()
-                    }),
+                    options: RuleOptions {
+                        circuit_breaker: Some(CircuitBreaker {
+                            max_requests: Some(0),
+                            ..CircuitBreaker::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].outlierDetection.interval: must be more than 0s",
                 spec(vec![RouteRule {
-                    outlier_detection: Some(OutlierDetection {
-                        interval: Some("0s".into()),
-                        ..OutlierDetection::default()
-                    }),
+                    options: RuleOptions {
+                        outlier_detection: Some(OutlierDetection {
+                            interval: Some("0s".into()),
+                            ..OutlierDetection::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].outlierDetection.maxEjectionPercent: 101 is not within 0..100",
                 spec(vec![RouteRule {
-                    outlier_detection: Some(OutlierDetection {
-                        max_ejection_percent: Some(101),
-                        ..OutlierDetection::default()
-                    }),
+                    options: RuleOptions {
+                        outlier_detection: Some(OutlierDetection {
+                            max_ejection_percent: Some(101),
+                            ..OutlierDetection::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].healthCheck.path: \"healthz\" is not a path (\"/...\", no spaces)",
                 spec(vec![RouteRule {
-                    health_check: Some(HealthCheck {
-                        path: "healthz".into(),
-                        ..HealthCheck::default()
-                    }),
+                    options: RuleOptions {
+                        health_check: Some(HealthCheck {
+                            path: "healthz".into(),
+                            ..HealthCheck::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].healthCheck.host: \"Web Server\" is not a host name",
                 spec(vec![RouteRule {
-                    health_check: Some(HealthCheck {
-                        path: "/healthz".into(),
-                        host: Some("Web Server".into()),
-                        ..HealthCheck::default()
-                    }),
+                    options: RuleOptions {
+                        health_check: Some(HealthCheck {
+                            path: "/healthz".into(),
+                            host: Some("Web Server".into()),
+                            ..HealthCheck::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].healthCheck.timeout: duration \"soon\" does not start with a number",
                 spec(vec![RouteRule {
-                    health_check: Some(HealthCheck {
-                        path: "/healthz".into(),
-                        timeout: Some("soon".into()),
-                        ..HealthCheck::default()
-                    }),
+                    options: RuleOptions {
+                        health_check: Some(HealthCheck {
+                            path: "/healthz".into(),
+                            timeout: Some("soon".into()),
+                            ..HealthCheck::default()
+                        }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].loadBalancer.affinity.cookie.path: \"/a; b\" is not a cookie path",
                 spec(vec![RouteRule {
-                    load_balancer: Some(LoadBalancer {
-                        policy: None,
-                        affinity: Some(Affinity {
-                            cookie: Some(AffinityCookie {
-                                name: "s".into(),
-                                ttl: None,
-                                path: Some("/a; b".into()),
+                    options: RuleOptions {
+                        load_balancer: Some(LoadBalancer {
+                            policy: None,
+                            affinity: Some(Affinity {
+                                cookie: Some(AffinityCookie {
+                                    name: "s".into(),
+                                    ttl: None,
+                                    path: Some("/a; b".into()),
+                                }),
+                                ..Affinity::default()
                             }),
-                            ..Affinity::default()
                         }),
-                    }),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),
             (
                 "rules[0].maxRequestBodyBytes: 0 is not within 1..1073741824",
                 spec(vec![RouteRule {
-                    max_request_body_bytes: Some(0),
+                    options: RuleOptions {
+                        max_request_body_bytes: Some(0),
+                        ..rule().options
+                    },
                     ..rule()
                 }]),
             ),

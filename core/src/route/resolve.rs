@@ -97,7 +97,7 @@ fn resolve_rule(
     name: String,
     services: &dyn ServiceLookup,
 ) -> Result<ResolvedRule, ResolveError> {
-    let lb_policy = rule.load_balancer.as_ref().and_then(cluster_policy);
+    let lb_policy = rule.options.load_balancer.as_ref().and_then(cluster_policy);
     let backends = rule
         .backends
         .iter()
@@ -105,9 +105,9 @@ fn resolve_rule(
             Ok(ResolvedBackend {
                 cluster: ResolvedCluster {
                     lb_policy: lb_policy.clone(),
-                    circuit_breaker: rule.circuit_breaker.clone(),
-                    outlier_detection: rule.outlier_detection.clone(),
-                    health_check: rule.health_check.clone(),
+                    circuit_breaker: rule.options.circuit_breaker.clone(),
+                    outlier_detection: rule.options.outlier_detection.clone(),
+                    health_check: rule.options.health_check.clone(),
                     ..services.cluster(b)?
                 },
                 weight: b.weight.unwrap_or(1),
@@ -120,7 +120,7 @@ fn resolve_rule(
         backends,
         redirect_https: rule.redirect_https.unwrap_or(false),
         redirect: rule.redirect.clone(),
-        options: rule.options(),
+        options: rule.options.clone(),
     })
 }
 

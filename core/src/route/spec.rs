@@ -125,80 +125,9 @@ pub struct RouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
 
-    /// Whole-request timeout, e.g. "15s" (default: Envoy's 15s; "0s" disables). A gRPC
-    /// request's deadline (`grpc-timeout`) replaces it when shorter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
-    pub timeout: Option<String>,
-
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
-    pub idle_timeout: Option<String>,
-
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retries: Option<Retries>,
-
-    /// Replace the matched path prefix before forwarding.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
-    pub rewrite_prefix: Option<String>,
-
-    /// Replace the whole path before forwarding (the query stays).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
-    pub rewrite_path: Option<String>,
-
-    /// Replace the Host header before forwarding.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 253),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
-    pub rewrite_host: Option<String>,
-
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_headers: Option<HeaderEdits>,
-
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_headers: Option<HeaderEdits>,
-
-    /// Let WebSocket upgrades (`Upgrade: websocket`) through to the backends. A rollout
-    /// sends new WebSockets to the new backends and leaves open ones where they are.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub websocket: Option<bool>,
-
-    /// Allow cross-origin requests from browsers: Envoy answers preflights (`OPTIONS`
-    /// with `Access-Control-Request-Method`) and adds the CORS headers to answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cors: Option<Cors>,
-
-    /// Limit the requests each Envoy forwards for this rule; the rest are answered 429.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_limit: Option<RateLimit>,
-
-    /// Answer requests whose body is larger than this many bytes with 413. Envoy buffers
-    /// each request body (up to this size) before forwarding it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 1073741824))]
-    pub max_request_body_bytes: Option<i64>,
-
-    /// How each Envoy picks a backend Pod, and which requests stick to one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_balancer: Option<LoadBalancer>,
-
-    /// Limits each Envoy keeps on the rule's backends; what is over them is answered 503
-    /// at once (`x-envoy-overloaded`) instead of queueing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub circuit_breaker: Option<CircuitBreaker>,
-
-    /// Passive health checking: a Pod that keeps answering errors is left out for a while.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outlier_detection: Option<OutlierDetection>,
-
-    /// Active health checking: each Envoy asks each Pod for a path, and a Pod that fails
-    /// gets no traffic. A rollout waits for a Pod of each new backend to pass.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<HealthCheck>,
+    /// What the rule does to the requests it forwards.
+    #[serde(flatten)]
+    pub options: RuleOptions,
 }
 
 /// A CORS policy (the Gateway API's CORS filter, in the same words).
@@ -465,35 +394,9 @@ pub struct Redirect {
 /// The redirect status codes Envoy can send.
 pub const REDIRECT_CODES: [i32; 5] = [301, 302, 303, 307, 308];
 
-impl RouteRule {
-    /// What the rule does to the requests it forwards, as written: resolution carries it
-    /// whole into the resolved rule.
-    pub fn options(&self) -> RuleOptions {
-        RuleOptions {
-            timeout: self.timeout.clone(),
-            idle_timeout: self.idle_timeout.clone(),
-            retries: self.retries.clone(),
-            rewrite_prefix: self.rewrite_prefix.clone(),
-            rewrite_path: self.rewrite_path.clone(),
-            rewrite_host: self.rewrite_host.clone(),
-            request_headers: self.request_headers.clone(),
-            response_headers: self.response_headers.clone(),
-            websocket: self.websocket,
-            cors: self.cors.clone(),
-            rate_limit: self.rate_limit.clone(),
-            max_request_body_bytes: self.max_request_body_bytes,
-            load_balancer: self.load_balancer.clone(),
-            circuit_breaker: self.circuit_breaker.clone(),
-            outlier_detection: self.outlier_detection.clone(),
-            health_check: self.health_check.clone(),
-        }
-    }
-}
-
-// A rule's options as the resolved rule keeps them (flattened into it): the fields of
-// `RouteRule` beyond its name, match and destination. A rule option is added to both, and
-// to `RouteRule::options`; nothing between the spec and the lowering copies it. (A plain
-// comment: flattened, a doc comment would become the resolved rule's description.)
+// A rule's options: what it does to the requests it forwards, flattened into the rule as
+// written (`RouteRule`) and as resolved (`ResolvedRule`), which carries it whole. (A plain
+// comment: flattened, a doc comment would become those rules' description.)
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleOptions {
@@ -886,6 +789,6 @@ mod tests {
             "the test sets every option"
         );
         let rule: RouteRule = serde_json::from_value(json).expect("a rule");
-        assert_eq!(rule.options(), options);
+        assert_eq!(rule.options.clone(), options);
     }
 }

@@ -15,7 +15,8 @@ use crate::model::{self, EndpointCondition, ListenerSettings};
 use crate::translate::Problem;
 use switchyard_core::route::lower;
 pub use switchyard_core::route::lower::{
-    Contribution, cluster as model_cluster, cluster_name, endpoint_probe_id, secret_name,
+    Contribution, cluster as model_cluster, cluster_name, endpoint_probe_id, gateway_listener,
+    secret_name,
 };
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -60,7 +61,7 @@ pub struct Built {
 pub fn contribution(pc: &ProxyConfig) -> Contribution {
     let namespace = pc.namespace().unwrap_or_default();
     let spec = &pc.spec;
-    let gateway_listener = spec.listener.as_ref().and_then(|l| l.to_model());
+    let gateway_listener = spec.listener.as_ref().and_then(gateway_listener);
     if spec.listener.is_some() && gateway_listener.is_none() {
         return Contribution {
             clusters: lower::named_clusters(&namespace, &spec.clusters),

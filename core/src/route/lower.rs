@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::resolved::{ResolvedCluster, ResolvedRule, ResolvedVirtualHost};
+use super::resolved::{ResolvedCluster, ResolvedListener, ResolvedRule, ResolvedVirtualHost};
 use super::spec::{
     self, Affinity as SpecAffinity, Cors as SpecCors, DEFAULT_RETRY_ON,
     HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
@@ -17,9 +17,9 @@ use super::spec::{
 };
 use crate::duration;
 use crate::model::{
-    self, Affinity, ClusterSettings, Cors, EndpointProbe, Forward, HeaderEdits, HeaderMatch,
-    HeaderValueMatch, LbPolicy, PathMatch, QueryMatch, QueryValueMatch, RateLimit, Redirect,
-    RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
+    self, Affinity, ClusterSettings, Cors, EndpointProbe, Forward, GatewayListener, HeaderEdits,
+    HeaderMatch, HeaderValueMatch, LbPolicy, PathMatch, QueryMatch, QueryValueMatch, RateLimit,
+    Redirect, RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
     VirtualHostTls, WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
@@ -206,6 +206,18 @@ pub fn cluster(
         settings: settings(cluster),
         endpoints,
     }
+}
+
+/// The model's Gateway listener of `listener`; None when a port is out of range.
+pub fn gateway_listener(listener: &ResolvedListener) -> Option<GatewayListener> {
+    Some(GatewayListener {
+        name: listener.name.clone(),
+        port: u16::try_from(listener.port).ok()?,
+        probe_port: u16::try_from(listener.probe_port).ok()?,
+        tls: listener.tls,
+        default_secret: (listener.default_certificate.as_ref())
+            .map(|s| secret_name(&s.namespace, &s.name)),
+    })
 }
 
 /// The model's name of the TLS secret `name` in `namespace`.

@@ -59,22 +59,6 @@ pub struct SecretRef {
     pub name: String,
 }
 
-impl ResolvedListener {
-    /// The model's listener; None when a port is out of range.
-    pub fn to_model(&self) -> Option<crate::model::GatewayListener> {
-        Some(crate::model::GatewayListener {
-            name: self.name.clone(),
-            port: u16::try_from(self.port).ok()?,
-            probe_port: u16::try_from(self.probe_port).ok()?,
-            tls: self.tls,
-            default_secret: self
-                .default_certificate
-                .as_ref()
-                .map(|s| super::lower::secret_name(&s.namespace, &s.name)),
-        })
-    }
-}
-
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedVirtualHost {

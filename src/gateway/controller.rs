@@ -148,7 +148,15 @@ pub async fn run(client: Client, settings: Settings) {
     let mut answered = settings.envoys.changes();
     let mut release = CrdRelease::default();
     loop {
-        let wake = pass(&client, &settings, &stores, &mut rollout, &mut release).await;
+        let wake = pass(
+            &client,
+            &settings,
+            &stores,
+            &mut rollout,
+            &mut release,
+            &answered,
+        )
+        .await;
         let waiting = wake.is_some();
         answered.mark_unchanged();
         tokio::select! {
@@ -188,6 +196,7 @@ async fn pass(
     stores: &Stores,
     rollout: &mut Rollout,
     release: &mut CrdRelease,
+    answered: &watch::Receiver<u64>,
 ) -> Option<Duration> {
     let classes = owned(&stores.classes);
     let gateways = owned(&stores.gateways);
@@ -217,7 +226,7 @@ async fn pass(
     let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
     let envoys = fleet_addresses(&stores.fleet.state(), settings.address_map);
-    let outcome = rollout.pass(&units, &gateways, &envoys).await;
+    let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
     let written = Written {
         classes: &classes,
         gateways: &gateways,

@@ -5,7 +5,9 @@
 //! collected after the drain period. The ProxyConfigs live in the Gateway's namespace,
 //! owned by the Gateway, and are served like any other.
 //!
-//! A pass asks the fleet once per step and does not wait in between: a unit that waits
+//! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy
+//! answers, for up to [`VERIFY_IN_PASS`]: a Gateway pass translates every Gateway and
+//! writes statuses, so ending it to wait cost each step a pass. A unit that still waits
 //! says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
 //! derived from the ProxyConfigs the API server holds, so a new leader goes on where the
 //! old one was; promotion only follows a verification of the same pass (I3). They are
@@ -13,7 +15,11 @@
 //! holds only if the object is still as read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::watch;
 
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
@@ -34,6 +40,17 @@ use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 /// A live version seen on every Envoy is asked again after this long: Envoys that joined
 /// since are then heard from too.
 const RECHECK: Duration = Duration::from_secs(30);
+
+/// How long a unit waits on the fleet within one pass, asking again each time an Envoy
+/// answers: long enough for Envoys to take a configuration push (as a TrafficRoute's
+/// pass waits), short enough that a unit that cannot pass reports promptly.
+const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
+
+/// Units moved at once in a pass.
+const CONCURRENCY: usize = 64;
+
+/// Live versions seen on every Envoy, by (namespace, unit): when.
+type Served = Mutex<HashMap<(String, String), (String, Instant)>>;
 
 /// Where a unit stands after a pass.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,7 +102,7 @@ pub struct Rollout {
     controller: String,
     two_phase: bool,
     /// Live versions seen on every Envoy, by (namespace, unit): when.
-    served: HashMap<(String, String), (String, Instant)>,
+    served: Served,
     /// Consecutive passes a unit waited, for the backoff.
     attempts: HashMap<(String, String), u32>,
 }
@@ -104,29 +121,42 @@ impl Rollout {
             prober,
             controller,
             two_phase,
-            served: HashMap::new(),
+            served: Mutex::default(),
             attempts: HashMap::new(),
         }
     }
 
     /// Moves every unit as far as it goes now, and collects the ProxyConfigs of units gone.
+    /// `answered` changes whenever an Envoy connected here answers.
     pub async fn pass(
         &mut self,
         units: &[Unit],
         gateways: &[Gateway],
         envoys: &[String],
+        answered: &watch::Receiver<u64>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        for unit in units {
-            let Some(gateway) = gateways.iter().find(|g| {
+        let moves = units.iter().filter_map(|unit| {
+            let gateway = gateways.iter().find(|g| {
                 g.metadata.namespace.as_deref() == Some(unit.gateway.0.as_str())
                     && g.metadata.name.as_deref() == Some(unit.gateway.1.as_str())
-            }) else {
-                continue;
-            };
-            let ns = unit.gateway.0.clone();
-            let (state, wake) = self.advance(unit, gateway, envoys).await;
-            let key = (ns, unit.name.clone());
+            })?;
+            let this = &*self;
+            // Boxed as Send here, where the lifetimes are known: the stream below cannot
+            // prove it for every lifetime (rust-lang/rust#102211).
+            let moved: futures::future::BoxFuture<'_, _> = Box::pin(async move {
+                let moved = this.advance(unit, gateway, envoys, answered.clone());
+                (unit, moved.await)
+            });
+            Some(moved)
+        });
+        let moves: Vec<_> = moves.collect();
+        let moved: Vec<_> = futures::stream::iter(moves)
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for (unit, (state, wake)) in moved {
+            let key = (unit.gateway.0.clone(), unit.name.clone());
             let wake = match &state {
                 UnitState::Waiting(_) => Some(wake.unwrap_or_else(|| self.backoff(&key))),
                 _ => {
@@ -157,10 +187,11 @@ impl Rollout {
     /// Moves one unit as far as it goes now, by the engine's steps: its state, and when
     /// to come back if sooner than the backoff.
     async fn advance(
-        &mut self,
+        &self,
         unit: &Unit,
         gateway: &Gateway,
         envoys: &[String],
+        answered: watch::Receiver<u64>,
     ) -> (UnitState, Option<Duration>) {
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
         let moved = executor::Unit {
@@ -190,8 +221,9 @@ impl Rollout {
         let mut front = Fleet {
             prober: &self.prober,
             envoys,
-            served: &mut self.served,
+            served: &self.served,
             unit,
+            answered,
         };
         let end = advance(&self.proxy_configs, &moved, &mut held, &mut front).await;
         match end {
@@ -238,7 +270,9 @@ impl Rollout {
             {
                 continue;
             }
-            self.served.remove(&(namespace.clone(), unit.clone()));
+            (self.served.lock())
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(namespace.clone(), unit.clone()));
             let name = pc.name_any();
             // Only as this replica saw it: one rewritten since is the next pass's business.
             let deleted = self.proxy_configs.delete(&namespace, &name, Some(pc)).await;
@@ -256,14 +290,40 @@ impl Rollout {
     }
 }
 
-/// How a Gateway's unit asks the fleet: once per step, never waiting within the pass
-/// (the controller comes back when an Envoy answers, see [`Outcome::wake`]).
+/// How a Gateway's unit asks the fleet: again each time an Envoy answers, for up to
+/// [`VERIFY_IN_PASS`]; then the controller comes back (see [`Outcome::wake`]).
 struct Fleet<'a> {
     prober: &'a Prober,
     envoys: &'a [String],
-    /// Live versions seen on every Envoy, by (namespace, unit): when.
-    served: &'a mut HashMap<(String, String), (String, Instant)>,
+    served: &'a Served,
     unit: &'a Unit,
+    answered: watch::Receiver<u64>,
+}
+
+impl Fleet<'_> {
+    /// `check` until every Envoy passes it, or [`VERIFY_IN_PASS`] is over: each Envoy's
+    /// answer to a new snapshot may change the result, nothing else can.
+    async fn until_passed<F, Fut>(&mut self, check: F) -> Verification
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = FleetResult>,
+    {
+        let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
+        loop {
+            self.answered.borrow_and_update();
+            let result = check().await;
+            if passed(&result, self.envoys) {
+                return Verification::Passed(result);
+            }
+            let answered = tokio::select! {
+                changed = self.answered.changed() => changed.is_ok(),
+                () = tokio::time::sleep_until(until) => false,
+            };
+            if !answered {
+                return Verification::Waiting(result, Duration::ZERO);
+            }
+        }
+    }
 }
 
 impl Front for Fleet<'_> {
@@ -271,15 +331,15 @@ impl Front for Fleet<'_> {
         let (namespace, name) = (&self.unit.gateway.0, &self.unit.name);
         let id = endpoint_probe_id(namespace, name, probe_version);
         let trial = trial_id(&route_id(namespace, name));
-        let result = (self.prober)
-            .check_staged(self.envoys, &id, &trial, probe_version)
-            .await;
-        verdict(result, self.envoys)
+        let (prober, envoys) = (self.prober, self.envoys);
+        let check = || prober.check_staged(envoys, &id, &trial, probe_version);
+        self.until_passed(check).await
     }
 
     async fn verify_live(&mut self, version: &str) -> Verification {
         let key = (self.unit.gateway.0.clone(), self.unit.name.clone());
-        let seen = (self.served)
+        let seen = (self.served.lock())
+            .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .is_some_and(|(v, at)| v == version && at.elapsed() < RECHECK);
         if seen {
@@ -289,12 +349,12 @@ impl Front for Fleet<'_> {
             .and_then(|l| u16::try_from(l.probe_port).ok())
             .unwrap_or_default();
         let id = route_id(&key.0, &key.1);
-        let result = (self.prober)
-            .check_version_on(self.envoys, port, &id, version)
-            .await;
-        let verdict = verdict(result, self.envoys);
+        let (prober, envoys) = (self.prober, self.envoys);
+        let check = || prober.check_version_on(envoys, port, &id, version);
+        let verdict = self.until_passed(check).await;
         if matches!(verdict, Verification::Passed(_)) {
-            self.served
+            (self.served.lock())
+                .unwrap_or_else(|p| p.into_inner())
                 .insert(key, (version.to_owned(), Instant::now()));
         }
         verdict
@@ -305,16 +365,6 @@ impl Front for Fleet<'_> {
             let gateway = format!("{}/{}", self.unit.gateway.0, self.unit.gateway.1);
             info!(%gateway, unit = %self.unit.name, "promoted");
         }
-    }
-}
-
-/// Passed when every Envoy did (or there is none); else waiting, for the controller's
-/// backoff to decide when to ask again.
-fn verdict(result: FleetResult, envoys: &[String]) -> Verification {
-    if passed(&result, envoys) {
-        Verification::Passed(result)
-    } else {
-        Verification::Waiting(result, Duration::ZERO)
     }
 }
 

@@ -13,15 +13,17 @@ use prometheus_client::registry::Registry;
 use tracing::info;
 use tracing_subscriber::EnvFilter;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use switchyard::admin::Admin;
 use switchyard::gateway;
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
 use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
-use switchyard::k8s::index::{Index, Scope};
+use switchyard::k8s::index::{ForLeader, Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
+use switchyard::k8s::watched::Watched;
 use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
 use switchyard::prober::Prober;
@@ -118,7 +120,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
     let client = api_client(config.clone(), args.api_qps, args.api_burst)?;
     // Lease renewals never queue behind a burst of reconciles.
-    let lease_client = kube::Client::try_from(config).context("building the Lease client")?;
+    let lease_client = kube::client::ClientBuilder::try_from(config)
+        .context("building the Lease client")?
+        .with_layer(&user_agent())
+        .build();
     // An empty SWITCHYARD_NAMESPACES means all of them.
     let namespaces: Vec<String> = args
         .namespaces
@@ -141,8 +146,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         nodes: nodes.clone(),
     });
     let problems = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
-    let index = Index::start(&client, &scope);
-    let proxy_configs = index.proxy_configs.clone();
+    // Each kind is watched once in this process; the leader's front-ends read these too.
+    let index = Index::start(&client, &scope, &args.envoy_service.0);
+    let fleet_slices = index.fleet(&args.envoy_service);
+    let for_leader = ForLeader::new(&index, &scope, fleet_slices.clone(), &args.envoy_service.0);
     let builder = Builder {
         index,
         address_map: args.endpoint_address_map,
@@ -163,11 +170,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     };
     tokio::spawn(builder.run());
     // Every replica: the Envoys connected here are drained when their Pods terminate.
-    tokio::spawn(fleet_drain::run(
-        client.clone(),
-        args.envoy_service.clone(),
-        envoys.clone(),
-    ));
+    tokio::spawn(fleet_drain::run(fleet_slices, envoys.clone()));
 
     let prober = Prober::new(args.listeners.probe_port, args.serve.probe_token.clone())
         .context("building the probe client")?;
@@ -183,6 +186,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         duration_seconds: args.leader.lease_duration_seconds,
         grace_seconds: args.leader.lease_grace_seconds,
     };
+    // One watch of the Leases in their namespace: the leader election's Lease (to hear it
+    // released) and the replicas' reports. On the Lease client: a renewal's and a
+    // release's news never queue behind a burst of reconciles either.
+    let leases = Watched::<Lease>::start(
+        vec![kube::Api::namespaced(
+            lease_client.clone(),
+            &lease.namespace,
+        )],
+        kube::runtime::watcher::Config::default(),
+    );
     // Every replica reports its Envoys' NACKs; the leader reads the others' reports.
     let report_settings = ReportSettings {
         namespace: lease.namespace.clone(),
@@ -200,7 +213,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     ));
     let lead = {
         let client = client.clone();
-        let scope = scope.clone();
+        let leases = leases.clone();
         let envoy_service = args.envoy_service.clone();
         let address_map = args.endpoint_address_map;
         let two_phase = !args.one_phase;
@@ -208,7 +221,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let problems = problems.clone();
         let envoys = envoys.clone();
         let metrics = metrics.clone();
-        let proxy_configs = proxy_configs.clone();
         let gateway_api = args.gateway_api.then(|| {
             (
                 args.gateway_controller_name.clone(),
@@ -217,7 +229,9 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         });
         move || {
             // This term's view of the fleet: its Envoys and the other replicas' reports.
-            let (reports, report_changes) = Reports::watch(&client, &report_settings);
+            let (reports, report_changes) = Reports::watch(&leases, &report_settings);
+            // The Services are watched while leading only; the rest since the start.
+            let watches = for_leader.start(&client);
             let (fleet_tx, fleet) = tokio::sync::watch::channel(FleetView::default());
             let fleet_view = fleet_report::keep_fleet_view(
                 reports,
@@ -239,14 +253,13 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     address_map,
                     two_phase,
                     envoys: envoys.clone(),
+                    watches: watches.clone(),
                 };
                 gateway::controller::run(client.clone(), settings)
             });
             let rollout = traffic_route::run(
                 client.clone(),
                 traffic_route::Settings {
-                    scope: scope.clone(),
-                    envoy_service: envoy_service.clone(),
                     address_map,
                     prober: prober.clone(),
                     status_qps,
@@ -255,7 +268,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     envoys: envoys.clone(),
                     fleet,
                     metrics: metrics.clone(),
-                    proxy_configs: proxy_configs.clone(),
+                    watches,
                 },
             );
             async move {
@@ -305,7 +318,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                 }
                 () = before_first => return Ok(()),
             }
-            run_when_leader(lease_client, lease, lead, while_leading).await
+            run_when_leader(lease_client, lease, &leases, lead, while_leading).await
         }
     };
     let mut leading = tokio::spawn(lead_once_serving);
@@ -331,13 +344,23 @@ fn stopped(stopping: &tokio::sync::watch::Sender<bool>) -> impl Future<Output = 
 /// A kube client whose requests are held to `qps` on average, `burst` at once (0 qps: no
 /// limit).
 fn api_client(config: kube::Config, qps: f64, burst: u32) -> anyhow::Result<kube::Client> {
-    let builder =
-        kube::client::ClientBuilder::try_from(config).context("building the API client")?;
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .context("building the API client")?
+        .with_layer(&user_agent());
     Ok(if qps > 0.0 {
         builder.with_layer(&ApiRateLimit::new(qps, burst)).build()
     } else {
         builder.build()
     })
+}
+
+/// Names Switchyard in every API request (`switchyard/<version>`), for the API server's
+/// audit log and request logs.
+fn user_agent() -> tower_http::set_header::SetRequestHeaderLayer<http::HeaderValue> {
+    tower_http::set_header::SetRequestHeaderLayer::if_not_present(
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("switchyard/", env!("CARGO_PKG_VERSION"))),
+    )
 }
 
 /// Runs the ADS server and the admin port until one fails or `stop` completes.

@@ -668,3 +668,102 @@ spec:
     assert!(report.sent > 0);
     assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
 }
+
+/// What the API server's audit log keeps: the start of every watch, and nothing else.
+const AUDIT_WATCHES: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseComplete, Panic]
+rules:
+  - level: Metadata
+    verbs: [watch]
+  - level: None
+"#;
+
+/// Each kind the operator needs is watched once per process (once per namespace of its
+/// scope: the API has no watch over a list of namespaces), however many parts read it —
+/// the snapshot builder, the TrafficRoute and Gateway controllers, the rollout engine, the
+/// fleet drain, leader election and the fleet reports — with a TrafficRoute and an
+/// HTTPRoute each served, so every reader has read. Counted in the API server's audit log:
+/// every watch request with Switchyard's User-Agent.
+#[tokio::test]
+async fn each_kind_is_watched_once_per_process_with_both_front_ends_serving() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use switchyard_e2e::kube::{ApiServerOptions, KubeApi};
+    use switchyard_e2e::rig::FLEET_NAMESPACE;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_WATCHES).expect("write the audit policy");
+    let log = dir.path().join("audit.log");
+    let options = ApiServerOptions {
+        extra_args: vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", log.display()),
+        ],
+        ..ApiServerOptions::loopback()
+    };
+    let api = Arc::new(KubeApi::start_with(dir.path(), &options).await);
+    let mut rig = Rig::start_on(api, 3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("web").await;
+    let (controller, class) = start_gateway_controller(&mut rig, "watches", &[]);
+    let ns = rig.namespace.clone();
+    rig.apply_route("shop", &Rig::route_yaml("shop.test", &[("web", 100)]))
+        .await;
+    rig.wait_ready("shop", WITHIN).await;
+    apply(
+        &rig,
+        &format!(
+            r#"{}
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ web.test ]
+  rules: [ {{ backendRefs: [ {{ name: web, port: 80 }} ] }} ]
+"#,
+            edge_gateway(&class, &controller, &ns),
+        ),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+
+    let text = std::fs::read_to_string(&log).expect("the audit log");
+    let mut watches: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).expect("an audit event");
+        let agent = event["userAgent"].as_str().unwrap_or_default();
+        if event["stage"] != "ResponseStarted" || !agent.starts_with("switchyard/") {
+            continue;
+        }
+        let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
+        let namespace = event["objectRef"]["namespace"].as_str().unwrap_or("*");
+        *watches
+            .entry((resource.to_string(), namespace.to_string()))
+            .or_default() += 1;
+    }
+    let once = |resource: &str, namespace: &str| ((resource.to_string(), namespace.to_string()), 1);
+    // The rig's operators watch the test's namespace; the fleet's namespace too for
+    // Services (each Gateway's is there) and EndpointSlices (the fleet's).
+    let expected: BTreeMap<(String, String), u32> = [
+        once("endpointslices", &ns),
+        once("endpointslices", FLEET_NAMESPACE),
+        once("gatewayclasses", "*"),
+        once("gateways", &ns),
+        once("httproutes", &ns),
+        once("leases", "default"),
+        once("namespaces", "*"),
+        once("proxyconfigs", &ns),
+        once("referencegrants", &ns),
+        once("secrets", &ns),
+        once("services", &ns),
+        once("services", FLEET_NAMESPACE),
+        once("trafficroutes", &ns),
+    ]
+    .into();
+    assert_eq!(watches, expected, "watch requests by (resource, namespace)");
+}

@@ -248,13 +248,11 @@ async fn every_step_of_a_rollout_is_timed() {
 /// first, or the store lagged) is refused by the API server, and the retry reads afresh.
 #[tokio::test]
 async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
-    use std::sync::Arc;
-
     use kube::Api;
     use kube::api::{Patch, PatchParams};
     use kube::runtime::watcher;
     use switchyard::api::{ProxyConfig, ProxyConfigSpec};
-    use switchyard::k8s::index::Watched;
+    use switchyard::k8s::watched::Watched;
     use switchyard::rollout::{ProxyConfigs, UnitRef};
     use switchyard_e2e::kube::{KubeApi, create_namespace, delete_namespace, unique_name};
 
@@ -263,11 +261,9 @@ async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
     let client = api.client().await;
     let ns = unique_name("engine");
     create_namespace(&client, &ns).await;
-    let changes = Arc::new(tokio::sync::watch::channel(0).0);
     let store = Watched::start(
         vec![Api::<ProxyConfig>::namespaced(client.clone(), &ns)],
         watcher::Config::default(),
-        &changes,
     );
     assert!(store.ready().await, "the ProxyConfig watch lists");
     let engine = ProxyConfigs::new(client.clone(), store);

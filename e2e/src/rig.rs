@@ -81,9 +81,14 @@ impl Rig {
     /// and `envoys` loopback addresses registered as the fleet (Envoys start with the
     /// first operator).
     pub async fn start(envoys: u8) -> Rig {
+        Self::start_on(KubeApi::shared().await, envoys).await
+    }
+
+    /// [`Rig::start`] on an API server of the test's own (one started with flags of its
+    /// own, say).
+    pub async fn start_on(api: Arc<KubeApi>, envoys: u8) -> Rig {
         let dir = work_dir();
         let work = dir.path().to_path_buf();
-        let api = KubeApi::shared().await;
         let client = api.client().await;
         api.install_crds().await;
         let namespace = k::unique_name("shop");

@@ -135,7 +135,10 @@ pub(crate) struct StandaloneArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct OperatorArgs {
-    /// Namespaces to watch (comma-separated); all when empty.
+    /// Namespaces to watch (comma-separated); all when empty. TrafficRoutes, ProxyConfigs,
+    /// Services, EndpointSlices, TLS Secrets, Gateways, HTTPRoutes and ReferenceGrants
+    /// are watched there (Services and EndpointSlices in the fleet's namespace as well);
+    /// GatewayClasses and Namespaces are cluster-wide.
     #[arg(long, env = "SWITCHYARD_NAMESPACES", value_delimiter = ',')]
     pub(crate) namespaces: Vec<String>,
     /// The Service whose ready endpoints are the Envoy fleet, as NAMESPACE/NAME. Every

@@ -1,5 +1,5 @@
-//! The Gateway API controller, on the leader only: one watch per kind the translation
-//! reads, the whole translation again after any change (it is pure and cheap), and the
+//! The Gateway API controller, on the leader only: one watch per Gateway API kind (the
+//! rest it reads from the process's watches), the whole translation again after any change (it is pure and cheap), and the
 //! status of every object of Switchyard's written when it differs from what the API
 //! server holds. A condition keeps its lastTransitionTime while its status stays.
 //!
@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -36,8 +35,8 @@ use super::unit::{self, Unit};
 use crate::api::ProxyConfig;
 use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
-use crate::k8s::index::Watched;
-use crate::k8s::to_model::SERVICE_NAME_LABEL;
+use crate::k8s::index::Watches;
+use crate::k8s::watched::Watched;
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
@@ -69,50 +68,49 @@ pub struct Settings {
     /// The Envoys connected to this replica: a unit waiting on the fleet is looked at
     /// again when they answer.
     pub envoys: Arc<dyn Envoys>,
+    /// The process's watches this controller reads, besides its own.
+    pub watches: Watches,
 }
 
-/// Every watch the translation reads.
+/// Every store the translation reads: the Gateway API's kinds and Namespaces, watched
+/// here; Services, TLS Secrets, ProxyConfigs and the fleet's EndpointSlices, the process's
+/// own watches (see [`Watches`]).
 struct Stores {
     classes: Watched<GatewayClass>,
     gateways: Watched<Gateway>,
     routes: Watched<HttpRoute>,
     grants: Watched<ReferenceGrant>,
-    services: Watched<Service>,
     namespaces: Watched<Namespace>,
-    secrets: Watched<Secret>,
-    /// The Gateways' ProxyConfigs.
-    proxy_configs: Watched<ProxyConfig>,
-    /// The fleet's EndpointSlices: every Envoy a rollout must hear from.
-    fleet: Watched<EndpointSlice>,
+    shared: Watches,
 }
 
 impl Stores {
-    fn start(client: &Client, settings: &Settings, changes: &Arc<watch::Sender<u64>>) -> Self {
+    /// Starts the Gateway API's watches (in the process's scope) and has every store the
+    /// translation reads bump `changes`.
+    fn start(client: &Client, shared: &Watches, changes: &Arc<watch::Sender<u64>>) -> Self {
         let all = watcher::Config::default;
-        let (fleet_ns, fleet_name) = &settings.fleet_service;
-        Self {
-            proxy_configs: Watched::start(
-                vec![Api::all(client.clone())],
-                all().labels(GATEWAY_LABEL),
-                changes,
-            ),
-            fleet: Watched::start(
-                vec![Api::namespaced(client.clone(), fleet_ns)],
-                all().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
-                changes,
-            ),
-            classes: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            gateways: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            routes: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            grants: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            services: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            namespaces: Watched::start(vec![Api::all(client.clone())], all(), changes),
-            secrets: Watched::start(
-                vec![Api::all(client.clone())],
-                all().fields("type=kubernetes.io/tls"),
-                changes,
-            ),
-        }
+        let stores = Self {
+            classes: Watched::start(vec![Api::all(client.clone())], all()),
+            gateways: Watched::start(shared.scope.apis(client), all()),
+            routes: Watched::start(shared.scope.apis(client), all()),
+            grants: Watched::start(shared.scope.apis(client), all()),
+            namespaces: Watched::start(vec![Api::all(client.clone())], all()),
+            shared: shared.clone(),
+        };
+        stores.classes.notify(changes);
+        stores.gateways.notify(changes);
+        stores.routes.notify(changes);
+        stores.grants.notify(changes);
+        stores.namespaces.notify(changes);
+        shared.services.notify(changes);
+        shared.tls_secrets.notify(changes);
+        shared.fleet.notify(changes);
+        // The Gateways' own: a TrafficRoute's rollout is no business of this controller.
+        shared.proxy_configs.notify_if(
+            changes,
+            Arc::new(|pc: &ProxyConfig| pc.labels().contains_key(GATEWAY_LABEL)),
+        );
+        stores
     }
 
     async fn ready(&self) -> bool {
@@ -120,11 +118,8 @@ impl Stores {
             && self.gateways.ready().await
             && self.routes.ready().await
             && self.grants.ready().await
-            && self.services.ready().await
             && self.namespaces.ready().await
-            && self.secrets.ready().await
-            && self.proxy_configs.ready().await
-            && self.fleet.ready().await
+            && self.shared.ready().await
     }
 }
 
@@ -132,7 +127,7 @@ impl Stores {
 pub async fn run(client: Client, settings: Settings) {
     let changes = Arc::new(watch::channel(0).0);
     let mut changed = changes.subscribe();
-    let stores = Stores::start(&client, &settings, &changes);
+    let stores = Stores::start(&client, &settings.watches, &changes);
     if !stores.ready().await {
         warn!("a Gateway API watch stopped before its initial list; not reconciling");
         return;
@@ -140,7 +135,7 @@ pub async fn run(client: Client, settings: Settings) {
     let controller = service::controller_label(&settings.controller_name);
     let mut rollout = Rollout::new(
         client.clone(),
-        stores.proxy_configs.clone(),
+        stores.shared.proxy_configs.clone(),
         settings.prober.clone(),
         controller,
         settings.two_phase,
@@ -202,9 +197,11 @@ async fn pass(
     let gateways = owned(&stores.gateways);
     let routes = owned(&stores.routes);
     let grants = owned(&stores.grants);
-    let services = owned(&stores.services);
+    let services = owned(&stores.shared.services);
     let namespaces = owned(&stores.namespaces);
-    let secrets: Vec<KnownSecret> = stores.secrets.state().iter().map(|s| known(s)).collect();
+    let secrets: Vec<KnownSecret> = (stores.shared.tls_secrets.state().iter())
+        .map(|s| known(s))
+        .collect();
     let crd_version = release.get(client).await;
     let translation = translate(&Inputs {
         controller_name: &settings.controller_name,
@@ -225,7 +222,7 @@ async fn pass(
     );
     let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
-    let envoys = fleet_addresses(&stores.fleet.state(), settings.address_map);
+    let envoys = fleet_addresses(&stores.shared.fleet.state(), settings.address_map);
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
     let written = Written {
         classes: &classes,

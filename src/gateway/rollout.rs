@@ -28,7 +28,7 @@ use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::ProxyConfig;
-use crate::k8s::index::Watched;
+use crate::k8s::watched::Watched;
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};

@@ -8,14 +8,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher;
-use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::info;
 
 use super::envoys::Envoys;
-use super::index::Watched;
-use super::to_model::SERVICE_NAME_LABEL;
+use super::watched::View;
 
 /// The Pods behind terminating endpoints of these slices.
 pub fn terminating_pods<'a>(
@@ -31,17 +28,12 @@ pub fn terminating_pods<'a>(
         .collect()
 }
 
-/// Keeps the Envoys' draining set equal to the fleet's terminating Pods, until the program
-/// ends.
-pub async fn run(client: Client, fleet: (String, String), envoys: Arc<dyn Envoys>) {
-    let (namespace, name) = fleet;
+/// Keeps the Envoys' draining set equal to the fleet's terminating Pods (the fleet
+/// Service's slices), until the program ends.
+pub async fn run(slices: View<EndpointSlice>, envoys: Arc<dyn Envoys>) {
     let changes = Arc::new(watch::channel(0u64).0);
     let mut changed = changes.subscribe();
-    let slices = Watched::start(
-        vec![Api::<EndpointSlice>::namespaced(client, &namespace)],
-        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={name}")),
-        &changes,
-    );
+    slices.notify(&changes);
     let mut draining = BTreeSet::new();
     loop {
         let now = terminating_pods(slices.state().iter().map(|s| s.as_ref()));

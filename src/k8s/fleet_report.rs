@@ -15,7 +15,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
@@ -23,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::envoys::{BlockingNack, Envoys};
-use super::index::Watched;
+use super::watched::{View, Watched};
 use crate::translate::{BENCHED, Problem, is_refusal};
 
 /// The label of a replica's report Lease: the name of the leader election's Lease, which
@@ -231,24 +230,30 @@ pub async fn publish(
 #[derive(Clone)]
 pub struct Reports {
     identity: String,
-    leases: Watched<Lease>,
+    leases: View<Lease>,
+    /// What the leases bump at every event (see [`Reports::watch`]).
+    _changes: Arc<watch::Sender<u64>>,
 }
 
 impl Reports {
-    /// Watches the replicas' report Leases until dropped.
-    pub fn watch(client: &Client, settings: &ReportSettings) -> (Reports, watch::Receiver<u64>) {
+    /// The replicas' report Leases, read from the process's watch of Leases in their
+    /// namespace, and a channel bumped when one changes.
+    pub fn watch(
+        leases: &Watched<Lease>,
+        settings: &ReportSettings,
+    ) -> (Reports, watch::Receiver<u64>) {
         let changes = Arc::new(watch::channel(0).0);
-        let leases = Watched::start(
-            vec![Api::namespaced(client.clone(), &settings.namespace)],
-            watcher::Config::default()
-                .labels(&format!("{REPLICA_OF_LABEL}={}", settings.lease_name)),
-            &changes,
-        );
+        let lease_name = settings.lease_name.clone();
+        let reports = leases.view(Arc::new(move |lease: &Lease| {
+            lease.labels().get(REPLICA_OF_LABEL) == Some(&lease_name)
+        }));
+        reports.notify(&changes);
         let receiver = changes.subscribe();
         (
             Reports {
                 identity: settings.identity.clone(),
-                leases,
+                leases: reports,
+                _changes: changes,
             },
             receiver,
         )

@@ -11,12 +11,14 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+
+use super::model_cache::key_of;
+use super::watched::Watched;
 
 #[derive(Clone)]
 pub struct LeaseSettings {
@@ -74,20 +76,27 @@ async fn stop_manager(leading: watch::Receiver<bool>, task: ManagerTask) {
 /// Bumps its channel whenever another replica releases the Lease: it had a holder other
 /// than this one, and now has none. (A Lease that never had one is the manager's own
 /// business: it takes those by itself.)
-fn watch_for_release(client: Client, settings: &LeaseSettings) -> watch::Receiver<u64> {
+fn watch_for_release(leases: &Watched<Lease>, settings: &LeaseSettings) -> watch::Receiver<u64> {
     let (tx, rx) = watch::channel(0u64);
-    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.name));
+    let key = (settings.namespace.clone(), settings.name.clone());
     let me = settings.identity.clone();
+    // Subscribed before the store is read: a change in between is seen twice, not missed.
+    let mut events = leases.objects();
+    let holder_of = |lease: &Lease| {
+        (lease.spec.as_ref())
+            .and_then(|s| s.holder_identity.clone())
+            .filter(|h| !h.is_empty())
+    };
+    let leases = leases.clone();
     tokio::spawn(async move {
-        let mut leases = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
-        let mut last_holder: Option<String> = None;
-        while let Some(lease) = leases.next().await {
-            let Ok(lease) = lease else { continue };
-            let holder = lease
-                .spec
-                .and_then(|s| s.holder_identity)
-                .filter(|h| !h.is_empty());
+        // Who held it when this replica started; what comes after is in `events`.
+        leases.ready().await;
+        let mut last_holder = leases.get(&key).and_then(|lease| holder_of(&lease));
+        while let Some(lease) = events.next().await {
+            if key_of(lease.as_ref()) != key {
+                continue;
+            }
+            let holder = holder_of(&lease);
             let released = holder.is_none() && last_holder.as_ref().is_some_and(|h| *h != me);
             last_holder = holder;
             if tx.is_closed() {
@@ -180,6 +189,7 @@ async fn restart_manager(
 pub async fn run_when_leader<F, Fut>(
     client: Client,
     settings: LeaseSettings,
+    leases: &Watched<Lease>,
     lead: F,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()>
@@ -188,7 +198,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let (mut leading, mut manager) = start_manager(&client, &settings).await?;
-    let mut released = watch_for_release(client.clone(), &settings);
+    let mut released = watch_for_release(leases, &settings);
     let mut task: Option<JoinHandle<()>> = None;
     let fence = Fence::new(&settings);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);

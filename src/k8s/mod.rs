@@ -23,3 +23,4 @@ pub mod services;
 pub mod status;
 pub mod tls_secrets;
 pub mod to_model;
+pub mod watched;

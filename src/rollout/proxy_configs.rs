@@ -16,8 +16,8 @@ use kube::{Api, Client, ResourceExt};
 use super::known::Known;
 use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL};
 use crate::api::{ProxyConfig, ProxyConfigSpec};
-use crate::k8s::index::Watched;
 use crate::k8s::model_cache::ObjectKey;
+use crate::k8s::watched::Watched;
 
 /// A ProxyConfig read or write that failed, with the object it was about.
 #[derive(Debug, thiserror::Error)]

@@ -38,9 +38,9 @@ use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
-use crate::k8s::index::{Scope, WatchBackoff, Watched};
+use crate::k8s::index::{Scope, Watches};
 use crate::k8s::status::StatusWriter;
-use crate::k8s::to_model::SERVICE_NAME_LABEL;
+use crate::k8s::watched::{View, WatchBackoff, Watched};
 use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::rollout::ProxyConfigs;
@@ -85,9 +85,6 @@ pub(super) const RECONCILE_CONCURRENCY: u16 = 256;
 
 /// How the leader rolls routes out.
 pub struct Settings {
-    pub scope: Scope,
-    /// The Service whose ready endpoints are the Envoy fleet: (namespace, name).
-    pub envoy_service: (String, String),
     pub address_map: Option<AddressMap>,
     pub prober: Prober,
     /// Status writes per second at most.
@@ -101,8 +98,9 @@ pub struct Settings {
     /// What the whole fleet's Envoys rejected, whichever replica they are connected to.
     pub fleet: watch::Receiver<FleetView>,
     pub metrics: Metrics,
-    /// Every ProxyConfig: the snapshot builder's store, shared (one watch for both).
-    pub proxy_configs: Watched<ProxyConfig>,
+    /// The process's watches: ProxyConfigs, Services and the fleet's EndpointSlices are
+    /// read there, never watched again here.
+    pub watches: Watches,
 }
 
 pub(super) struct Context {
@@ -112,7 +110,8 @@ pub(super) struct Context {
     pub(super) settings: Settings,
     pub(super) status: StatusWriter,
     pub(super) services: Watched<Service>,
-    pub(super) fleet: Watched<EndpointSlice>,
+    /// The fleet Service's EndpointSlices: the Envoys a rollout must hear from.
+    pub(super) fleet: View<EndpointSlice>,
     pub(super) recorder: Recorder,
     /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
     /// are the routes waiting on the fleet.
@@ -130,26 +129,14 @@ pub(super) struct Context {
 
 /// Runs until the returned future is dropped (when leadership is lost).
 pub async fn run(client: Client, settings: Settings) {
-    let changes = Arc::new(tokio::sync::watch::channel(0).0);
-    let services = Watched::start(
-        settings.scope.apis(&client),
-        watcher::Config::default(),
-        &changes,
-    );
-    let proxy_configs = settings.proxy_configs.clone();
-    let (fleet_ns, fleet_name) = settings.envoy_service.clone();
-    let fleet = Watched::start(
-        vec![Api::<EndpointSlice>::namespaced(client.clone(), &fleet_ns)],
-        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={fleet_name}")),
-        &changes,
-    );
+    let watches = settings.watches.clone();
     // Deciding on empty stores would resolve against no Services and verify against no
     // Envoys: wait for every initial list first.
-    if !(services.ready().await && proxy_configs.ready().await && fleet.ready().await) {
+    if !watches.ready().await {
         warn!("a watcher stopped before its initial list; not reconciling");
         return;
     }
-    let routes: Api<TrafficRoute> = match &settings.scope {
+    let routes: Api<TrafficRoute> = match &watches.scope {
         Scope::Namespaces(list) if list.len() == 1 => Api::namespaced(client.clone(), &list[0]),
         // One controller for several namespaces watches them all; the list is short.
         _ => Api::all(client.clone()),
@@ -176,11 +163,11 @@ pub async fn run(client: Client, settings: Settings) {
     let (converged_tx, converged) = watch::channel(None);
     let tracker = track_convergence(settings.envoys.clone(), converged_tx);
     let context = Arc::new(Context {
-        proxy_configs: ProxyConfigs::new(client.clone(), proxy_configs),
+        proxy_configs: ProxyConfigs::new(client.clone(), watches.proxy_configs.clone()),
         status: StatusWriter::start(client.clone(), settings.status_qps),
         settings,
-        services,
-        fleet,
+        services: watches.services.clone(),
+        fleet: watches.fleet.clone(),
         recorder,
         attempts: Arc::default(),
         routes: route_store,
@@ -205,15 +192,12 @@ pub async fn run(client: Client, settings: Settings) {
         .reconcile_on(rejections)
         // A ProxyConfig event reconciles its route, and every route asking for one of its
         // hosts: when a route goes, or comes, which of them gets a host may change.
-        .watches(
-            Api::<ProxyConfig>::all(client.clone()),
-            watcher::Config::default(),
-            {
-                let index = route_index.clone();
-                move |pc| {
-                    if is_others(&pc) {
-                        return Vec::new();
-                    }
+        .reconcile_on(watches.proxy_configs.objects().flat_map({
+            let index = route_index.clone();
+            move |pc| {
+                let refs = if is_others(&pc) {
+                    Vec::new()
+                } else {
                     let namespace = pc.namespace().unwrap_or_default();
                     let owner = ObjectRef::new(&pc.spec.route).within(&namespace);
                     let hosts = pc
@@ -226,22 +210,20 @@ pub async fn run(client: Client, settings: Settings) {
                     std::iter::once(owner)
                         .chain(sharing.iter().map(object_ref))
                         .collect::<Vec<_>>()
-                }
-            },
-        )
+                };
+                futures::stream::iter(refs)
+            }
+        }))
         // A Service change may resolve (or break) the routes naming it.
-        .watches(
-            Api::<Service>::all(client),
-            watcher::Config::default(),
-            move |service| {
-                let namespace = service.namespace().unwrap_or_default();
-                route_index
-                    .naming(&namespace, &service.name_any())
-                    .iter()
-                    .map(object_ref)
-                    .collect::<Vec<_>>()
-            },
-        )
+        .reconcile_on(watches.services.objects().flat_map(move |service| {
+            let namespace = service.namespace().unwrap_or_default();
+            let refs = route_index
+                .naming(&namespace, &service.name_any())
+                .iter()
+                .map(object_ref)
+                .collect::<Vec<_>>();
+            futures::stream::iter(refs)
+        }))
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(error) = result {

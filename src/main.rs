@@ -23,6 +23,7 @@ use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
 use switchyard::k8s::index::{ForLeader, Index, Scope};
 use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
+use switchyard::k8s::status::StatusWriter;
 use switchyard::k8s::watched::Watched;
 use switchyard::metrics::Metrics;
 use switchyard::model::ListenerSettings;
@@ -232,6 +233,8 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             let (reports, report_changes) = Reports::watch(&leases, &report_settings);
             // The Services are watched while leading only; the rest since the start.
             let watches = for_leader.start(&client);
+            // One writer of every front-end's statuses, rate-limited together.
+            let status = StatusWriter::start(client.clone(), status_qps);
             let (fleet_tx, fleet) = tokio::sync::watch::channel(FleetView::default());
             let fleet_view = fleet_report::keep_fleet_view(
                 reports,
@@ -254,6 +257,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     two_phase,
                     envoys: envoys.clone(),
                     watches: watches.clone(),
+                    status: status.clone(),
                 };
                 gateway::controller::run(client.clone(), settings)
             });
@@ -262,7 +266,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                 traffic_route::Settings {
                     address_map,
                     prober: prober.clone(),
-                    status_qps,
+                    status,
                     two_phase,
                     problems: problems.subscribe(),
                     envoys: envoys.clone(),

@@ -325,3 +325,82 @@ async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
     assert!(gone.is_none(), "deleted: {gone:?}");
     delete_namespace(&client, &ns).await;
 }
+
+/// The one status writer writes on the object as it was read: a status decided before
+/// someone else changed the object is refused and dropped (that change brings a newer
+/// one); one decided after it is written. Real API server.
+#[tokio::test]
+async fn a_status_decided_on_a_stale_read_is_not_written() {
+    use std::sync::Arc;
+
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use switchyard::api::TrafficRoute;
+    use switchyard::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write};
+    use switchyard_e2e::kube::{KubeApi, create_namespace, delete_namespace, unique_name};
+
+    let api = KubeApi::shared().await;
+    api.install_crds().await;
+    let client = api.client().await;
+    let ns = unique_name("status");
+    create_namespace(&client, &ns).await;
+    let routes: Api<TrafficRoute> = Api::namespaced(client.clone(), &ns);
+    let route: TrafficRoute = serde_json::from_value(serde_json::json!({
+        "apiVersion": "switchyard.dev/v1alpha1", "kind": "TrafficRoute",
+        "metadata": { "name": "web" },
+        "spec": {
+            "hosts": ["web.test"],
+            "rules": [{ "backends": [{ "service": "web", "port": 80, "weight": 100 }] }],
+        },
+    }))
+    .expect("a TrafficRoute");
+    let read = routes
+        .create(&Default::default(), &route)
+        .await
+        .expect("created")
+        .metadata
+        .resource_version;
+    // Someone else changes it after the read.
+    let changed = routes
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "metadata": { "labels": { "team": "a" } } })),
+        )
+        .await
+        .expect("another writer's patch")
+        .metadata
+        .resource_version;
+    let kind = Arc::new(StatusKind::namespaced::<TrafficRoute>(
+        Write::Apply,
+        &["Accepted", "Ready"],
+    ));
+    let writer = StatusWriter::start(client.clone(), 100.0);
+    let update = |phase: &str, read: Option<String>| StatusUpdate {
+        kind: kind.clone(),
+        namespace: ns.clone(),
+        name: "web".into(),
+        status: serde_json::json!({ "phase": phase }),
+        shown: None,
+        read,
+    };
+    let phase = || async {
+        let route = routes.get("web").await.expect("the route");
+        route.status.and_then(|s| s.phase).unwrap_or_default()
+    };
+
+    writer.set(update("Stale", read));
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(phase().await, "", "a status decided on a stale read");
+
+    writer.set(update("Fresh", changed));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while phase().await != "Fresh" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a status decided on the object as it is was not written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    delete_namespace(&client, &ns).await;
+}

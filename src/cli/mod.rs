@@ -151,7 +151,7 @@ pub(crate) struct OperatorArgs {
     pub(crate) serve: ServeArgs,
     #[command(flatten)]
     pub(crate) leader: LeaderArgs,
-    /// Status writes per second at most (they never delay xDS).
+    /// Status writes per second at most, of every kind together (they never delay xDS).
     #[arg(long, env = "SWITCHYARD_STATUS_QPS", default_value_t = 20.0)]
     pub(crate) status_qps: f64,
     /// API requests per second at most, on average (watches, reads, writes; the leader

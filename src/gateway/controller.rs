@@ -1,7 +1,9 @@
 //! The Gateway API controller, on the leader only: one watch per Gateway API kind (the
-//! rest it reads from the process's watches), the whole translation again after any change (it is pure and cheap), and the
-//! status of every object of Switchyard's written when it differs from what the API
-//! server holds. A condition keeps its lastTransitionTime while its status stays.
+//! rest it reads from the process's watches), the whole translation again after any
+//! change (it is pure and cheap), and the status of every object of Switchyard's handed
+//! to the status writer every front-end shares (`k8s::status`), which writes what differs
+//! from what the object shows. A condition keeps its lastTransitionTime while its status
+//! stays.
 //!
 //! Each accepted Gateway gets a Service of its own ([`super::service`]): its address.
 //! Each of its ports and hostnames is a unit ([`super::unit`]) that [`super::rollout`]
@@ -9,7 +11,7 @@
 //! `switchyard.dev/Served` say when every Envoy serves what they ask for.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
@@ -36,6 +38,7 @@ use crate::api::ProxyConfig;
 use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
+use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
 use crate::k8s::watched::Watched;
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
@@ -70,6 +73,8 @@ pub struct Settings {
     pub envoys: Arc<dyn Envoys>,
     /// The process's watches this controller reads, besides its own.
     pub watches: Watches,
+    /// Writes the statuses, every front-end's.
+    pub status: StatusWriter,
 }
 
 /// Every store the translation reads: the Gateway API's kinds and Namespaces, watched
@@ -232,7 +237,7 @@ async fn pass(
         units: &units,
         outcome: &outcome,
     };
-    write_statuses(client, settings, &translation, &written).await;
+    write_statuses(settings, &translation, &written);
     outcome.wake
 }
 
@@ -407,12 +412,9 @@ pub fn known(secret: &Secret) -> KnownSecret {
     }
 }
 
-async fn write_statuses(
-    client: &Client,
-    settings: &Settings,
-    translation: &Translation,
-    written: &Written<'_>,
-) {
+/// Hands every status of this pass to the status writer (which writes what differs from
+/// what the objects show).
+fn write_statuses(settings: &Settings, translation: &Translation, written: &Written<'_>) {
     let Written {
         classes,
         gateways,
@@ -430,8 +432,9 @@ async fn write_statuses(
         let status = json!({
             "conditions": conditions(&outcome.conditions, outcome.generation, &old),
         });
-        let api: Api<GatewayClass> = Api::all(client.clone());
-        apply(&api, &outcome.name, before, status).await;
+        let read = current.and_then(|c| c.metadata.resource_version.clone());
+        let object = ("", outcome.name.as_str(), read);
+        set(&settings.status, &CLASS_STATUS, object, before, status);
     }
     for outcome in &translation.gateways {
         let current = gateways.iter().find(|g| {
@@ -447,8 +450,9 @@ async fn write_statuses(
             gateway: current,
         };
         let status = gateway_status(outcome, found, before.as_ref(), &programmed);
-        let api: Api<Gateway> = Api::namespaced(client.clone(), &outcome.namespace);
-        apply(&api, &outcome.name, before, status).await;
+        let read = current.and_then(|g| g.metadata.resource_version.clone());
+        let object = (outcome.namespace.as_str(), outcome.name.as_str(), read);
+        set(&settings.status, &GATEWAY_STATUS, object, before, status);
     }
     let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = translation
         .routes
@@ -475,8 +479,8 @@ async fn write_statuses(
             before.as_ref(),
         );
         let Some(status) = status else { continue };
-        let api: Api<HttpRoute> = Api::namespaced(client.clone(), namespace);
-        apply(&api, name, before, status).await;
+        let object = (namespace, name, route.metadata.resource_version.clone());
+        set(&settings.status, &ROUTE_STATUS, object, before, status);
     }
 }
 
@@ -484,33 +488,44 @@ fn to_value<T: serde::Serialize>(status: &T) -> Value {
     serde_json::to_value(status).unwrap_or(Value::Null)
 }
 
-/// Writes `status` (a merge patch: lists are replaced whole) unless the API server holds
-/// it already.
-async fn apply<K>(api: &Api<K>, name: &str, before: Option<Value>, status: Value)
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    if before.as_ref().is_some_and(|b| same(b, &status)) {
-        return;
-    }
-    let patch = Patch::Merge(json!({ "status": status }));
-    if let Err(error) = api
-        .patch_status(name, &PatchParams::default(), &patch)
-        .await
-    {
-        warn!(%name, %error, "writing Gateway API status failed; retried on the next pass");
-    }
-}
+/// How the Gateway API's statuses are written: merge patches (lists replaced whole), other
+/// controllers' fields left as they are; these conditions' changes first.
+static CLASS_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::cluster::<GatewayClass>(
+        Write::Merge,
+        &["Accepted"],
+    ))
+});
+static GATEWAY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<Gateway>(
+        Write::Merge,
+        &["Accepted", "Programmed"],
+    ))
+});
+static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<HttpRoute>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
 
-/// Whether every field of `wanted` is in `held` as it is (the API server may hold more,
-/// such as fields of other writers, or defaults).
-fn same(held: &Value, wanted: &Value) -> bool {
-    match (held, wanted) {
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| h.get(k).is_some_and(|hv| same(hv, v)) || v.is_null()),
-        _ => held == wanted,
-    }
+/// Asks for `status` on the object (namespace, name, resourceVersion as read), which
+/// showed `before`.
+fn set(
+    writer: &StatusWriter,
+    kind: &Arc<StatusKind>,
+    (namespace, name, read): (&str, &str, Option<String>),
+    before: Option<Value>,
+    status: Value,
+) {
+    writer.set(StatusUpdate {
+        kind: kind.clone(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        status,
+        shown: before,
+        read,
+    });
 }
 
 /// The conditions found at `key` of a status, by type.
@@ -521,25 +536,16 @@ fn conditions_of(status: Option<&Value>, key: &str) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
-/// The conditions, each keeping the lastTransitionTime of the one it replaces when its
-/// status is the same.
+/// The conditions, each keeping the lastTransitionTime of the one it replaces while its
+/// status stays (the rule every status Switchyard writes follows: [`condition_of`]).
 fn conditions(conds: &[Cond], generation: i64, old: &[Condition]) -> Vec<Condition> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     conds
         .iter()
         .map(|c| {
-            let since = old
-                .iter()
-                .find(|o| o.type_ == c.type_ && o.status == c.status)
-                .map_or_else(|| now.clone(), |o| o.last_transition_time.clone());
-            Condition {
-                type_: c.type_.to_owned(),
-                status: c.status.to_owned(),
-                reason: c.reason.to_owned(),
-                message: c.message.clone(),
-                observed_generation: Some(generation),
-                last_transition_time: since,
-            }
+            condition_of(
+                old, c.type_, c.status, c.reason, &c.message, generation, &now,
+            )
         })
         .collect()
 }

@@ -1,15 +1,23 @@
-//! Writes TrafficRoute status on its own task, rate-limited, by server-side apply under a
-//! fixed field manager. Reconcilers hand it the status they want; the latest one per route
-//! wins, a status the route already shows is never written (no churn, and a restarted
-//! leader rewrites only what changed), and nothing else ever waits on it: slow or
-//! throttled status writes cannot delay xDS (I5).
+//! Writes the status of every object Switchyard reports on — TrafficRoutes, GatewayClasses,
+//! Gateways and their listeners, HTTPRoutes' parents — on its own task, rate-limited.
+//! Front-ends hand it the status they want; the latest one per object wins, a status the
+//! object already shows is never written (no churn, and a restarted leader rewrites only
+//! what changed), and nothing else ever waits on it: slow or throttled status writes
+//! cannot delay xDS (I5), nor a rollout's next step.
 //!
 //! Statuses wait in two queues, each first come, first written: progress first (a new
-//! generation, Accepted or Ready changed), then rejections and details (messages, phase,
-//! Envoy counts, a drain ending). Hundreds of bad routes, or thousands of drains ending
-//! together, then cannot hold back the Ready of a route every Envoy already serves (I9).
+//! generation; a condition a user waits for — Accepted, Ready, Programmed, Served —
+//! changed), then rejections and details (messages, phase, Envoy counts, a drain ending).
+//! Hundreds of bad routes, or thousands of drains ending together, then cannot hold back
+//! the Ready of a route every Envoy already serves (I9).
 //!
-//! Several writes are in flight at once, one per route at most: under load one write
+//! Every write is conditional on the object as the front-end read it (its
+//! resourceVersion): a status decided on an object that has changed since is refused
+//! (409) and dropped, and the change that made it stale brings the front-end back with a
+//! newer one. The writer's own earlier writes do not count as such a change: a store may
+//! not have seen them yet, and the resourceVersion they left is used instead.
+//!
+//! Several writes are in flight at once, one per object at most: under load one write
 //! takes a few hundred milliseconds, and one at a time held the writer far below its QPS.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -18,21 +26,105 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::rate_limit::TokenBucket;
-use crate::api::{TrafficRoute, TrafficRouteStatus};
 
 pub const FIELD_MANAGER: &str = "switchyard-status";
 
-type Key = (String, String);
+/// An object: its kind, namespace (empty for a cluster-scoped one) and name.
+type Key = (String, String, String);
 
 /// Status writes in flight at most. One at a time, under load (10k routes rolling out, a
 /// write taking ~200 ms), wrote 4.4 statuses a second where 20 were allowed.
 const WRITES_IN_FLIGHT: usize = 8;
+
+/// The resourceVersions this writer's own writes left, remembered per object.
+const OWN_WRITES_KEPT: usize = 8;
+
+/// A kind whose status Switchyard writes, and how.
+#[derive(Debug)]
+pub struct StatusKind {
+    resource: ApiResource,
+    namespaced: bool,
+    write: Write,
+    /// The condition types whose change a user waits for: written first.
+    progress: &'static [&'static str],
+}
+
+/// How a status is written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Write {
+    /// Server-side apply under [`FIELD_MANAGER`]: a field no longer set is removed. The
+    /// object shows a status only when it holds exactly that.
+    Apply,
+    /// A merge patch of `status` (its lists replaced whole): other writers' fields stay.
+    /// The object shows a status when it holds every field of it as it is.
+    Merge,
+}
+
+impl StatusKind {
+    /// A kind that lives in namespaces.
+    pub fn namespaced<K>(write: Write, progress: &'static [&'static str]) -> Self
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Self {
+            resource: ApiResource::erase::<K>(&()),
+            namespaced: true,
+            write,
+            progress,
+        }
+    }
+
+    /// A cluster-scoped kind.
+    pub fn cluster<K>(write: Write, progress: &'static [&'static str]) -> Self
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+    {
+        Self {
+            resource: ApiResource::erase::<K>(&()),
+            namespaced: false,
+            write,
+            progress,
+        }
+    }
+}
+
+/// A status a front-end wants an object to have.
+pub struct StatusUpdate {
+    pub kind: Arc<StatusKind>,
+    /// Empty for a cluster-scoped object.
+    pub namespace: String,
+    pub name: String,
+    pub status: Value,
+    /// The status the object showed when it was read.
+    pub shown: Option<Value>,
+    /// The object's resourceVersion when it was read: the write is conditional on it.
+    pub read: Option<String>,
+}
+
+impl StatusUpdate {
+    fn key(&self) -> Key {
+        (
+            self.kind.resource.kind.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+        )
+    }
+}
+
+/// A status waiting to be written, or in flight.
+#[derive(Clone, Debug)]
+struct Wanted {
+    kind: Arc<StatusKind>,
+    status: Value,
+    read: Option<String>,
+}
 
 /// Hands statuses to the writer task; the task stops when the last handle drops.
 #[derive(Clone)]
@@ -47,32 +139,36 @@ struct Shared {
     wake: Notify,
 }
 
-/// The statuses not written yet: the urgent ones first, each queue in arrival order; a
-/// route has at most one, the latest, and keeps its place when it is replaced. With them,
-/// the last status written per route, and the routes whose write is in flight.
+/// The statuses not written yet: the urgent ones first, each queue in arrival order; an
+/// object has at most one, the latest, and keeps its place when it is replaced. With them,
+/// the last status written per object (and the resourceVersions the writes left), and the
+/// objects whose write is in flight.
 #[derive(Default)]
 struct Pending {
     urgent: Queue,
     later: Queue,
-    written: HashMap<Key, TrafficRouteStatus>,
+    written: HashMap<Key, Value>,
+    /// Per object, the resourceVersion each of this writer's last writes left, by the one
+    /// it was made on.
+    own: HashMap<Key, VecDeque<(String, String)>>,
     in_flight: HashSet<Key>,
 }
 
 #[derive(Default)]
 struct Queue {
     order: VecDeque<Key>,
-    statuses: HashMap<Key, TrafficRouteStatus>,
+    statuses: HashMap<Key, Wanted>,
 }
 
 impl Queue {
-    fn put(&mut self, key: Key, status: TrafficRouteStatus) {
-        if self.statuses.insert(key.clone(), status).is_none() {
+    fn put(&mut self, key: Key, wanted: Wanted) {
+        if self.statuses.insert(key.clone(), wanted).is_none() {
             self.order.push_back(key);
         }
     }
 
-    /// The first status whose route is not `busy`.
-    fn pop_except(&mut self, busy: &HashSet<Key>) -> Option<(Key, TrafficRouteStatus)> {
+    /// The first status whose object is not `busy`.
+    fn pop_except(&mut self, busy: &HashSet<Key>) -> Option<(Key, Wanted)> {
         let mut i = 0;
         while let Some(key) = self.order.get(i) {
             if !self.statuses.contains_key(key) {
@@ -82,85 +178,194 @@ impl Queue {
                 i += 1;
             } else {
                 let key = self.order.remove(i)?;
-                let status = self.statuses.remove(&key)?;
-                return Some((key, status));
+                let wanted = self.statuses.remove(&key)?;
+                return Some((key, wanted));
             }
         }
         None
     }
 
-    fn remove(&mut self, key: &Key) -> Option<TrafficRouteStatus> {
+    fn remove(&mut self, key: &Key) -> Option<Wanted> {
         // Its place in `order` is skipped when reached.
         self.statuses.remove(key)
     }
 }
 
 impl Pending {
-    /// `status` for the route `key`, whose object showed `shown` when it was made. Nothing
-    /// to write when the route shows it and this writer wrote nothing else since (the
-    /// object may lag behind our own writes). Progress goes first, a rejection or a detail
-    /// can wait; a route already waiting in the urgent queue stays there.
-    fn put(&mut self, key: Key, status: TrafficRouteStatus, shown: Option<&TrafficRouteStatus>) {
+    /// The status `update` wants. Nothing to write when the object shows it and this
+    /// writer wrote nothing else since (the object may lag behind our own writes).
+    /// Progress goes first, a rejection or a detail can wait; an object already waiting in
+    /// the urgent queue stays there.
+    fn put(&mut self, update: StatusUpdate) {
+        let key = update.key();
+        let StatusUpdate {
+            kind,
+            status,
+            shown,
+            read,
+            ..
+        } = update;
         let written = self.written.get(&key);
-        if shown == Some(&status) && written.is_none_or(|w| *w == status) {
+        let shows = shown.as_ref().is_some_and(|s| kind.shows(s, &status));
+        if shows && written.is_none_or(|w| *w == status) {
             self.remove(&key);
             return;
         }
-        let urgent = is_progress(written.or(shown), &status);
-        self.enqueue(key, status, urgent);
+        let urgent = kind.is_progress(written.or(shown.as_ref()), &status);
+        let wanted = Wanted { kind, status, read };
+        self.enqueue(key, wanted, urgent);
     }
 
-    fn enqueue(&mut self, key: Key, status: TrafficRouteStatus, urgent: bool) {
+    fn enqueue(&mut self, key: Key, wanted: Wanted, urgent: bool) {
         if self.urgent.statuses.contains_key(&key) || urgent {
             self.later.remove(&key);
-            self.urgent.put(key, status);
+            self.urgent.put(key, wanted);
         } else {
-            self.later.put(key, status);
+            self.later.put(key, wanted);
         }
     }
 
-    /// The next status to write: one this writer did not write last, of a route with no
-    /// write in flight.
-    fn pop(&mut self) -> Option<(Key, TrafficRouteStatus)> {
+    /// The next status to write: one this writer did not write last, of an object with no
+    /// write in flight; conditional on the object as read, or as this writer's own writes
+    /// left it since.
+    fn pop(&mut self) -> Option<(Key, Wanted)> {
         loop {
             let next = self
                 .urgent
                 .pop_except(&self.in_flight)
                 .or_else(|| self.later.pop_except(&self.in_flight));
             match next {
-                Some((key, status)) if self.written.get(&key) == Some(&status) => {}
-                next => return next,
+                Some((key, wanted)) if self.written.get(&key) == Some(&wanted.status) => {}
+                Some((key, mut wanted)) => {
+                    wanted.read = self.after_own_writes(&key, wanted.read);
+                    return Some((key, wanted));
+                }
+                None => return None,
             }
         }
     }
 
-    fn remove(&mut self, key: &Key) -> Option<TrafficRouteStatus> {
+    /// `read`, or the resourceVersion this writer's own writes made of it since.
+    fn after_own_writes(&self, key: &Key, read: Option<String>) -> Option<String> {
+        let mut version = read?;
+        if let Some(own) = self.own.get(key) {
+            // Each step follows one write; there are at most OWN_WRITES_KEPT of them.
+            for _ in 0..own.len() {
+                match own.iter().find(|(before, _)| *before == version) {
+                    Some((_, after)) => version = after.clone(),
+                    None => break,
+                }
+            }
+        }
+        Some(version)
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Wanted> {
         self.urgent.remove(key).or_else(|| self.later.remove(key))
     }
 
     fn contains(&self, key: &Key) -> bool {
         self.urgent.statuses.contains_key(key) || self.later.statuses.contains_key(key)
     }
+
+    fn wrote(&mut self, key: Key, wanted: Wanted, versions: Option<(String, String)>) {
+        if let Some(step) = versions {
+            let own = self.own.entry(key.clone()).or_default();
+            own.push_back(step);
+            if own.len() > OWN_WRITES_KEPT {
+                own.pop_front();
+            }
+        }
+        self.written.insert(key, wanted.status);
+    }
 }
 
-/// Whether `status` tells what a user waits for, compared with the status stored: a new
-/// generation, or Accepted or Ready changed (status or reason), and the route is not
-/// rejected. Messages, the phase, Envoy counts and Progressing are details.
-fn is_progress(stored: Option<&TrafficRouteStatus>, status: &TrafficRouteStatus) -> bool {
-    let find = |s: &TrafficRouteStatus, type_: &str| {
-        s.conditions
+impl StatusKind {
+    /// Whether the object, showing `shown`, already has `status`.
+    fn shows(&self, shown: &Value, status: &Value) -> bool {
+        match self.write {
+            Write::Apply => shown == status,
+            Write::Merge => holds(shown, status),
+        }
+    }
+
+    /// Whether `status` tells what a user waits for, compared with the status stored: a
+    /// new generation, or a progress condition changed (status, reason or generation),
+    /// and the object is not rejected (an Accepted that is False). Messages, the phase,
+    /// Envoy counts and other conditions are details.
+    fn is_progress(&self, stored: Option<&Value>, status: &Value) -> bool {
+        let now = self.progress_conditions(status);
+        let rejected = now
             .iter()
-            .find(|c| c.type_ == type_)
-            .map(|c| (c.status.clone(), c.reason.clone(), c.observed_generation))
-    };
-    let rejected = find(status, "Accepted").is_some_and(|(s, _, _)| s == "False");
-    let changed = stored.is_none_or(|stored| {
-        stored.observed_generation != status.observed_generation
-            || ["Accepted", "Ready"]
-                .iter()
-                .any(|t| find(stored, t) != find(status, t))
-    });
-    !rejected && changed
+            .any(|((_, type_), (s, _, _))| type_ == "Accepted" && s == "False");
+        let changed = stored.is_none_or(|stored| {
+            stored.get("observedGeneration") != status.get("observedGeneration")
+                || self.progress_conditions(stored) != now
+        });
+        !rejected && changed
+    }
+
+    /// Every condition of a progress type in `status`, wherever it is (the status's own,
+    /// a listener's, a parent's), by its place and type: (status, reason, generation).
+    fn progress_conditions(&self, status: &Value) -> Vec<((String, String), Conditional)> {
+        let mut out = Vec::new();
+        collect_conditions(status, "", self.progress, &mut out);
+        out.sort();
+        out
+    }
+}
+
+type Conditional = (String, String, Option<i64>);
+
+fn collect_conditions(
+    value: &Value,
+    at: &str,
+    types: &[&str],
+    out: &mut Vec<((String, String), Conditional)>,
+) {
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                let here = format!("{at}/{name}");
+                if name == "conditions"
+                    && let Value::Array(conditions) = field
+                {
+                    for c in conditions {
+                        let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+                        if types.contains(&text("type")) {
+                            out.push((
+                                (here.clone(), text("type").to_string()),
+                                (
+                                    text("status").to_string(),
+                                    text("reason").to_string(),
+                                    c.get("observedGeneration").and_then(Value::as_i64),
+                                ),
+                            ));
+                        }
+                    }
+                } else {
+                    collect_conditions(field, &here, types, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect_conditions(item, &format!("{at}/{i}"), types, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether every field of `wanted` is in `held` as it is (the API server may hold more,
+/// such as fields of other writers, or defaults).
+pub fn holds(held: &Value, wanted: &Value) -> bool {
+    match (held, wanted) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| holds(hv, v)) || v.is_null()),
+        _ => held == wanted,
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -183,17 +388,9 @@ impl StatusWriter {
     }
 
     /// Asks for this status to be written (replacing any not yet written), unless the
-    /// route already `shows` it.
-    pub fn set(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: TrafficRouteStatus,
-        shows: Option<&TrafficRouteStatus>,
-    ) {
-        self.shared
-            .lock()
-            .put((namespace.to_string(), name.to_string()), status, shows);
+    /// object already shows it.
+    pub fn set(&self, update: StatusUpdate) {
+        self.shared.lock().put(update);
         self.shared.wake.notify_one();
     }
 }
@@ -214,10 +411,10 @@ impl Shared {
             } else {
                 None
             };
-            let Some((key, mut status)) = next else {
+            let Some((key, mut wanted)) = next else {
                 tokio::select! {
-                    Some((key, status, result)) = writes.next() => {
-                        self.finished(key, status, result);
+                    Some((key, wanted, result)) = writes.next() => {
+                        self.finished(key, wanted, result);
                     }
                     () = self.wake.notified() => {}
                 }
@@ -228,55 +425,88 @@ impl Shared {
                 // A newer status handed over meanwhile is the one to write.
                 let newer = self.lock().remove(&key);
                 if let Some(newer) = newer {
-                    status = newer;
+                    let read = self.lock().after_own_writes(&key, newer.read.clone());
+                    wanted = Wanted { read, ..newer };
                 }
             }
             self.lock().in_flight.insert(key.clone());
-            writes.push(write(client.clone(), key, status));
+            writes.push(write(client.clone(), key, wanted));
         }
     }
 
-    fn finished(&self, key: Key, status: TrafficRouteStatus, result: Result<(), kube::Error>) {
+    fn finished(
+        &self,
+        key: Key,
+        wanted: Wanted,
+        result: Result<Option<(String, String)>, kube::Error>,
+    ) {
+        let (_, namespace, name) = &key;
+        let kind = &wanted.kind.resource.kind;
         let mut pending = self.lock();
         pending.in_flight.remove(&key);
         match result {
-            Ok(()) => {
-                debug!(namespace = %key.0, name = %key.1, phase = ?status.phase, "status written");
-                pending.written.insert(key, status);
+            Ok(versions) => {
+                debug!(%kind, %namespace, %name, "status written");
+                pending.wrote(key, wanted, versions);
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 pending.written.remove(&key);
+                pending.own.remove(&key);
+            }
+            // Decided on an object that has changed since: the change brings a newer one.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                debug!(%kind, %namespace, %name, "status decided on a stale read; dropped");
             }
             Err(error) => {
-                warn!(namespace = %key.0, name = %key.1, %error, "status write failed; will retry");
+                warn!(%kind, %namespace, %name, %error, "status write failed; will retry");
                 // Retry unless a newer status arrived meanwhile.
                 if !pending.contains(&key) {
-                    let urgent = is_progress(pending.written.get(&key), &status);
-                    pending.enqueue(key, status, urgent);
+                    let urgent = wanted
+                        .kind
+                        .is_progress(pending.written.get(&key), &wanted.status);
+                    pending.enqueue(key, wanted, urgent);
                 }
             }
         }
     }
 }
 
-/// Writes one route's status by server-side apply; hands back what it wrote.
-async fn write(
-    client: Client,
-    key: Key,
-    status: TrafficRouteStatus,
-) -> (Key, TrafficRouteStatus, Result<(), kube::Error>) {
-    let api: Api<TrafficRoute> = Api::namespaced(client, &key.0);
-    let patch = serde_json::json!({
-        "apiVersion": "switchyard.dev/v1alpha1",
-        "kind": "TrafficRoute",
-        "status": status,
-    });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let result = api
-        .patch_status(&key.1, &params, &Patch::Apply(&patch))
-        .await
-        .map(|_| ());
-    (key, status, result)
+/// What a write gave: the resourceVersion it was made on and the one it left.
+type Written = Result<Option<(String, String)>, kube::Error>;
+
+/// Writes one object's status, conditional on the resourceVersion it was decided on;
+/// hands back what it wrote, and what it gave.
+async fn write(client: Client, key: Key, wanted: Wanted) -> (Key, Wanted, Written) {
+    let (_, namespace, name) = &key;
+    let kind = &wanted.kind;
+    let api: Api<DynamicObject> = if kind.namespaced {
+        Api::namespaced_with(client, namespace, &kind.resource)
+    } else {
+        Api::all_with(client, &kind.resource)
+    };
+    let mut metadata = json!({});
+    if let Some(read) = &wanted.read {
+        metadata["resourceVersion"] = json!(read);
+    }
+    let result = match kind.write {
+        Write::Apply => {
+            let patch = json!({
+                "apiVersion": kind.resource.api_version,
+                "kind": kind.resource.kind,
+                "metadata": metadata,
+                "status": wanted.status,
+            });
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch_status(name, &params, &Patch::Apply(&patch)).await
+        }
+        Write::Merge => {
+            let patch = json!({ "metadata": metadata, "status": wanted.status });
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    let result = result.map(|object| wanted.read.clone().zip(object.metadata.resource_version));
+    (key, wanted, result)
 }
 
 /// A condition that keeps its lastTransitionTime unless its status changes.
@@ -290,6 +520,20 @@ pub fn condition(
     now: &Time,
 ) -> Condition {
     let status = if status { "True" } else { "False" };
+    condition_of(previous, type_, status, reason, message, generation, now)
+}
+
+/// The one lastTransitionTime rule of every status Switchyard writes: a condition keeps
+/// the time of the one it replaces while its status (True, False, Unknown) stays.
+pub fn condition_of(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &Time,
+) -> Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
@@ -307,6 +551,7 @@ pub fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{TrafficRoute, TrafficRouteStatus};
 
     fn status(accepted: bool, phase: &str) -> TrafficRouteStatus {
         let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
@@ -318,22 +563,56 @@ mod tests {
     }
 
     fn key(name: &str) -> Key {
-        ("shop".into(), name.into())
+        ("TrafficRoute".into(), "shop".into(), name.into())
+    }
+
+    fn json(status: &TrafficRouteStatus) -> Value {
+        serde_json::to_value(status).expect("a status")
+    }
+
+    fn routes() -> Arc<StatusKind> {
+        Arc::new(StatusKind::namespaced::<TrafficRoute>(
+            Write::Apply,
+            &["Accepted", "Ready"],
+        ))
+    }
+
+    /// The status `status` for the route `name`, which showed `shown` when read.
+    fn update(
+        name: &str,
+        status: TrafficRouteStatus,
+        shown: Option<&TrafficRouteStatus>,
+    ) -> StatusUpdate {
+        StatusUpdate {
+            kind: routes(),
+            namespace: "shop".into(),
+            name: name.into(),
+            status: json(&status),
+            shown: shown.map(json),
+            read: Some("1".into()),
+        }
+    }
+
+    fn phase(wanted: &Wanted) -> String {
+        wanted.status["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     #[test]
     fn rollouts_are_written_before_rejections_each_in_arrival_order() {
         let mut pending = Pending::default();
-        pending.put(key("bad-1"), status(false, "Rejected"), None);
-        pending.put(key("z-web"), status(true, "Staging"), None);
-        pending.put(key("bad-2"), status(false, "Rejected"), None);
-        pending.put(key("a-api"), status(true, "Ready"), None);
+        pending.put(update("bad-1", status(false, "Rejected"), None));
+        pending.put(update("z-web", status(true, "Staging"), None));
+        pending.put(update("bad-2", status(false, "Rejected"), None));
+        pending.put(update("a-api", status(true, "Ready"), None));
         // The newest status replaces the one waiting, in its place.
-        pending.put(key("z-web"), status(true, "Ready"), None);
+        pending.put(update("z-web", status(true, "Ready"), None));
         // A rejected route waiting with an urgent status stays urgent.
-        pending.put(key("a-api"), status(false, "Rejected"), None);
+        pending.put(update("a-api", status(false, "Rejected"), None));
         let order: Vec<(String, String)> = std::iter::from_fn(|| pending.pop())
-            .map(|(k, s)| (k.1, s.phase.unwrap_or_default()))
+            .map(|(k, w)| (k.2, phase(&w)))
             .collect();
         let expected = [
             ("z-web", "Ready"),
@@ -351,18 +630,16 @@ mod tests {
     #[test]
     fn a_route_has_one_write_in_flight_at_most() {
         let mut pending = Pending::default();
-        pending.put(key("web"), status(true, "Staging"), None);
+        pending.put(update("web", status(true, "Staging"), None));
         let (web, _) = pending.pop().expect("web's first status");
         pending.in_flight.insert(web.clone());
         // A newer status of web waits for the write in flight; another route's does not.
-        pending.put(key("web"), status(true, "Ready"), None);
-        pending.put(key("api"), status(true, "Staging"), None);
-        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("api".to_string()));
+        pending.put(update("web", status(true, "Ready"), None));
+        pending.put(update("api", status(true, "Staging"), None));
+        assert_eq!(pending.pop().map(|(k, _)| k.2), Some("api".to_string()));
         assert!(pending.pop().is_none());
         pending.in_flight.remove(&web);
-        let next = pending
-            .pop()
-            .map(|(k, s)| (k.1, s.phase.unwrap_or_default()));
+        let next = pending.pop().map(|(k, w)| (k.2, phase(&w)));
         assert_eq!(next, Some(("web".to_string(), "Ready".to_string())));
     }
 
@@ -371,16 +648,18 @@ mod tests {
         let mut pending = Pending::default();
         let ready = status(true, "Ready");
         // A new leader's first pass over a route that already shows its status.
-        pending.put(key("web"), ready.clone(), Some(&ready));
+        pending.put(update("web", ready.clone(), Some(&ready)));
         assert!(pending.pop().is_none());
         // What the route shows lags behind a write of ours: then it is no proof.
-        pending.written.insert(key("web"), status(false, "Staging"));
-        pending.put(key("web"), ready.clone(), Some(&ready));
-        assert_eq!(pending.pop().map(|(_, s)| s), Some(ready.clone()));
+        pending
+            .written
+            .insert(key("web"), json(&status(false, "Staging")));
+        pending.put(update("web", ready.clone(), Some(&ready)));
+        assert_eq!(pending.pop().map(|(_, w)| w.status), Some(json(&ready)));
         // A status waiting is dropped once the route shows the one wanted now.
         pending.written.clear();
-        pending.put(key("web"), status(true, "Draining"), Some(&ready));
-        pending.put(key("web"), ready.clone(), Some(&ready));
+        pending.put(update("web", status(true, "Draining"), Some(&ready)));
+        pending.put(update("web", ready.clone(), Some(&ready)));
         assert!(pending.pop().is_none());
     }
 
@@ -391,13 +670,13 @@ mod tests {
         let mut done = draining.clone();
         done.phase = Some("Ready".into());
         // A drain ending changes no condition: a detail.
-        pending.put(key("drained"), done, Some(&draining));
+        pending.put(update("drained", done, Some(&draining)));
         // A new generation of another route: progress.
         let mut next = status(true, "Staging");
         next.observed_generation = Some(2);
-        pending.put(key("changed"), next, Some(&draining));
+        pending.put(update("changed", next, Some(&draining)));
         let order: Vec<String> = std::iter::from_fn(|| pending.pop())
-            .map(|(k, _)| k.1)
+            .map(|(k, _)| k.2)
             .collect();
         assert_eq!(order, ["changed", "drained"]);
     }
@@ -405,12 +684,66 @@ mod tests {
     #[test]
     fn a_rejected_route_that_recovers_moves_to_the_urgent_queue() {
         let mut pending = Pending::default();
-        pending.put(key("bad"), status(false, "Rejected"), None);
-        pending.put(key("other"), status(false, "Rejected"), None);
-        pending.put(key("bad"), status(true, "Staging"), None);
-        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("bad".to_string()));
-        assert_eq!(pending.pop().map(|(k, _)| k.1), Some("other".to_string()));
+        pending.put(update("bad", status(false, "Rejected"), None));
+        pending.put(update("other", status(false, "Rejected"), None));
+        pending.put(update("bad", status(true, "Staging"), None));
+        assert_eq!(pending.pop().map(|(k, _)| k.2), Some("bad".to_string()));
+        assert_eq!(pending.pop().map(|(k, _)| k.2), Some("other".to_string()));
         assert!(pending.pop().is_none());
+    }
+
+    #[test]
+    fn a_write_is_conditional_on_the_read_or_on_what_our_own_writes_left_of_it() {
+        let mut pending = Pending::default();
+        pending.put(update("web", status(true, "Staging"), None));
+        let (web, first) = pending.pop().expect("a status");
+        assert_eq!(first.read.as_deref(), Some("1"));
+        // Written: the object went from 1 to 2, then 2 to 3 by a second write of ours.
+        pending.wrote(web.clone(), first, Some(("1".into(), "2".into())));
+        pending.put(update("web", status(true, "Verifying"), None));
+        let (_, second) = pending.pop().expect("a status");
+        // Decided on 1 (the store had not seen our write): ours is no change, 2 it is.
+        assert_eq!(second.read.as_deref(), Some("2"));
+        pending.wrote(web.clone(), second, Some(("2".into(), "3".into())));
+        pending.put(update("web", status(true, "Ready"), None));
+        assert_eq!(
+            pending.pop().and_then(|(_, w)| w.read).as_deref(),
+            Some("3")
+        );
+        // Read after someone else's change (5): conditional on that.
+        let mut later = update("web", status(true, "Draining"), None);
+        later.read = Some("5".into());
+        pending.put(later);
+        assert_eq!(
+            pending.pop().and_then(|(_, w)| w.read).as_deref(),
+            Some("5")
+        );
+    }
+
+    #[test]
+    fn a_gateways_listener_programmed_is_progress_its_message_a_detail() {
+        let gateways = StatusKind {
+            resource: ApiResource::erase::<TrafficRoute>(&()),
+            namespaced: true,
+            write: Write::Merge,
+            progress: &["Accepted", "Programmed"],
+        };
+        let gateway = |programmed: &str, message: &str| {
+            serde_json::json!({
+                "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted" }],
+                "listeners": [{ "name": "http", "conditions": [
+                    { "type": "Programmed", "status": programmed, "reason": "R", "message": message },
+                ]}],
+            })
+        };
+        let pending = gateway("False", "waiting");
+        assert!(gateways.is_progress(Some(&pending), &gateway("True", "waiting")));
+        assert!(!gateways.is_progress(Some(&pending), &gateway("False", "still waiting")));
+        // A merge leaves other writers' fields: the object shows a status it holds.
+        let mut held = gateway("True", "");
+        held["addresses"] = serde_json::json!([{ "value": "198.18.0.1" }]);
+        assert!(gateways.shows(&held, &gateway("True", "")));
+        assert!(!gateways.shows(&held, &gateway("False", "")));
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod triggers;
 mod verify;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -39,7 +39,7 @@ use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
 use crate::k8s::index::{Scope, Watches};
-use crate::k8s::status::StatusWriter;
+use crate::k8s::status::{StatusKind, StatusWriter, Write};
 use crate::k8s::watched::{View, WatchBackoff, Watched};
 use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
@@ -62,6 +62,15 @@ pub(super) fn is_others(pc: &ProxyConfig) -> bool {
         .iter()
         .any(|o| o.controller == Some(true) && o.kind != "TrafficRoute")
 }
+
+/// How a TrafficRoute's status is written: applied whole (a field no longer set goes), a
+/// new Accepted or Ready first.
+pub(super) static STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<TrafficRoute>(
+        Write::Apply,
+        &["Accepted", "Ready"],
+    ))
+});
 
 /// The Ready reason (and Event reason) while an Envoy rejects the route's configuration.
 pub(super) const ENVOY_REJECTED: &str = "EnvoyRejected";
@@ -87,8 +96,8 @@ pub(super) const RECONCILE_CONCURRENCY: u16 = 256;
 pub struct Settings {
     pub address_map: Option<AddressMap>,
     pub prober: Prober,
-    /// Status writes per second at most.
-    pub status_qps: f64,
+    /// Writes the statuses, every front-end's.
+    pub status: StatusWriter,
     /// Off only for tests that prove the two phases matter.
     pub two_phase: bool,
     /// What this replica's snapshot builder left out, to explain stuck rollouts.
@@ -164,7 +173,7 @@ pub async fn run(client: Client, settings: Settings) {
     let tracker = track_convergence(settings.envoys.clone(), converged_tx);
     let context = Arc::new(Context {
         proxy_configs: ProxyConfigs::new(client.clone(), watches.proxy_configs.clone()),
-        status: StatusWriter::start(client.clone(), settings.status_qps),
+        status: settings.status.clone(),
         settings,
         services: watches.services.clone(),
         fleet: watches.fleet.clone(),

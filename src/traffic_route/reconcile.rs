@@ -16,8 +16,9 @@ use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
 use super::verify::verify;
 use super::{Context, ENVOY_REJECTED};
-use crate::api::TrafficRoute;
+use crate::api::{TrafficRoute, TrafficRouteStatus};
 use crate::duration;
+use crate::k8s::status::StatusUpdate;
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::metrics::StepLabel;
 use crate::model::trial_id;
@@ -281,12 +282,15 @@ pub(super) async fn publish(
             && c.observed_generation == Some(report.generation)
     });
     let is_ready = report.ready.ok;
-    ctx.status.set(
-        &route.namespace().unwrap_or_default(),
-        &route.name_any(),
-        status,
-        route.status.as_ref(),
-    );
+    let json = |status: &TrafficRouteStatus| serde_json::to_value(status).ok();
+    ctx.status.set(StatusUpdate {
+        kind: super::STATUS.clone(),
+        namespace: route.namespace().unwrap_or_default(),
+        name: route.name_any(),
+        status: json(&status).unwrap_or_default(),
+        shown: route.status.as_ref().and_then(json),
+        read: route.resource_version(),
+    });
     let Some((reason, note)) = event else {
         return;
     };

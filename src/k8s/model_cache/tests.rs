@@ -1,0 +1,304 @@
+use super::*;
+use crate::api::proxy_config::{ResolvedBackend, ResolvedRule, ResolvedTls, ResolvedVirtualHost};
+use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};
+use crate::k8s::fixtures::{self, cluster};
+use crate::translate::Translator;
+
+fn live(route: &str, services: &[&str], version: &str) -> ProxyConfig {
+    let mut pc = ProxyConfig::new(
+        &format!("{route}-live"),
+        ProxyConfigSpec {
+            listener: None,
+            route_created: None,
+            role: ProxyConfigRole::Live,
+            route: route.into(),
+            generation: 1,
+            version: "v1".into(),
+            virtual_host: Some(ResolvedVirtualHost {
+                hosts: vec![format!("{route}.test")],
+                tls: None,
+                rules: vec![ResolvedRule {
+                    name: "all".into(),
+                    backends: services
+                        .iter()
+                        .map(|s| ResolvedBackend {
+                            cluster: cluster(s),
+                            weight: 1,
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+            }),
+            clusters: services.iter().map(|s| cluster(s)).collect(),
+            kept_clusters: Vec::new(),
+        },
+    );
+    pc.metadata.namespace = Some("shop".into());
+    pc.metadata.resource_version = Some(version.into());
+    pc
+}
+
+fn probe(route: &str, services: &[&str], version: &str) -> ProxyConfig {
+    let mut pc = live(route, services, version);
+    pc.metadata.name = Some(format!("{route}-probe"));
+    pc.spec.role = ProxyConfigRole::Probe;
+    pc.spec.version = "v2".into();
+    pc.spec.virtual_host = None;
+    pc
+}
+
+fn slice(name: &str, service: &str, addresses: &[&str], version: &str) -> EndpointSlice {
+    let mut slice = fixtures::slice(name, service);
+    slice.metadata.resource_version = Some(version.into());
+    slice.endpoints = Some(addresses.iter().map(|a| fixtures::endpoint(a)).collect());
+    slice.ports = Some(vec![fixtures::port("http", 8080)]);
+    slice
+}
+
+fn listeners() -> ListenerSettings {
+    crate::model::Config::default().listeners
+}
+
+/// The keys whose objects differ between `before` and `now`: what the watchers would
+/// report.
+fn changed<V: serde::Serialize>(
+    before: &HashMap<ObjectKey, Arc<V>>,
+    now: &HashMap<ObjectKey, Arc<V>>,
+) -> BTreeSet<ObjectKey> {
+    let json = |v: Option<&Arc<V>>| v.map(|v| serde_json::to_value(v.as_ref()).ok());
+    before
+        .keys()
+        .chain(now.keys())
+        .filter(|key| json(before.get(*key)) != json(now.get(*key)))
+        .cloned()
+        .collect()
+}
+
+/// A builder's model cache and translator, stepped as the builder steps them: the
+/// objects that changed since the last step, or a full build when it must.
+struct Rig {
+    cache: ModelCache,
+    translator: Translator,
+    objects: ObjectMaps,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Self {
+            cache: ModelCache::default(),
+            translator: Translator::new(),
+            objects: ObjectMaps::default(),
+        }
+    }
+
+    /// One step; the translator must end where a fresh translation of a full model of
+    /// the same inputs does. True when the step was a full build.
+    fn step(&mut self, proxy_configs: &[&ProxyConfig], slices: &[&EndpointSlice]) -> bool {
+        let now = ObjectMaps::new(proxy_configs, slices);
+        let touched = Touched {
+            proxy_configs: changed(&self.objects.proxy_configs, &now.proxy_configs),
+            endpoint_slices: changed(&self.objects.endpoint_slices, &now.endpoint_slices),
+        };
+        self.step_touched(now, &touched, proxy_configs, slices)
+    }
+
+    /// A step told that every object changed (as after a watcher's relist): the
+    /// unchanged ones must be passed over.
+    fn step_all_touched(
+        &mut self,
+        proxy_configs: &[&ProxyConfig],
+        slices: &[&EndpointSlice],
+    ) -> bool {
+        let now = ObjectMaps::new(proxy_configs, slices);
+        let touched = Touched {
+            proxy_configs: now.proxy_configs.keys().cloned().collect(),
+            endpoint_slices: now.endpoint_slices.keys().cloned().collect(),
+        };
+        self.step_touched(now, &touched, proxy_configs, slices)
+    }
+
+    fn step_touched(
+        &mut self,
+        now: ObjectMaps,
+        touched: &Touched,
+        proxy_configs: &[&ProxyConfig],
+        slices: &[&EndpointSlice],
+    ) -> bool {
+        self.objects = now;
+        let secrets = BTreeMap::new();
+        let listeners = listeners();
+        let inputs = Inputs {
+            listeners: listeners.clone(),
+            address_map: None,
+            proxy_configs: proxy_configs.to_vec(),
+            endpoint_slices: slices.to_vec(),
+            secrets: &secrets,
+        };
+        let settings = Settings {
+            listeners: &listeners,
+            address_map: None,
+            secrets: &secrets,
+        };
+        let (step, problems) = match self.cache.step(&settings, touched, &self.objects) {
+            Some(step) => step,
+            None => self.cache.full(&inputs),
+        };
+        let full = matches!(step, Step::Full(_));
+        let translation = match step {
+            Step::Full(config) => self.translator.update(&config),
+            Step::Changes(changes) => self.translator.apply(changes),
+        };
+        let (config, expected_problems) = to_model::build(&inputs);
+        assert_eq!(problems, expected_problems);
+        let fresh = crate::translate::translate(&config);
+        assert!(
+            translation.snapshot == fresh.snapshot,
+            "the incremental step differs from a full build"
+        );
+        assert_eq!(translation.problems, fresh.problems);
+        full
+    }
+}
+
+#[test]
+fn slice_changes_update_only_their_services_clusters() {
+    let mut rig = Rig::new();
+    let a = live("a", &["web", "api"], "1");
+    let b = live("b", &["api", "img"], "1");
+    let web = slice("web-1", "web", &["10.0.0.1"], "1");
+    let api = slice("api-1", "api", &["10.0.1.1"], "1");
+    let img = slice("img-1", "img", &["10.0.2.1"], "1");
+    let pcs = [&a, &b];
+    assert!(rig.step(&pcs, &[&web, &api, &img]));
+
+    // An endpoint moves.
+    let api2 = slice("api-1", "api", &["10.0.1.1", "10.0.1.2"], "2");
+    assert!(!rig.step(&pcs, &[&web, &api2, &img]));
+    // A second slice for a Service, then a slice goes away.
+    let api3 = slice("api-2", "api", &["10.0.1.3"], "3");
+    assert!(!rig.step(&pcs, &[&web, &api2, &api3, &img]));
+    assert!(!rig.step(&pcs, &[&api2, &api3, &img]));
+    // A slice is relabelled to another Service: both Services change.
+    let moved = slice("api-2", "img", &["10.0.1.3"], "4");
+    assert!(!rig.step(&pcs, &[&api2, &moved, &img]));
+    // Nothing changed; then told that everything did (a relist): nothing to do.
+    assert!(!rig.step(&pcs, &[&api2, &moved, &img]));
+    assert!(!rig.step_all_touched(&pcs, &[&api2, &moved, &img]));
+    // A ProxyConfig changes: "api" loses a user but keeps one, nothing is rebuilt.
+    let b2 = live("b", &["img"], "2");
+    let slices = [&api2, &moved, &img];
+    assert!(!rig.step(&[&a, &b2], &slices));
+    // "web" gets a slice back; a new route takes a new Service and an old one.
+    let web = slice("web-1", "web", &["10.0.0.7"], "5");
+    let slices = [&web, &api2, &moved, &img];
+    let c = live("c", &["web", "new"], "1");
+    let new = slice("new-1", "new", &["10.0.3.1"], "1");
+    let with_new = [&web, &api2, &moved, &img, &new];
+    assert!(!rig.step(&[&a, &b2, &c], &slices));
+    assert!(!rig.step(&[&a, &b2, &c], &with_new));
+    // A probe ProxyConfig comes and goes; a route goes, taking its last clusters.
+    let probe = probe("a", &["api", "other"], "1");
+    assert!(!rig.step(&[&a, &b2, &c, &probe], &with_new));
+    assert!(!rig.step(&[&a, &b2, &c], &with_new));
+    assert!(!rig.step(&[&b2, &c], &with_new));
+    // A route moves to another Service and back in one step each.
+    let c2 = live("c", &["img"], "2");
+    assert!(!rig.step(&[&b2, &c2], &with_new));
+    assert!(!rig.step(&[&b2, &c], &with_new));
+    // Two ProxyConfigs claiming one route: left to full builds.
+    let twin = {
+        let mut twin = live("c", &["web"], "1");
+        twin.metadata.name = Some("c-twin".into());
+        twin
+    };
+    assert!(rig.step(&[&b2, &c, &twin], &with_new));
+    assert!(rig.step(&[&b2, &c, &twin], &with_new));
+    assert!(rig.step(&[&b2, &c], &with_new));
+    // A live ProxyConfig with TLS: a full build.
+    let mut tls = live("d", &["web"], "1");
+    if let Some(vh) = tls.spec.virtual_host.as_mut() {
+        vh.tls = Some(ResolvedTls {
+            namespace: None,
+            secret_name: "cert".into(),
+            redirect_http: false,
+        });
+    }
+    assert!(rig.step(&[&b2, &c, &tls], &with_new));
+    assert!(rig.step(&[&b2, &c], &with_new));
+    // ProxyConfigs with problems, handed out in any order: problems in key order, as
+    // a full build lists them, through additions and removals.
+    let broken = |route: &str| {
+        let mut pc = live(route, &["web"], "1");
+        pc.spec.virtual_host = None;
+        pc
+    };
+    let (x, y, z) = (broken("x"), broken("y"), broken("z"));
+    assert!(!rig.step(&[&z, &b2, &x, &c], &with_new));
+    assert!(!rig.step(&[&y, &z, &b2, &x, &c], &with_new));
+    assert!(!rig.step(&[&y, &b2, &c], &with_new));
+}
+
+#[test]
+fn only_changed_clusters_are_handed_over() {
+    let mut cache = ModelCache::default();
+    let a = live("a", &["web", "api"], "1");
+    let web = slice("web-1", "web", &["10.0.0.1"], "1");
+    let api = slice("api-1", "api", &["10.0.1.1"], "1");
+    let secrets = BTreeMap::new();
+    let listeners = listeners();
+    let settings = Settings {
+        listeners: &listeners,
+        address_map: None,
+        secrets: &secrets,
+    };
+    let inputs = Inputs {
+        listeners: listeners.clone(),
+        address_map: None,
+        proxy_configs: vec![&a],
+        endpoint_slices: vec![&web, &api],
+        secrets: &secrets,
+    };
+    let mut objects = ObjectMaps::new(&[&a], &[&web, &api]);
+    let none = Touched::default();
+    assert!(
+        cache.step(&settings, &none, &objects).is_none(),
+        "the first step is a full build"
+    );
+    assert!(matches!(cache.full(&inputs).0, Step::Full(_)));
+    let web_key = key_of(&web);
+    let touched = Touched {
+        endpoint_slices: [web_key.clone()].into(),
+        ..Touched::default()
+    };
+    let web2 = slice("web-1", "web", &["10.0.0.9"], "2");
+    objects
+        .endpoint_slices
+        .insert(web_key.clone(), Arc::new(web2));
+    match cache.step(&settings, &touched, &objects).map(|s| s.0) {
+        Some(Step::Changes(changes)) => {
+            let names: Vec<&str> = changes
+                .clusters
+                .iter()
+                .map(|c| match c {
+                    Edit::Put(c) => c.service.name.as_str(),
+                    Edit::Remove(name) => name.as_str(),
+                })
+                .collect();
+            assert_eq!(names, ["web"]);
+            assert!(changes.virtual_hosts.is_empty());
+        }
+        _ => panic!("a slice change is not a full build"),
+    }
+    // A new resourceVersion with the same content hands over nothing.
+    let web3 = slice("web-1", "web", &["10.0.0.9"], "3");
+    objects.endpoint_slices.insert(web_key, Arc::new(web3));
+    assert!(matches!(
+        cache.step(&settings, &touched, &objects).map(|s| s.0),
+        Some(Step::Changes(c)) if c.is_empty()
+    ));
+    // Nothing touched: nothing looked at, nothing handed over.
+    assert!(matches!(
+        cache.step(&settings, &none, &objects).map(|s| s.0),
+        Some(Step::Changes(c)) if c.is_empty()
+    ));
+}

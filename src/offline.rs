@@ -18,7 +18,7 @@ use crate::k8s::to_model::{self, Inputs, TlsData};
 use crate::model::{Config, ListenerSettings};
 use crate::standalone;
 use crate::traffic_route::resolve::{live_proxy_config, resolve_route};
-use crate::translate::{render, translate};
+use crate::translate::{Subject, render, translate};
 
 /// What `translate` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -136,7 +136,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
             }
             Err(why) => {
                 problems.push(format!("TLS Secret {}/{}: {why}", key.0, key.1));
-                broken.push(format!("secret/{}/{}", key.0, key.1));
+                broken.push(Subject::Secret(format!("{}/{}", key.0, key.1)));
             }
         }
     }
@@ -154,7 +154,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
     problems.extend(
         built
             .iter()
-            .filter(|p| !broken.contains(&p.virtual_host))
+            .filter(|p| !broken.contains(p.subject()))
             .map(|p| p.to_string()),
     );
     Ok((config, problems))

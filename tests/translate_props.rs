@@ -670,8 +670,8 @@ proptest! {
             let problems: Vec<&str> = t
                 .problems
                 .iter()
-                .filter(|p| p.virtual_host == vh.name)
-                .map(|p| p.message.as_str())
+                .filter(|p| p.subject().virtual_host() == Some(vh.name.as_str()))
+                .map(|p| p.message())
                 .collect();
             let Some((routes, domains)) = served.get(&vh.name) else {
                 prop_assert!(!problems.is_empty(), "{:?} neither served nor reported", vh.name);

@@ -272,7 +272,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 fn log_new_problems(before: &[Problem], now: &[Problem]) {
     let before: std::collections::BTreeSet<&Problem> = before.iter().collect();
     for problem in now.iter().filter(|p| !before.contains(p)) {
-        if problem.message.ends_with(SECRET_KEPT) {
+        if problem.message().ends_with(SECRET_KEPT) {
             warn!(%problem, "TLS Secret cannot serve; its last good content does");
         } else {
             warn!(%problem, "left out of the configuration");

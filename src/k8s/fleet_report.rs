@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use super::envoys::{BlockingNack, Envoys};
 use super::watched::{View, Watched};
-use crate::translate::{BENCHED, Problem, is_refusal};
+use crate::translate::{Cause, Problem, Subject};
 
 /// The label of a replica's report Lease: the name of the leader election's Lease, which
 /// the replicas of one installation share.
@@ -56,16 +56,38 @@ pub struct Report {
     pub left_out: Vec<LeftOut>,
 }
 
+/// A problem from an Envoy's answer, as text: its route's id (`*`: every route) and its
+/// message. Replicas of the previous version and of this one run side by side through a
+/// rolling upgrade, and read each other's reports: this stays as every version writes it
+/// (`{"route": "ns/web", "message": "Envoy envoy-0 rejected these routes: …"}`), and the
+/// problem's cause is read back from its words ([`Problem::from_text`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LeftOut {
     pub route: String,
     pub message: String,
 }
 
-/// Whether a snapshot builder's problem comes from an Envoy's answer (the quarantine's),
-/// rather than from the input, which every replica translates alike.
-pub fn from_an_envoy(problem: &Problem) -> bool {
-    problem.message.starts_with("Envoy ") || problem.message == BENCHED
+/// How the route field reads when a problem concerns every route.
+const EVERY_ROUTE: &str = "*";
+
+impl LeftOut {
+    /// The words of a problem from an Envoy's answer, clipped to fit the report. Its
+    /// subject is a route, or every route: the quarantine's verdicts are about nothing else.
+    fn of(problem: &Problem) -> LeftOut {
+        LeftOut {
+            route: problem.subject().to_string(),
+            message: clip(problem.message()),
+        }
+    }
+
+    fn problem(self) -> Problem {
+        let route = if self.route == EVERY_ROUTE {
+            Subject::EveryRoute
+        } else {
+            Subject::VirtualHost(self.route)
+        };
+        Problem::from_text(route, self.message)
+    }
 }
 
 fn clip(message: &str) -> String {
@@ -88,13 +110,11 @@ impl Report {
         for r in &mut rejections {
             r.error = clip(&r.error);
         }
+        // What the input says, every replica's translation says alike.
         let mut left_out: Vec<LeftOut> = problems
             .iter()
-            .filter(|p| from_an_envoy(p))
-            .map(|p| LeftOut {
-                route: p.virtual_host.clone(),
-                message: clip(&p.message),
-            })
+            .filter(|p| p.from_an_envoy())
+            .map(LeftOut::of)
             .collect();
         left_out.sort();
         left_out.dedup();
@@ -318,10 +338,7 @@ impl FleetView {
         rejections.dedup();
         FleetView {
             rejections,
-            left_out: left_out
-                .into_iter()
-                .map(|l| Problem::new(l.route, l.message))
-                .collect(),
+            left_out: left_out.into_iter().map(LeftOut::problem).collect(),
         }
     }
 
@@ -329,8 +346,8 @@ impl FleetView {
     pub fn refused_routes(&self) -> usize {
         self.left_out
             .iter()
-            .filter(|p| is_refusal(&p.message))
-            .map(|p| p.virtual_host.as_str())
+            .filter(|p| p.cause() == Cause::Refused)
+            .map(Problem::subject)
             .collect::<BTreeSet<_>>()
             .len()
     }
@@ -424,10 +441,7 @@ mod tests {
         assert_eq!(view.refused_routes(), 1);
         assert_eq!(
             view.left_out,
-            [Problem::new(
-                "ns/web",
-                "Envoy envoy-1 rejected these routes: regex"
-            )]
+            [Problem::refused("ns/web", "envoy-1", "regex")]
         );
     }
 
@@ -447,16 +461,48 @@ mod tests {
     #[test]
     fn only_what_an_envoy_said_is_reported() {
         let problems = [
-            Problem::new("ns/a", "Envoy envoy-0 rejected these routes: x"),
-            Problem::new("ns/b", BENCHED),
+            Problem::refused("ns/a", "envoy-0", "x"),
+            Problem::benched("ns/b"),
             Problem::new("ns/c", "no such Service"),
+            Problem::unexplained("envoy-0", "y"),
         ];
-        let kept: Vec<&str> = problems
+        let kept: Vec<String> = problems
             .iter()
-            .filter(|p| from_an_envoy(p))
-            .map(|p| p.virtual_host.as_str())
+            .filter(|p| p.from_an_envoy())
+            .map(|p| p.subject().to_string())
             .collect();
-        assert_eq!(kept, ["ns/a", "ns/b"]);
+        assert_eq!(kept, ["ns/a", "ns/b", "*"]);
+    }
+
+    /// A report as the version before typed problems wrote it (and as this one must, for
+    /// it to read): each problem's cause is read back from its words, and written out
+    /// again it is the same text.
+    #[test]
+    fn a_report_reads_and_writes_as_the_previous_version_does() {
+        let text = r#"{"envoys":["envoy-1"],"rejections":[{"node":"envoy-1","kind":"Cluster","error":"bad cluster"}],"leftOut":[{"route":"*","message":"Envoy envoy-1 rejected the route configuration, and no route on trial explains it: x"},{"route":"ns/a","message":"Envoy envoy-1 rejected these routes: regex"},{"route":"ns/b","message":"routes on trial held back for a moment: an Envoy rejected a route configuration that carried them with others, and the route to blame is being found"},{"route":"ns/c","message":"Envoy envoy-1 rejected these routes: long…"}]}"#;
+        let report: Report = serde_json::from_str(text).expect("reads");
+        let view = FleetView::merge(Report::default(), vec![report.clone()]);
+        let read: Vec<(String, Cause)> = view
+            .left_out
+            .iter()
+            .map(|p| (p.subject().to_string(), p.cause()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("*".to_owned(), Cause::Unexplained),
+                ("ns/a".to_owned(), Cause::Refused),
+                ("ns/b".to_owned(), Cause::Benched),
+                ("ns/c".to_owned(), Cause::Refused),
+            ]
+        );
+        assert_eq!(view.left_out[0].subject(), &Subject::EveryRoute);
+        assert_eq!(view.refused_routes(), 2);
+        let written = Report {
+            left_out: view.left_out.iter().map(LeftOut::of).collect(),
+            ..report
+        };
+        assert_eq!(serde_json::to_string(&written).expect("writes"), text);
     }
 
     #[test]

@@ -40,11 +40,13 @@ pub struct SecretTrouble {
 pub fn secret_troubles(problems: &[Problem], id: &str) -> Vec<SecretTrouble> {
     problems
         .iter()
-        .filter(|p| p.virtual_host == id && p.message.starts_with(SECRET_PROBLEM))
+        .filter(|p| {
+            p.subject().virtual_host() == Some(id) && p.message().starts_with(SECRET_PROBLEM)
+        })
         .map(|p| SecretTrouble {
-            message: p.message.clone(),
-            missing: p.message.contains(SECRET_NOT_FOUND),
-            kept: p.message.ends_with(SECRET_KEPT),
+            message: p.message().to_owned(),
+            missing: p.message().contains(SECRET_NOT_FOUND),
+            kept: p.message().ends_with(SECRET_KEPT),
         })
         .collect()
 }
@@ -239,7 +241,7 @@ mod tests {
         assert_eq!(secrets.served[&key("cert")].certificate_chain, renewed);
         assert!(
             secrets.problems[0]
-                .message
+                .message()
                 .starts_with("TLS Secret shop/cert: tls.crt holds no PEM certificate;"),
             "{:?}",
             secrets.problems
@@ -274,7 +276,7 @@ mod tests {
         assert!(secrets.served.is_empty());
         assert!(
             secrets.problems[0]
-                .message
+                .message()
                 .ends_with("the route is left out until it has a good one"),
             "{:?}",
             secrets.problems

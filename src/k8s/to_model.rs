@@ -12,7 +12,7 @@ use super::address_map::AddressMap;
 pub use crate::api::proxy_config::ResolvedCluster;
 use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::model::{self, EndpointCondition, ListenerSettings};
-use crate::translate::Problem;
+use crate::translate::{Problem, Subject};
 use switchyard_core::route::lower;
 pub use switchyard_core::route::lower::{
     Contribution, cluster as model_cluster, cluster_name, endpoint_probe_id, gateway_listener,
@@ -175,7 +175,7 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
             }),
             // The translator leaves out the virtual host and says why.
             None => problems.push(Problem::new(
-                format!("secret/{namespace}/{name}"),
+                Subject::Secret(format!("{namespace}/{name}")),
                 "not found or not a TLS Secret",
             )),
         }
@@ -429,7 +429,7 @@ mod tests {
         assert_eq!(
             problems,
             [Problem::new(
-                "secret/shop/cert",
+                Subject::Secret("shop/cert".into()),
                 "not found or not a TLS Secret"
             )]
         );

@@ -86,7 +86,7 @@ pub fn build(file: &File, secrets: &[SecretPem], probe_token: &str) -> Built {
             problems.extend(
                 part.problems
                     .iter()
-                    .map(|p| format!("route {id}: {}", p.message)),
+                    .map(|p| format!("route {id}: {}", p.message())),
             );
             continue;
         }

@@ -185,9 +185,12 @@ pub(super) fn admit(
     };
     problems.extend(translate(&config).problems);
     let id = format!("{namespace}/{name}");
-    match problems.into_iter().find(|p| p.virtual_host == id) {
+    match problems
+        .into_iter()
+        .find(|p| p.subject().virtual_host() == Some(id.as_str()))
+    {
         Some(problem) => Err(RouteError::Rejected {
-            message: problem.message,
+            message: problem.into_message(),
         }),
         None => Ok(resolved),
     }

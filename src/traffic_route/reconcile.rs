@@ -27,7 +27,6 @@ use crate::rollout::clock::RolloutStep;
 use crate::rollout::executor::{Done, End, Front, Held, Phase, Unit, Verification, advance};
 use crate::rollout::proxy_configs::Error;
 use crate::rollout::{DEFAULT_DRAIN, Owner, RouteError, UnitRef};
-use crate::translate::is_refusal;
 
 pub(super) async fn reconcile(
     route: Arc<TrafficRoute>,
@@ -257,7 +256,7 @@ pub(super) async fn requeue_waiting(
     // Routes on trial that Envoy refused wait for their own change, which reconciles them:
     // the fleet converging brings them nothing, and hundreds of them probing on every
     // convergence would slow everyone else's rollouts.
-    let after = if troubles.iter().any(|t| is_refusal(t)) {
+    let after = if troubles.iter().any(|t| t.refused) {
         ctx.progressed(&key);
         Duration::from_secs(300)
     } else {

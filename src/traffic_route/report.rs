@@ -7,12 +7,11 @@ use super::{Context, ENVOY_REJECTED, ROUTE_CONFIGURATION};
 use crate::api::TrafficRouteStatus;
 use crate::api::traffic_route::EnvoyProgress;
 use crate::api::{ProxyConfig, TrafficRoute};
-use crate::k8s::fleet_report::from_an_envoy;
 use crate::k8s::status::condition;
 use crate::k8s::tls_secrets::{SecretTrouble, secret_troubles};
 use crate::prober::FleetResult;
 use crate::rollout::RouteError;
-use crate::translate::{EVERY_ROUTE, Problem};
+use crate::translate::{Cause, Problem, Subject};
 
 impl Context {
     /// What this replica's snapshot builder says of the route's TLS Secret.
@@ -30,35 +29,65 @@ impl Context {
     /// they refused, and NACKs of other configuration, whichever replica they are
     /// connected to). A rejected route configuration is the builders' to blame on one
     /// route; told here, it would be every route's.
-    pub(super) fn troubles(&self, key: &(String, String)) -> Vec<String> {
+    pub(super) fn troubles(&self, key: &(String, String)) -> Vec<Trouble> {
         let id = format!("{}/{}", key.0, key.1);
-        let concerns = |p: &Problem| p.virtual_host == id || p.virtual_host == EVERY_ROUTE;
+        let concerns = |p: &Problem| {
+            p.subject().virtual_host() == Some(id.as_str()) || p.subject() == &Subject::EveryRoute
+        };
         let fleet = self.settings.fleet.borrow();
-        let mut out: Vec<String> = self
+        // What an Envoy said comes from the fleet's view, which holds this replica's too.
+        let mut out: Vec<Trouble> = self
             .settings
             .problems
             .borrow()
             .iter()
-            .filter(|p| concerns(p) && !from_an_envoy(p))
-            .map(|p| format!("left out: {}", p.message))
+            .filter(|p| concerns(p) && !p.from_an_envoy())
+            .map(Trouble::of)
             .collect();
-        out.extend(fleet.left_out.iter().filter(|p| concerns(p)).map(|p| {
-            // Envoy's own words stand as they are (they become the Ready reason).
-            if p.message.starts_with("Envoy ") {
-                p.message.clone()
-            } else {
-                format!("left out: {}", p.message)
-            }
-        }));
+        out.extend(
+            fleet
+                .left_out
+                .iter()
+                .filter(|p| concerns(p))
+                .map(Trouble::of),
+        );
         for nack in &fleet.rejections {
             if nack.kind != ROUTE_CONFIGURATION {
-                out.push(format!(
-                    "Envoy {} rejected {}: {}",
-                    nack.node, nack.kind, nack.error
-                ));
+                out.push(Trouble {
+                    message: format!("Envoy {} rejected {}: {}", nack.node, nack.kind, nack.error),
+                    in_envoys_words: true,
+                    refused: false,
+                });
             }
         }
         out
+    }
+}
+
+/// A reason a rollout may be stuck, as its status tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Trouble {
+    pub(super) message: String,
+    /// An Envoy's own words (a NACK, a refusal): they say what to fix, and make the Ready
+    /// reason.
+    pub(super) in_envoys_words: bool,
+    /// An Envoy refused the route's routes on trial: only the route's own change helps.
+    pub(super) refused: bool,
+}
+
+impl Trouble {
+    fn of(problem: &Problem) -> Trouble {
+        let in_envoys_words = problem.in_envoys_words();
+        Trouble {
+            // Envoy's own words stand as they are.
+            message: if in_envoys_words {
+                problem.message().to_owned()
+            } else {
+                format!("left out: {}", problem.message())
+            },
+            in_envoys_words,
+            refused: problem.cause() == Cause::Refused,
+        }
     }
 }
 
@@ -157,16 +186,18 @@ impl Report {
     }
 
     /// Adds reasons a rollout is stuck; an Envoy's NACK becomes the condition's reason.
-    pub(super) fn explain(&mut self, troubles: &[String]) {
+    pub(super) fn explain(&mut self, troubles: &[Trouble]) {
         if troubles.is_empty() {
             return;
         }
+        let told: Vec<&str> = troubles.iter().map(|t| t.message.as_str()).collect();
+        let told = told.join("; ");
         // Envoy's own words come first: they say what to fix.
-        let detail = if troubles.iter().any(|t| t.starts_with("Envoy ")) {
+        let detail = if troubles.iter().any(|t| t.in_envoys_words) {
             self.ready.reason = ENVOY_REJECTED.into();
-            format!("{}; {}", troubles.join("; "), self.ready.message)
+            format!("{told}; {}", self.ready.message)
         } else {
-            format!("{}; {}", self.ready.message, troubles.join("; "))
+            format!("{}; {told}", self.ready.message)
         };
         self.ready.message = detail.clone();
         self.progressing.message = detail;
@@ -278,7 +309,11 @@ mod tests {
             "new routes not served by every Envoy yet",
             &result,
         );
-        report.explain(&["Envoy envoy-b rejected RouteConfiguration: bad route".to_string()]);
+        report.explain(&[Trouble {
+            message: "Envoy envoy-b rejected RouteConfiguration: bad route".into(),
+            in_envoys_words: true,
+            refused: false,
+        }]);
         let status = report.build();
         let ready = status
             .conditions

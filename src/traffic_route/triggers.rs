@@ -91,10 +91,10 @@ pub(super) fn wake_on_secret_troubles(
         problems
             .iter()
             .filter(|p| {
-                p.message
+                p.message()
                     .starts_with(crate::k8s::tls_secrets::SECRET_PROBLEM)
             })
-            .map(|p| (p.virtual_host.clone(), p.message.clone()))
+            .map(|p| (p.subject().to_string(), p.message().to_owned()))
             .collect()
     };
     let before = troubles(&problems.borrow());
@@ -137,7 +137,7 @@ pub(super) fn wake_on_fleet_rejections(
                 .iter()
                 .chain(&now.left_out)
                 .filter(|p| !(before.left_out.contains(p) && now.left_out.contains(p)))
-                .filter_map(|p| p.virtual_host.split_once('/'))
+                .filter_map(|p| p.subject().virtual_host()?.split_once('/'))
                 .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
                 .collect();
             if before.rejections != now.rejections {

@@ -7,13 +7,12 @@
 //! version probe and a catch-all that answers 404 for every other probe host.
 //!
 //! Bad input is contained (I8): a virtual host that Envoy would reject, or that refers to
-//! something missing, is left out and reported as a [`Problem`]; every other virtual host is
-//! unaffected. The output depends only on the content of the configuration, never on the
-//! order of its lists (I6); only the order of routes inside a virtual host (match order) is
-//! kept as given.
+//! something missing, is left out and reported as a [`Problem`] about its [`Subject`];
+//! every other virtual host is unaffected. The output depends only on the content of the
+//! configuration, never on the order of its lists (I6); only the order of routes inside a
+//! virtual host (match order) is kept as given.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use crate::model;
 use crate::xds;
@@ -25,6 +24,7 @@ mod endpoint;
 mod http_filters;
 mod listener;
 mod probe;
+mod problem;
 mod proto;
 mod quarantine;
 pub mod render;
@@ -34,7 +34,8 @@ mod translator;
 mod validate;
 
 pub use check::check_consistency;
-pub use quarantine::{BENCHED, EVERY_ROUTE, Quarantine, is_refusal, refusal};
+pub use problem::{Cause, Problem, Subject};
+pub use quarantine::Quarantine;
 pub use translator::{Changes, Edit, Translator};
 
 /// The name of the one route configuration that every listener uses.
@@ -69,30 +70,6 @@ pub struct Translation {
     pub problems: Vec<Problem>,
 }
 
-/// Something in the input that was left out of the snapshot.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Problem {
-    /// The virtual host left out (its name), or for other inputs `kind/name`:
-    /// `probe/<id>`, `version-probe/<id>`, `cluster/<name>`, `secret/<name>`, `listeners`.
-    pub virtual_host: String,
-    pub message: String,
-}
-
-impl Problem {
-    pub fn new(virtual_host: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            virtual_host: virtual_host.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.virtual_host, self.message)
-    }
-}
-
 /// The inputs that routes and probes may refer to, by name, with the reasons why some
 /// clusters cannot be used.
 struct Inputs<'a> {
@@ -124,11 +101,12 @@ pub fn translate(config: &model::Config) -> Translation {
 /// Indexes items by name. A name defined more than once with different content is
 /// ambiguous: every definition of it is left out and reported, whatever the input order.
 /// `content` gives the canonical content of an item (two items are the same definition
-/// when their contents are equal).
+/// when their contents are equal); `kind` names what the items are, and `subject` what a
+/// problem with one of them is about, by its name.
 fn unique_by_name<'a, T>(
     items: &'a [T],
     name: impl Fn(&T) -> &str,
-    kind: &str,
+    (kind, subject): (&str, fn(String) -> Subject),
     content: impl Fn(&T) -> String,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<&'a str, &'a T> {
@@ -149,14 +127,8 @@ fn unique_by_name<'a, T>(
         if distinct.len() <= 1 {
             unique.push((key, defs[0]));
         } else {
-            let prefix = match kind {
-                "virtual host" => String::new(),
-                "endpoint probe" => "probe/".to_owned(),
-                "version probe" => "version-probe/".to_owned(),
-                other => format!("{other}/"),
-            };
             problems.push(Problem::new(
-                format!("{prefix}{key}"),
+                subject(key.to_owned()),
                 format!(
                     "{kind} {key:?} is defined {} times with {} different contents; all are left out",
                     defs.len(),

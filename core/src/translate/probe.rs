@@ -17,7 +17,7 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::{
     Inputs, PROBE_CATCH_ALL_VHOST, PROBE_DOMAIN_SUFFIX, PROBE_ID_HEADER, PROBE_TOKEN_HEADER,
-    Problem, VERSION_HEADER, VERSION_PROBE_VHOST_PREFIX, proto, unique_by_name, validate,
+    Problem, Subject, VERSION_HEADER, VERSION_PROBE_VHOST_PREFIX, proto, unique_by_name, validate,
 };
 use crate::model;
 
@@ -31,7 +31,7 @@ pub fn select_version_probes<'a>(
     let unique = unique_by_name(
         probes,
         |p| p.id.as_str(),
-        "version probe",
+        ("version probe", Subject::VersionProbe),
         super::serde_content,
         problems,
     );
@@ -44,7 +44,7 @@ pub fn select_version_probes<'a>(
         };
         match check {
             Ok(()) => selected.push(p),
-            Err(e) => problems.push(Problem::new(format!("version-probe/{id}"), e)),
+            Err(e) => problems.push(Problem::new(Subject::VersionProbe(id.to_owned()), e)),
         }
     }
     selected
@@ -111,7 +111,7 @@ pub fn select_endpoint_probes<'a>(
     let unique = unique_by_name(
         probes,
         |p| p.id.as_str(),
-        "endpoint probe",
+        ("endpoint probe", Subject::EndpointProbe),
         super::serde_content,
         problems,
     );
@@ -139,7 +139,7 @@ pub fn select_endpoint_probes<'a>(
             problems.extend(
                 errors
                     .into_iter()
-                    .map(|e| Problem::new(format!("probe/{id}"), e)),
+                    .map(|e| Problem::new(Subject::EndpointProbe(id.to_owned()), e)),
             );
         }
     }
@@ -309,10 +309,13 @@ mod tests {
             problems,
             [
                 Problem::new(
-                    "probe/too-much",
+                    Subject::EndpointProbe("too-much".into()),
                     "minimum healthy percentage 101 for cluster \"ns/a/80\" is more than 100"
                 ),
-                Problem::new("probe/unknown", "cluster \"ns/b/80\" is not defined"),
+                Problem::new(
+                    Subject::EndpointProbe("unknown".into()),
+                    "cluster \"ns/b/80\" is not defined"
+                ),
             ]
         );
 
@@ -335,6 +338,6 @@ mod tests {
             ["b"]
         );
         assert_eq!(problems.len(), 1);
-        assert_eq!(problems[0].virtual_host, "version-probe/a");
+        assert_eq!(problems[0].subject(), &Subject::VersionProbe("a".into()));
     }
 }

@@ -23,27 +23,66 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use prost::encoding::{WireType, decode_key, decode_varint};
 
-use super::{Problem, ROUTE_CONFIG_NAME, VERSION_PROBE_VHOST_PREFIX, proto};
+use super::{Cause, Problem, ROUTE_CONFIG_NAME, Subject, VERSION_PROBE_VHOST_PREFIX, proto};
 use crate::model::TRIAL_PREFIX;
 use crate::xds::snapshot::{ROUTE, Resource, Snapshot, VIRTUAL_HOST};
 use crate::xds::vhds;
 
-/// What a refused trial's problem says: which Envoy refused it, and Envoy's words.
-pub fn refusal(node: &str, error: &str) -> String {
-    format!("Envoy {node}{REFUSED_THESE_ROUTES}{error}")
-}
-
-/// Whether a problem is a trial's refusal (see [`refusal`]).
-pub fn is_refusal(message: &str) -> bool {
-    message.starts_with("Envoy ") && message.contains(REFUSED_THESE_ROUTES)
-}
-
+/// How every problem in an Envoy's words begins.
+const ENVOY: &str = "Envoy ";
 const REFUSED_THESE_ROUTES: &str = " rejected these routes: ";
 /// The problem of a trial sitting out a round.
-pub const BENCHED: &str = "routes on trial held back for a moment: an Envoy rejected a route configuration that carried them with others, and the route to blame is being found";
-/// The `virtual_host` of a problem that concerns every route: an Envoy refused the route
-/// configuration, and no trial explains it.
-pub const EVERY_ROUTE: &str = "*";
+const BENCHED: &str = "routes on trial held back for a moment: an Envoy rejected a route configuration that carried them with others, and the route to blame is being found";
+
+impl Problem {
+    /// Envoy `node` refused the routes on trial of `route` (its id) with `error`: the
+    /// problem names the Envoy, for a user to know where to look, and gives its words.
+    pub fn refused(route: &str, node: &str, error: &str) -> Problem {
+        Problem::with_cause(
+            Subject::VirtualHost(route.to_owned()),
+            format!("{ENVOY}{node}{REFUSED_THESE_ROUTES}{error}"),
+            Cause::Refused,
+        )
+    }
+
+    /// The routes on trial of `route` sit out a round.
+    pub fn benched(route: &str) -> Problem {
+        Problem::with_cause(
+            Subject::VirtualHost(route.to_owned()),
+            BENCHED.to_owned(),
+            Cause::Benched,
+        )
+    }
+
+    /// Envoy `node` refused the route configuration with `error`, and no trial explains it.
+    pub fn unexplained(node: &str, error: &str) -> Problem {
+        Problem::with_cause(
+            Subject::EveryRoute,
+            format!(
+                "{ENVOY}{node} rejected the route configuration, and no route on trial explains it: {error}"
+            ),
+            Cause::Unexplained,
+        )
+    }
+
+    /// A problem told as text (another replica's report: replicas of this version and of
+    /// the one before it tell each other problems as subject and message only), with its
+    /// cause read back from the words the verdicts above are put in. Any other words of an
+    /// Envoy count as [`Cause::Unexplained`]: they stand as they are, and wait for no one
+    /// route's change.
+    pub fn from_text(subject: Subject, message: String) -> Problem {
+        let cause = if message == BENCHED {
+            Cause::Benched
+        } else if !message.starts_with(ENVOY) {
+            Cause::Input
+        } else if message.contains(REFUSED_THESE_ROUTES) {
+            Cause::Refused
+        } else {
+            Cause::Unexplained
+        };
+        Problem::with_cause(subject, message, cause)
+    }
+}
 
 /// The field number of `virtual_hosts` in RouteConfiguration, and of `name` in VirtualHost.
 const VIRTUAL_HOSTS_FIELD: u32 = 2;
@@ -54,9 +93,9 @@ pub struct Quarantine {
     /// The trials of the last route configuration an Envoy accepted: virtual host name →
     /// digest of its encoding.
     accepted: HashMap<String, u64>,
-    /// Trials refused, left out while they stay as they were: name → (digest, what the
-    /// problem says: see [`refusal`]).
-    refused: BTreeMap<String, (u64, String)>,
+    /// Trials refused, left out while they stay as they were: name → (digest, which Envoy
+    /// refused it and Envoy's words).
+    refused: BTreeMap<String, (u64, (String, String))>,
     /// Trials sitting out, in the groups they were benched in (last benched on top):
     /// name → digest.
     benched: Vec<BTreeMap<String, u64>>,
@@ -115,8 +154,10 @@ impl Quarantine {
                 changed
             }
             [(name, digest)] => {
-                self.refused
-                    .insert((*name).to_owned(), (*digest, refusal(node, error)));
+                self.refused.insert(
+                    (*name).to_owned(),
+                    (*digest, (node.to_owned(), error.to_owned())),
+                );
                 true
             }
             several => {
@@ -225,18 +266,16 @@ impl Quarantine {
         let refused = self
             .refused
             .iter()
-            .map(|(name, (_, message))| Problem::new(route_of(name), message.clone()));
+            .map(|(name, (_, (node, error)))| Problem::refused(route_of(name), node, error));
         let benched = self
             .benched
             .iter()
             .flat_map(BTreeMap::keys)
-            .map(|name| Problem::new(route_of(name), BENCHED));
-        let unexplained = self.unexplained.iter().map(|(node, error)| {
-            Problem::new(
-                EVERY_ROUTE,
-                format!("Envoy {node} rejected the route configuration, and no route on trial explains it: {error}"),
-            )
-        });
+            .map(|name| Problem::benched(route_of(name)));
+        let unexplained = self
+            .unexplained
+            .iter()
+            .map(|(node, error)| Problem::unexplained(node, error));
         refused.chain(benched).chain(unexplained).collect()
     }
 
@@ -416,10 +455,10 @@ mod tests {
         decoded.virtual_hosts.into_iter().map(|h| h.name).collect()
     }
 
-    fn routes(problems: &[Problem]) -> Vec<(&str, bool)> {
+    fn routes(problems: &[Problem]) -> Vec<(String, Cause)> {
         problems
             .iter()
-            .map(|p| (p.virtual_host.as_str(), is_refusal(&p.message)))
+            .map(|p| (p.subject().to_string(), p.cause()))
             .collect()
     }
 
@@ -435,12 +474,16 @@ mod tests {
             "envoy-0",
             "RE2 program size of 165 > max program size of 100"
         ));
-        assert_eq!(routes(&q.problems()), [("ns/bad", true)]);
-        assert!(q.problems()[0].message.ends_with("max program size of 100"));
+        assert_eq!(routes(&q.problems()), [("ns/bad".into(), Cause::Refused)]);
+        assert!(
+            q.problems()[0]
+                .message()
+                .ends_with("max program size of 100")
+        );
         // The problem names the Envoy that refused: status tells a user where to look.
         assert!(
             q.problems()[0]
-                .message
+                .message()
                 .starts_with("Envoy envoy-0 rejected these routes: "),
             "{:?}",
             q.problems()
@@ -508,7 +551,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(routes(&q.problems()), [("ns/d", true)]);
+        assert_eq!(routes(&q.problems()), [("ns/d".into(), Cause::Refused)]);
         let names = served(&q.apply(&all));
         assert!(!names.iter().any(|n| n == bad), "{names:?}");
         assert_eq!(
@@ -568,7 +611,7 @@ mod tests {
             }
         }
         let problems = q.problems();
-        assert!(problems.iter().all(|p| is_refusal(&p.message)));
+        assert!(problems.iter().all(|p| p.cause() == Cause::Refused));
         assert_eq!(problems.len(), bad.len(), "{problems:?}");
         assert_eq!(served(&q.apply(&all)).len(), ids.len() - bad.len());
         // Depth first: about k·log2(n) rounds (13 bad among 64: 78), not k·n.
@@ -621,9 +664,23 @@ mod tests {
         let mut q = Quarantine::default();
         let sent = q.apply(&snapshot(&[live("ns/a", "1")]));
         assert!(q.refused(&config(&sent), "envoy-0", "something else"));
-        assert_eq!(routes(&q.problems()), [(EVERY_ROUTE, false)]);
+        assert_eq!(routes(&q.problems()), [("*".into(), Cause::Unexplained)]);
         assert!(q.accepted(&config(&sent)), "an acceptance clears it");
         assert_eq!(q.problems(), []);
+    }
+
+    #[test]
+    fn verdicts_told_as_text_read_back_as_they_were() {
+        let problems = [
+            Problem::refused("ns/a", "envoy-0", "bad regex"),
+            Problem::benched("ns/b"),
+            Problem::unexplained("envoy-1", "something else"),
+            Problem::new("ns/c", "virtual host has no hosts"),
+        ];
+        for p in problems {
+            let told = Problem::from_text(p.subject().clone(), p.message().to_owned());
+            assert_eq!(told, p);
+        }
     }
 
     #[test]

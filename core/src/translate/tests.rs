@@ -271,7 +271,7 @@ fn the_oldest_virtual_host_gets_a_shared_host_whatever_its_name() {
     c.virtual_hosts = vec![young, unknown, old];
     let t = translate_ok(&c);
     assert_eq!(vhost_names(&t), ["ns/z"]);
-    let losers: Vec<&str> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
+    let losers: Vec<String> = t.problems.iter().map(|p| p.subject().to_string()).collect();
     assert_eq!(losers, ["ns/0", "ns/a"]);
 }
 
@@ -286,7 +286,7 @@ fn an_invalid_virtual_host_claims_no_host() {
     let t = translate_ok(&c);
     assert_eq!(vhost_names(&t), ["ns/b"]);
     assert_eq!(t.problems.len(), 1);
-    assert_eq!(t.problems[0].virtual_host, "ns/a");
+    assert_eq!(t.problems[0].subject().virtual_host(), Some("ns/a"));
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn a_leaving_virtual_host_yields_its_hosts_and_serves_the_rest() {
     // "ns/a" sorts first, but leaves: "ns/b" takes x, and "ns/a" serves y.
     assert_eq!(vhost_names(&t), ["ns/a", "ns/b"]);
     assert_eq!(t.problems.len(), 1, "{:#?}", t.problems);
-    assert_eq!(t.problems[0].virtual_host, "ns/a");
+    assert_eq!(t.problems[0].subject().virtual_host(), Some("ns/a"));
     // Alone, a leaving virtual host serves.
     c.virtual_hosts.truncate(1);
     assert_eq!(vhost_names(&translate_ok(&c)), ["ns/a"]);
@@ -325,10 +325,10 @@ fn version_probes_win_their_names_and_domains() {
     assert_eq!(t.problems.len(), 2, "{:#?}", t.problems);
     assert!(
         t.problems[0]
-            .message
+            .message()
             .contains("is reserved for Switchyard's probes")
     );
-    assert!(t.problems[1].message.contains("reserved for a probe"));
+    assert!(t.problems[1].message().contains("reserved for a probe"));
     let rc = route_config(&t);
     assert_eq!(rc.virtual_hosts[1].name, "switchyard-probe/ns/r");
     assert_eq!(rc.virtual_hosts[1].domains, [probe_host]);
@@ -397,7 +397,7 @@ fn ambiguous_definitions_are_left_out() {
         t.problems,
         [
             Problem::new(
-                "cluster/a",
+                Subject::Cluster("a".into()),
                 "cluster \"a\" is defined 2 times with 2 different contents; all are left out"
             ),
             Problem::new("ns/a", "route \"to-a\": cluster \"a\" is not defined"),
@@ -422,11 +422,11 @@ fn a_cluster_envoy_would_reject_rejects_its_routes_and_probes() {
     }];
     let t = translate_ok(&c);
     assert!(names(&t, CLUSTER).is_empty());
-    let reported: Vec<_> = t.problems.iter().map(|p| p.virtual_host.as_str()).collect();
+    let reported: Vec<_> = t.problems.iter().map(|p| p.subject().to_string()).collect();
     assert_eq!(reported, ["ns/a", "probe/p"]);
     assert!(
         t.problems[0]
-            .message
+            .message()
             .contains("connect timeout must be positive")
     );
 }
@@ -443,7 +443,7 @@ fn bad_endpoints_are_reported_per_cluster() {
     assert_eq!(
         t.problems,
         [Problem::new(
-            "cluster/a",
+            Subject::Cluster("a".into()),
             "endpoint address \"web-0.example\" is not an IP address; left out"
         )]
     );
@@ -471,11 +471,14 @@ fn routes_on_trial_are_served_only_with_their_clusters() {
         vhost_names(&t)
     );
     assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
-    assert_eq!(t.problems[0].virtual_host, "version-probe/ns/a");
+    assert_eq!(
+        t.problems[0].subject(),
+        &Subject::VersionProbe("ns/a".into())
+    );
     assert!(
-        t.problems[0].message.contains("route on trial"),
+        t.problems[0].message().contains("route on trial"),
         "{}",
-        t.problems[0].message
+        t.problems[0].message()
     );
 
     let mut translator = Translator::new();
@@ -513,7 +516,7 @@ fn an_invalid_probe_token_disables_probes_only() {
     let t = translate_ok(&c);
     assert_eq!(vhost_names(&t), ["ns/a"]);
     assert_eq!(t.problems.len(), 1);
-    assert_eq!(t.problems[0].virtual_host, "listeners");
+    assert_eq!(t.problems[0].subject(), &Subject::Listeners);
 }
 
 #[test]

@@ -48,7 +48,7 @@ impl Translator {
         }
         self.reserved_names.remove(&name);
         self.selected_version_probes.remove(id);
-        self.problems.remove(&key(VERSION_PROBE, id));
+        self.problems.remove(&Found::VersionProbe(id.to_owned()));
 
         if let Some(p) = self.version_probes.get(id).filter(|_| self.token_ok) {
             let mut problems = Vec::new();
@@ -56,24 +56,27 @@ impl Translator {
             let trial_errors = route::validate_routes(&p.routes, &self.inputs());
             if let Some(l) = listener.filter(|l| !self.served_gateway_listeners.contains_key(*l)) {
                 problems.push(Problem::new(
-                    format!("version-probe/{id}"),
+                    Subject::VersionProbe(id.to_owned()),
                     format!("Gateway listener {l:?} is not served"),
                 ));
-                self.problems.insert(key(VERSION_PROBE, id), problems);
+                self.problems
+                    .insert(Found::VersionProbe(id.to_owned()), problems);
             } else if probe::select_version_probes(std::slice::from_ref(p), &mut problems)
                 .is_empty()
             {
-                self.problems.insert(key(VERSION_PROBE, id), problems);
+                self.problems
+                    .insert(Found::VersionProbe(id.to_owned()), problems);
             } else if !trial_errors.is_empty() {
                 // Routes on trial are served only as they would be live: a ProxyConfig
                 // written by hand (or by another version) may name clusters it lacks.
                 problems.extend(trial_errors.into_iter().map(|e| {
                     Problem::new(
-                        format!("version-probe/{id}"),
+                        Subject::VersionProbe(id.to_owned()),
                         format!("route on trial: {e}"),
                     )
                 }));
-                self.problems.insert(key(VERSION_PROBE, id), problems);
+                self.problems
+                    .insert(Found::VersionProbe(id.to_owned()), problems);
             } else {
                 let vhost = probe::version_probe_virtual_host(p, &self.listeners.probe_token);
                 let keys: Vec<String> = vhost
@@ -257,7 +260,7 @@ impl Translator {
         // Removed virtual hosts: out of the route configuration, no problem left.
         for (name, was) in before {
             if !decided.contains(name) && !self.hosts.contains_key(name) {
-                self.problems.remove(&key(HOST, name));
+                self.problems.remove(&Found::Host(name.clone()));
                 self.unserve(name, out);
                 if *was == Some(false) {
                     drop_changed.push(name.clone());
@@ -273,10 +276,10 @@ impl Translator {
             if served {
                 // Hosts lost to virtual hosts ahead of it are reported; the rest serve.
                 if errors.is_empty() {
-                    self.problems.remove(&key(HOST, &name));
+                    self.problems.remove(&Found::Host(name.clone()));
                 } else {
                     self.problems.insert(
-                        key(HOST, &name),
+                        Found::Host(name.clone()),
                         errors.into_iter().map(|e| Problem::new(&name, e)).collect(),
                     );
                 }
@@ -289,7 +292,7 @@ impl Translator {
                 }
             } else {
                 self.problems.insert(
-                    key(HOST, &name),
+                    Found::Host(name.clone()),
                     errors.into_iter().map(|e| Problem::new(&name, e)).collect(),
                 );
                 self.unserve(&name, out);

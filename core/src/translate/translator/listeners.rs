@@ -10,14 +10,14 @@ impl Translator {
         match validate::header_value(&self.listeners.probe_token) {
             Ok(()) => {
                 self.token_ok = true;
-                self.problems.remove(&key(LISTENERS, ""));
+                self.problems.remove(&Found::Listeners);
             }
             Err(e) => {
                 self.token_ok = false;
                 self.problems.insert(
-                    key(LISTENERS, ""),
+                    Found::Listeners,
                     vec![Problem::new(
-                        "listeners",
+                        Subject::Listeners,
                         format!(
                             "probe token is not a valid header value ({e}); no probe is served"
                         ),
@@ -74,7 +74,7 @@ impl Translator {
             match problem {
                 Some(message) => {
                     problems.push(Problem::new(
-                        format!("gateway-listener/{}", l.name),
+                        Subject::GatewayListener(l.name.clone()),
                         message,
                     ));
                 }
@@ -86,7 +86,7 @@ impl Translator {
                 }
             }
         }
-        self.problems.insert(key(GATEWAY_LISTENERS, ""), problems);
+        self.problems.insert(Found::GatewayListeners, problems);
         let mut changed = BTreeSet::new();
         for name in self.served_gateway_listeners.keys().chain(served.keys()) {
             if self.served_gateway_listeners.get(name) != served.get(name) {

@@ -33,8 +33,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
 use super::{
     HTTP_LISTENER, HTTPS_LISTENER, Inputs, PROBE_CATCH_ALL_VHOST, PROBE_LISTENER, Problem,
-    ROUTE_CONFIG_NAME, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint, listener, probe,
-    proto, route, secret, unique_by_name, validate,
+    ROUTE_CONFIG_NAME, Subject, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint,
+    listener, probe, proto, route, secret, unique_by_name, validate,
 };
 use crate::model;
 use crate::xds::snapshot::{
@@ -83,17 +83,25 @@ impl Changes {
     }
 }
 
-/// Keys of the problem map: what a problem is about.
-fn key(kind: &str, name: &str) -> String {
-    format!("{kind}\u{0}{name}")
+/// Keys of the problem map: the step of a translation that found its problems, which
+/// replaces or drops them all when it runs again.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Found {
+    /// A virtual host's checks and its claim on its hosts, by name.
+    Host(String),
+    /// A cluster's build, by name.
+    Cluster(String),
+    /// A version probe's checks, by id.
+    VersionProbe(String),
+    /// A version probe's placement, by id: left out with its virtual host.
+    LeftOut(String),
+    /// The choice of every endpoint probe.
+    EndpointProbes,
+    /// The shared listeners' settings.
+    Listeners,
+    /// The choice of every Gateway listener.
+    GatewayListeners,
 }
-const HOST: &str = "host";
-const CLUSTER_KEY: &str = "cluster";
-const VERSION_PROBE: &str = "version-probe";
-const LEFT_OUT: &str = "left-out";
-const ENDPOINT_PROBES: &str = "endpoint-probes";
-const LISTENERS: &str = "listeners";
-const GATEWAY_LISTENERS: &str = "gateway-listeners";
 
 /// Incremental translation; see the module documentation.
 pub struct Translator {
@@ -141,8 +149,8 @@ pub struct Translator {
     /// Version probe id → the clusters its served routes on trial send to: uses of them,
     /// like a virtual host's.
     probe_cluster_uses: HashMap<String, Vec<String>>,
-    /// Problems by what they are about; flattened and sorted into each translation.
-    problems: BTreeMap<String, Vec<Problem>>,
+    /// Problems by the step that found them; flattened and sorted into each translation.
+    problems: BTreeMap<Found, Vec<Problem>>,
     /// Names defined more than once (see [`Translator::update`]).
     duplicate_problems: Vec<Problem>,
     duplicate_probe_problems: Vec<Problem>,
@@ -228,21 +236,21 @@ impl Translator {
         let clusters = unique_by_name(
             &config.clusters,
             |c| c.name.as_str(),
-            "cluster",
+            ("cluster", Subject::Cluster),
             super::cluster_content,
             &mut duplicates,
         );
         let secrets = unique_by_name(
             &config.secrets,
             |s| s.name.as_str(),
-            "secret",
+            ("secret", Subject::Secret),
             super::secret_content,
             &mut duplicates,
         );
         let hosts = unique_by_name(
             &config.virtual_hosts,
             |v| v.name.as_str(),
-            "virtual host",
+            ("virtual host", Subject::VirtualHost),
             super::serde_content,
             &mut duplicates,
         );
@@ -250,14 +258,14 @@ impl Translator {
         let version_probes = unique_by_name(
             &config.version_probes,
             |p| p.id.as_str(),
-            "version probe",
+            ("version probe", Subject::VersionProbe),
             super::serde_content,
             &mut probe_duplicates,
         );
         let endpoint_probes = unique_by_name(
             &config.endpoint_probes,
             |p| p.id.as_str(),
-            "endpoint probe",
+            ("endpoint probe", Subject::EndpointProbe),
             super::serde_content,
             &mut probe_duplicates,
         );

@@ -155,7 +155,7 @@ impl Translator {
     /// host (same id) is not left out: a probe must never report a version whose routes
     /// are not served.
     pub(super) fn place_version_probe(&mut self, id: &str, out: &mut Output) {
-        self.problems.remove(&key(LEFT_OUT, id));
+        self.problems.remove(&Found::LeftOut(id.to_owned()));
         let mut entry = None;
         let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
         // Out of the route configuration it was in: its listener may have changed.
@@ -175,9 +175,9 @@ impl Translator {
             route_config = route_config_of(p.listener.as_ref()).to_owned();
             if self.hosts.get(id).is_some_and(|h| !h.served) {
                 self.problems.insert(
-                    key(LEFT_OUT, id),
+                    Found::LeftOut(id.to_owned()),
                     vec![Problem::new(
-                        format!("version-probe/{id}"),
+                        Subject::VersionProbe(id.to_owned()),
                         "left out with its virtual host",
                     )],
                 );
@@ -248,7 +248,7 @@ impl Translator {
         } else {
             Vec::new()
         };
-        self.problems.insert(key(ENDPOINT_PROBES, ""), problems);
+        self.problems.insert(Found::EndpointProbes, problems);
         self.selected_endpoint_probes = selected.iter().map(|(id, _)| id.clone()).collect();
         for (_, clusters) in selected {
             for c in clusters {
@@ -263,7 +263,7 @@ impl Translator {
     pub(super) fn place_clusters(&mut self, names: &BTreeSet<String>, out: &mut Output) {
         let mut used = Vec::new();
         for name in names {
-            self.problems.remove(&key(CLUSTER_KEY, name));
+            self.problems.remove(&Found::Cluster(name.clone()));
             match self.clusters.get(name) {
                 Some(c) if self.cluster_uses.contains_key(name) => used.push(c),
                 _ => {
@@ -276,11 +276,11 @@ impl Translator {
             if !built.problems.is_empty() {
                 let name = &built.cds.name;
                 self.problems.insert(
-                    key(CLUSTER_KEY, name),
+                    Found::Cluster(name.clone()),
                     built
                         .problems
                         .into_iter()
-                        .map(|e| Problem::new(format!("cluster/{name}"), e))
+                        .map(|e| Problem::new(Subject::Cluster(name.clone()), e))
                         .collect(),
                 );
             }

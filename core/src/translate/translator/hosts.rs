@@ -10,7 +10,7 @@ pub(super) struct Host {
     pub(super) hosts: Vec<String>,
     /// The same, as keys of the domain indexes: scoped by its route configuration, since
     /// a host is claimed once per route configuration.
-    pub(super) domain_keys: Vec<String>,
+    pub(super) domain_keys: Vec<DomainKey>,
     /// Why it cannot be served, conflicts with other virtual hosts aside.
     pub(super) errors: Vec<String>,
     pub(super) served: bool,
@@ -25,21 +25,28 @@ pub(super) fn route_config_of(listener: Option<&String>) -> &str {
     listener.map_or(ROUTE_CONFIG_NAME, String::as_str)
 }
 
-/// A domain as the indexes know it: within its route configuration.
-pub(super) fn domain_key(listener: Option<&String>, domain: &str) -> String {
-    match listener {
-        None => domain.to_owned(),
-        Some(l) => format!("{l}\u{0}{domain}"),
+/// A domain as the indexes know it: within its route configuration (a Gateway listener's,
+/// or the shared one), since a host is claimed once per route configuration.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct DomainKey {
+    listener: Option<String>,
+    domain: String,
+}
+
+pub(super) fn domain_key(listener: Option<&String>, domain: &str) -> DomainKey {
+    DomainKey {
+        listener: listener.cloned(),
+        domain: domain.to_owned(),
     }
 }
 
 impl Translator {
     /// Re-reserves a version probe's name and domain. Returns its virtual host name and
     /// the domains whose holder may have changed.
-    pub(super) fn reserve_version_probe(&mut self, id: &str) -> (String, Vec<String>) {
+    pub(super) fn reserve_version_probe(&mut self, id: &str) -> (String, Vec<DomainKey>) {
         let name = format!("{VERSION_PROBE_VHOST_PREFIX}{id}");
         let given = self.reserved_by_holder.remove(&name).unwrap_or_default();
-        let mut domains: Vec<String> = given
+        let mut domains: Vec<DomainKey> = given
             .into_iter()
             .filter(|d| self.reserved_domains.get(d) == Some(&name))
             .collect();
@@ -79,7 +86,7 @@ impl Translator {
                     .insert(Found::VersionProbe(id.to_owned()), problems);
             } else {
                 let vhost = probe::version_probe_virtual_host(p, &self.listeners.probe_token);
-                let keys: Vec<String> = vhost
+                let keys: Vec<DomainKey> = vhost
                     .domains
                     .iter()
                     .map(|d| domain_key(listener, d))
@@ -102,7 +109,7 @@ impl Translator {
     pub(super) fn unindex_host(
         &mut self,
         name: &str,
-        seed_domains: &mut BTreeSet<String>,
+        seed_domains: &mut BTreeSet<DomainKey>,
         before: &mut BTreeMap<String, Option<bool>>,
     ) {
         if before.contains_key(name) {
@@ -126,7 +133,7 @@ impl Translator {
     }
 
     /// Validates a virtual host against the current inputs and indexes it.
-    pub(super) fn index_host(&mut self, name: &str, seed_domains: &mut BTreeSet<String>) {
+    pub(super) fn index_host(&mut self, name: &str, seed_domains: &mut BTreeSet<DomainKey>) {
         let Some(host) = self.hosts.get(name) else {
             return;
         };
@@ -144,7 +151,7 @@ impl Translator {
             }
         }
         let hosts = route::normalized_hosts(&host.model);
-        let domain_keys: Vec<String> = hosts
+        let domain_keys: Vec<DomainKey> = hosts
             .iter()
             .map(|d| domain_key(host.model.listener.as_ref(), d))
             .collect();
@@ -186,11 +193,11 @@ impl Translator {
     pub(super) fn sharing_domains(
         &self,
         dirty: &BTreeSet<String>,
-        seed_domains: &BTreeSet<String>,
+        seed_domains: &BTreeSet<DomainKey>,
     ) -> BTreeSet<String> {
         let mut affected: BTreeSet<String> = dirty.clone();
-        let mut seen: HashSet<&str> = HashSet::new();
-        let mut queue: Vec<&str> = seed_domains.iter().map(String::as_str).collect();
+        let mut seen: HashSet<&DomainKey> = HashSet::new();
+        let mut queue: Vec<&DomainKey> = seed_domains.iter().collect();
         while let Some(domain) = queue.pop() {
             if !seen.insert(domain) {
                 continue;
@@ -199,7 +206,7 @@ impl Translator {
                 if affected.insert(name.clone())
                     && let Some(h) = self.hosts.get(name)
                 {
-                    queue.extend(h.domain_keys.iter().map(String::as_str));
+                    queue.extend(&h.domain_keys);
                 }
             }
         }
@@ -217,7 +224,7 @@ impl Translator {
         out: &mut Output,
     ) -> Vec<String> {
         let mut drop_changed = Vec::new();
-        let mut claimed: HashMap<&str, &str> = HashMap::new();
+        let mut claimed: HashMap<&DomainKey, &str> = HashMap::new();
         let mut decisions: Vec<(&str, Vec<&String>, Vec<String>)> = Vec::new();
         let mut order: Vec<(&String, &Host)> = affected
             .iter()
@@ -238,7 +245,7 @@ impl Translator {
                         .reserved_domains
                         .get(k)
                         .map(String::as_str)
-                        .or_else(|| claimed.get(k.as_str()).copied());
+                        .or_else(|| claimed.get(k).copied());
                     match holder {
                         Some(holder) => errors.push(format!(
                             "host {h:?} is already served by virtual host {holder:?}"

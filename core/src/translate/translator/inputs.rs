@@ -124,7 +124,12 @@ pub(super) fn edits<'c, T: Clone + PartialEq + 'c>(
     edits
 }
 
-pub(super) fn remove_from(index: &mut HashMap<String, BTreeSet<String>>, key: &str, name: &str) {
+/// Takes `name` out of the names indexed under `key`, and the key with its last name.
+pub(super) fn remove_from<K, Q>(index: &mut HashMap<K, BTreeSet<String>>, key: &Q, name: &str)
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
     if let Some(names) = index.get_mut(key) {
         names.remove(name);
         if names.is_empty() {

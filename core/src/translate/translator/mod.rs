@@ -47,7 +47,7 @@ mod inputs;
 mod listeners;
 mod placement;
 
-use hosts::{Host, route_config_of};
+use hosts::{DomainKey, Host, domain_key, route_config_of};
 use inputs::{build_clusters, decrement, edits, remove_from};
 use placement::{EntryKey, EntryKind, Output, TlsServed, Uses};
 
@@ -123,13 +123,13 @@ pub struct Translator {
     hosts_by_cluster: HashMap<String, BTreeSet<String>>,
     hosts_by_secret: HashMap<String, BTreeSet<String>>,
     /// Domain → the virtual hosts without errors that ask for it.
-    hosts_by_domain: HashMap<String, BTreeSet<String>>,
+    hosts_by_domain: HashMap<DomainKey, BTreeSet<String>>,
     /// Names and domains that probes hold before any user virtual host.
     reserved_names: HashSet<String>,
-    reserved_domains: HashMap<String, String>,
+    reserved_domains: HashMap<DomainKey, String>,
     /// The domains each reserving name was given (some may have gone to a later one):
     /// a version probe's change looks up its own instead of scanning every reservation.
-    reserved_by_holder: HashMap<String, Vec<String>>,
+    reserved_by_holder: HashMap<String, Vec<DomainKey>>,
     /// Valid version probes (they hold their host), by id.
     selected_version_probes: BTreeSet<String>,
     /// Valid endpoint probes, by id, and the clusters they count as used.
@@ -167,6 +167,12 @@ impl Translator {
     /// A translator with nothing in it: listeners with default settings, no routes.
     pub fn new() -> Self {
         let catch_all = probe::catch_all_virtual_host();
+        // The catch-all answers in the shared route configuration.
+        let catch_all_domains: Vec<DomainKey> = catch_all
+            .domains
+            .iter()
+            .map(|d| domain_key(None, d))
+            .collect();
         let mut translator = Self {
             listeners: model::ListenerSettings::default(),
             token_ok: false,
@@ -183,15 +189,11 @@ impl Translator {
             hosts_by_secret: HashMap::new(),
             hosts_by_domain: HashMap::new(),
             reserved_names: HashSet::from([PROBE_CATCH_ALL_VHOST.to_owned()]),
-            reserved_domains: catch_all
-                .domains
+            reserved_domains: catch_all_domains
                 .iter()
                 .map(|d| (d.clone(), catch_all.name.clone()))
                 .collect(),
-            reserved_by_holder: HashMap::from([(
-                catch_all.name.clone(),
-                catch_all.domains.clone(),
-            )]),
+            reserved_by_holder: HashMap::from([(catch_all.name.clone(), catch_all_domains)]),
             selected_version_probes: BTreeSet::new(),
             selected_endpoint_probes: Vec::new(),
             endpoint_probe_clusters: Vec::new(),
@@ -412,7 +414,7 @@ impl Translator {
         }
 
         // Version probes hold their names and domains before any user virtual host.
-        let mut seed_domains: BTreeSet<String> = BTreeSet::new();
+        let mut seed_domains: BTreeSet<DomainKey> = BTreeSet::new();
         for id in &dirty_version_probes {
             let (name, domains) = self.reserve_version_probe(id);
             if self.hosts.contains_key(&name) {

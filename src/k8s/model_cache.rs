@@ -133,7 +133,7 @@ struct Last {
     /// Cluster name → how many ProxyConfigs use it.
     cluster_users: BTreeMap<String, usize>,
     /// Virtual host names and probe ids → the ProxyConfig that has it.
-    owners: HashMap<String, ObjectKey>,
+    owners: HashMap<Claim, ObjectKey>,
     /// Problems with TLS Secrets, from the last full build (a change to them rebuilds).
     secret_problems: Vec<Problem>,
     /// Two ProxyConfigs claimed one name: leave it to a full build every time.
@@ -157,17 +157,28 @@ fn service_of_key(key: &EndpointsKey) -> Service {
     (key.0.clone(), key.1.clone())
 }
 
-/// The names a contribution claims, each to be had by one ProxyConfig only.
-fn claims(part: &Contribution) -> impl Iterator<Item = String> + '_ {
-    let host = part.virtual_host.iter().map(|v| format!("host {}", v.name));
+/// A name that one ProxyConfig alone may have.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Claim {
+    VirtualHost(String),
+    VersionProbe(String),
+    EndpointProbe(String),
+}
+
+/// The names a contribution claims.
+fn claims(part: &Contribution) -> impl Iterator<Item = Claim> + '_ {
+    let host = part
+        .virtual_host
+        .iter()
+        .map(|v| Claim::VirtualHost(v.name.clone()));
     let version = part
         .version_probe
         .iter()
-        .map(|p| format!("version {}", p.id));
+        .map(|p| Claim::VersionProbe(p.id.clone()));
     let endpoint = part
         .endpoint_probe
         .iter()
-        .map(|p| format!("endpoint {}", p.id));
+        .map(|p| Claim::EndpointProbe(p.id.clone()));
     host.chain(version).chain(endpoint)
 }
 

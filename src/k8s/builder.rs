@@ -16,12 +16,12 @@ use super::departed::{Departed, DepartedConfigs};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
-use super::tls_secrets::{SECRET_KEPT, TlsSecrets, tls_secret_of};
+use super::tls_secrets::{TlsSecrets, tls_secret_of};
 use super::to_model::Inputs;
 use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
-use crate::translate::{Problem, Quarantine, Translator};
+use crate::translate::{Cause, Problem, Quarantine, Translator};
 
 /// At most one build per this interval: changes arriving within it are built together.
 const DEBOUNCE: Duration = Duration::from_millis(10);
@@ -272,7 +272,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 fn log_new_problems(before: &[Problem], now: &[Problem]) {
     let before: std::collections::BTreeSet<&Problem> = before.iter().collect();
     for problem in now.iter().filter(|p| !before.contains(p)) {
-        if problem.message().ends_with(SECRET_KEPT) {
+        if let Cause::TlsSecret { kept: true, .. } = problem.cause() {
             warn!(%problem, "TLS Secret cannot serve; its last good content does");
         } else {
             warn!(%problem, "left out of the configuration");

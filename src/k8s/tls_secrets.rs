@@ -13,16 +13,16 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::index::Index;
 use super::to_model::TlsData;
 use crate::api::{ProxyConfig, ProxyConfigRole};
-use crate::translate::Problem;
+use crate::translate::{Cause, Problem};
 
 /// How the problems about a route's TLS Secret begin ("TLS Secret namespace/name: why; ...").
-pub const SECRET_PROBLEM: &str = "TLS Secret ";
+const SECRET_PROBLEM: &str = "TLS Secret ";
 /// Why, when the Secret is not in the watch store.
-pub const SECRET_NOT_FOUND: &str = "not found (or not of type kubernetes.io/tls)";
+const SECRET_NOT_FOUND: &str = "not found (or not of type kubernetes.io/tls)";
 /// How such a problem ends when the route keeps serving.
-pub const SECRET_KEPT: &str = "its last good certificate keeps serving";
+const SECRET_KEPT: &str = "its last good certificate keeps serving";
 /// How it ends when the route is left out.
-pub const SECRET_LEFT_OUT: &str = "the route is left out until it has a good one";
+const SECRET_LEFT_OUT: &str = "the route is left out until it has a good one";
 
 /// What the snapshot builder says of the TLS Secret that route `id` ("namespace/name")
 /// serves, for its status.
@@ -40,13 +40,14 @@ pub struct SecretTrouble {
 pub fn secret_troubles(problems: &[Problem], id: &str) -> Vec<SecretTrouble> {
     problems
         .iter()
-        .filter(|p| {
-            p.subject().virtual_host() == Some(id) && p.message().starts_with(SECRET_PROBLEM)
-        })
-        .map(|p| SecretTrouble {
-            message: p.message().to_owned(),
-            missing: p.message().contains(SECRET_NOT_FOUND),
-            kept: p.message().ends_with(SECRET_KEPT),
+        .filter(|p| p.subject().virtual_host() == Some(id))
+        .filter_map(|p| match p.cause() {
+            Cause::TlsSecret { missing, kept } => Some(SecretTrouble {
+                message: p.message().to_owned(),
+                missing,
+                kept,
+            }),
+            _ => None,
         })
         .collect()
 }
@@ -97,7 +98,9 @@ impl TlsSecrets {
             // In key order, whatever order the store hands the ProxyConfigs out in.
             routes.sort();
             routes.dedup();
-            let current = match secret(&key) {
+            let found = secret(&key);
+            let missing = found.is_none();
+            let current = match found {
                 Some(secret) => tls_data(&secret),
                 // The watch sees kubernetes.io/tls Secrets only.
                 None => Err(SECRET_NOT_FOUND.to_string()),
@@ -110,7 +113,9 @@ impl TlsSecrets {
                 Err(why) => why,
             };
             let (namespace, name) = &key;
-            let message = match self.served.remove(&key) {
+            let last_good = self.served.remove(&key);
+            let kept = last_good.is_some();
+            let message = match last_good {
                 Some(last_good) => {
                     served.insert(key.clone(), last_good);
                     format!("{SECRET_PROBLEM}{namespace}/{name}: {why}; {SECRET_KEPT}")
@@ -118,7 +123,7 @@ impl TlsSecrets {
                 None => format!("{SECRET_PROBLEM}{namespace}/{name}: {why}; {SECRET_LEFT_OUT}"),
             };
             for route in routes {
-                problems.push(Problem::new(route, message.clone()));
+                problems.push(Problem::tls_secret(&route, &message, missing, kept));
             }
         }
         self.served = served;
@@ -231,8 +236,8 @@ mod tests {
         assert_eq!(
             secrets.problems,
             [
-                Problem::new("shop/api", message),
-                Problem::new("shop/web", message)
+                Problem::tls_secret("shop/api", message, true, true),
+                Problem::tls_secret("shop/web", message, true, true)
             ]
         );
 

@@ -15,7 +15,7 @@ use super::{Context, is_others};
 use crate::api::TrafficRoute;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
-use crate::translate::Problem;
+use crate::translate::{Cause, Problem};
 
 /// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
 /// does (and where it does not run, as on a node-less test rig): the snapshot builders
@@ -90,10 +90,7 @@ pub(super) fn wake_on_secret_troubles(
     let troubles = |problems: &[Problem]| -> BTreeSet<(String, String)> {
         problems
             .iter()
-            .filter(|p| {
-                p.message()
-                    .starts_with(crate::k8s::tls_secrets::SECRET_PROBLEM)
-            })
+            .filter(|p| matches!(p.cause(), Cause::TlsSecret { .. }))
             .map(|p| (p.subject().to_string(), p.message().to_owned()))
             .collect()
     };

@@ -112,7 +112,8 @@ impl PartialOrd for Subject {
     }
 }
 
-/// Where a problem comes from, which decides what a route's status does with it.
+/// Where a problem comes from, which decides what a route's status does with it: the
+/// input, an Envoy's answer (the quarantine's verdicts), or a TLS Secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Cause {
     /// The input cannot be served as it is: every replica that translates it finds the
@@ -126,6 +127,11 @@ pub enum Cause {
     Benched,
     /// An Envoy refused the route configuration, and no route on trial explains it.
     Unexplained,
+    /// The route's TLS Secret, as the operator's watch has it, cannot serve (see
+    /// `src/k8s/tls_secrets.rs`): it is `missing` (else its content is not a certificate
+    /// and key), and its last good certificate is `kept` serving (else the route is left
+    /// out until it has a good one).
+    TlsSecret { missing: bool, kept: bool },
 }
 
 /// Something in the input that was left out of the snapshot, or an Envoy's verdict on it.
@@ -144,8 +150,14 @@ impl Problem {
         Self::with_cause(subject.into(), message.into(), Cause::Input)
     }
 
-    /// The message must say what `cause` is: only the quarantine's constructors give
-    /// other causes than the input (see [`super::quarantine`]).
+    /// Route `route`'s TLS Secret cannot serve, as `message` tells (see [`Cause::TlsSecret`]).
+    pub fn tls_secret(route: &str, message: impl Into<String>, missing: bool, kept: bool) -> Self {
+        let subject = Subject::VirtualHost(route.to_owned());
+        Self::with_cause(subject, message.into(), Cause::TlsSecret { missing, kept })
+    }
+
+    /// The message must say what `cause` is: the constructors here and the quarantine's
+    /// (see [`super::quarantine`]) see to it.
     pub(super) fn with_cause(subject: Subject, message: String, cause: Cause) -> Self {
         Self {
             subject,
@@ -175,7 +187,10 @@ impl Problem {
     /// every replica translates alike: the replica whose Envoy answered has to tell the
     /// others.
     pub fn from_an_envoy(&self) -> bool {
-        self.cause != Cause::Input
+        matches!(
+            self.cause,
+            Cause::Refused | Cause::Benched | Cause::Unexplained
+        )
     }
 
     /// An Envoy's own words (a refusal), which say what to fix.

@@ -91,7 +91,8 @@ pub(super) fn wake_on_secret_troubles(
         problems
             .iter()
             .filter(|p| matches!(p.cause(), Cause::TlsSecret { .. }))
-            .map(|p| (p.subject().to_string(), p.message().to_owned()))
+            .filter_map(|p| Some((p.subject().virtual_host()?, p.message())))
+            .map(|(route, message)| (route.to_owned(), message.to_owned()))
             .collect()
     };
     let before = troubles(&problems.borrow());

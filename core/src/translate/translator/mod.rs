@@ -14,7 +14,8 @@
 //!
 //! By concern: `hosts` (which virtual host claims which domain, what probes reserve),
 //! `placement` (route entries, use counts, the snapshot an apply ends with), `listeners`,
-//! `inputs` (clusters and secrets as they come in). This file holds the state and the two
+//! `inputs` (clusters and secrets as they come in), `found` (what its problems are keyed
+//! by: the step that found them). This file holds the state and the two
 //! entries, [`Translator::update`] (a whole configuration) and [`Translator::apply`].
 //!
 //! Three caches keep state between changes, each for its own step: the model cache
@@ -42,11 +43,13 @@ use crate::xds::snapshot::{
 };
 use crate::xds::vhds;
 
+mod found;
 mod hosts;
 mod inputs;
 mod listeners;
 mod placement;
 
+use found::Found;
 use hosts::{DomainKey, Host, domain_key, route_config_of};
 use inputs::{build_clusters, decrement, edits, remove_from};
 use placement::{EntryKey, EntryKind, Output, TlsServed, Uses};
@@ -81,26 +84,6 @@ impl Changes {
             && self.version_probes.is_empty()
             && self.endpoint_probes.is_empty()
     }
-}
-
-/// Keys of the problem map: the step of a translation that found its problems, which
-/// replaces or drops them all when it runs again.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Found {
-    /// A virtual host's checks and its claim on its hosts, by name.
-    Host(String),
-    /// A cluster's build, by name.
-    Cluster(String),
-    /// A version probe's checks, by id.
-    VersionProbe(String),
-    /// A version probe's placement, by id: left out with its virtual host.
-    LeftOut(String),
-    /// The choice of every endpoint probe.
-    EndpointProbes,
-    /// The shared listeners' settings.
-    Listeners,
-    /// The choice of every Gateway listener.
-    GatewayListeners,
 }
 
 /// Incremental translation; see the module documentation.

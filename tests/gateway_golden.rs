@@ -1,8 +1,12 @@
 //! Golden tests of the Gateway API front-end: `tests/golden/gateway/<case>/input.yaml`
 //! (GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and the Services, Namespaces and
 //! Secrets they name) gives exactly `expected.yaml`: the status of every object of
-//! Switchyard's and what each Gateway serves, in the route vocabulary.
+//! Switchyard's and what each Gateway serves, in the route vocabulary; and `units.yaml`:
+//! the units the Gateways roll out, with the version and clusters each one's ProxyConfigs
+//! carry (they name ProxyConfigs in running clusters: a changed version re-rolls the unit).
 //! `UPDATE_GOLDEN=1` rewrites them.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use switchyard::gateway::api::gatewayclasses::GatewayClass;
@@ -10,12 +14,16 @@ use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
 use switchyard::gateway::controller::known;
-use switchyard::gateway::translate::{CONTROLLER_NAME, Inputs, KnownSecret, translate};
+use switchyard::gateway::translate::{
+    CONTROLLER_NAME, Inputs, KnownSecret, Translation, translate,
+};
+use switchyard::gateway::unit::units;
+use switchyard_core::route::ResolvedCluster;
 use switchyard_e2e::golden;
 
 const STAGE: &str = "gateway";
 
-fn translated(case: &str) -> String {
+fn translated(case: &str) -> Translation {
     let docs = golden::documents(&golden::stage_dir(STAGE).join(case).join("input.yaml"));
     let classes: Vec<GatewayClass> = golden::of_kind(&docs, "GatewayClass");
     let gateways: Vec<Gateway> = golden::of_kind(&docs, "Gateway");
@@ -27,7 +35,7 @@ fn translated(case: &str) -> String {
         .iter()
         .map(known)
         .collect();
-    let translation = translate(&Inputs {
+    translate(&Inputs {
         controller_name: CONTROLLER_NAME,
         crd_version: None,
         classes: &classes,
@@ -37,8 +45,7 @@ fn translated(case: &str) -> String {
         services: &services,
         namespaces: &namespaces,
         secrets: &secrets,
-    });
-    golden::to_yaml(&translation)
+    })
 }
 
 #[test]
@@ -46,10 +53,55 @@ fn gateway_api_objects_translate_as_the_golden_files_say() {
     let cases = golden::cases(STAGE);
     assert!(!cases.is_empty(), "no cases under tests/golden/{STAGE}");
     for case in cases {
-        let actual = translated(&case);
+        let actual = golden::to_yaml(&translated(&case));
         golden::check(
             &golden::stage_dir(STAGE).join(&case).join("expected.yaml"),
             &actual,
+        );
+    }
+}
+
+/// What a unit's ProxyConfigs carry that the rollout compares: its version and clusters.
+#[derive(serde::Serialize)]
+struct UnitVersion {
+    name: String,
+    version: String,
+    clusters: Vec<ResolvedCluster>,
+}
+
+#[test]
+fn gateway_units_keep_their_versions() {
+    for case in golden::cases(STAGE) {
+        let translation = translated(&case);
+        // Each port of each Gateway on a fleet port of its own, in order: what the
+        // controller assigns depends on the cluster, the versions must not.
+        let mut next = 20000;
+        let fleet_ports: BTreeMap<_, _> = translation
+            .gateways
+            .iter()
+            .map(|g| {
+                let ports = g
+                    .ports
+                    .iter()
+                    .map(|p| {
+                        next += 1;
+                        (p.port, next)
+                    })
+                    .collect::<Vec<_>>();
+                ((g.namespace.clone(), g.name.clone()), ports)
+            })
+            .collect();
+        let versions: Vec<UnitVersion> = units(&translation.gateways, &fleet_ports)
+            .into_iter()
+            .map(|u| UnitVersion {
+                name: u.name,
+                version: u.resolved.version,
+                clusters: u.resolved.clusters,
+            })
+            .collect();
+        golden::check(
+            &golden::stage_dir(STAGE).join(&case).join("units.yaml"),
+            &golden::to_yaml(&versions),
         );
     }
 }

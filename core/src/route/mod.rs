@@ -1,19 +1,23 @@
-//! One route vocabulary for every front-end. A route goes through three steps:
+//! One route vocabulary for every front-end. A route goes through:
 //!
 //! 1. [`spec`]: what a user writes (the TrafficRoute CRD's spec, a standalone file's
-//!    route), checked once by [`check`]. A Gateway API HTTPRoute does not pass through
-//!    it: its front-end builds [`ResolvedRule`]s directly (`src/gateway/translate`);
-//! 2. [`resolve`]: the spec against the services of its namespace (a [`ServiceLookup`],
-//!    for Kubernetes Services or file services) → [`ResolvedRoute`];
+//!    route), checked by [`check`] and resolved by [`resolve`] against the services of its
+//!    namespace (a [`ServiceLookup`], for Kubernetes Services or file services). A Gateway
+//!    API HTTPRoute is lowered into the same words by its front-end
+//!    (`src/gateway/translate`) instead;
+//! 2. [`assemble`], the one way in, whatever the front-end: each rule's checks, its
+//!    clusters, then the route with its clusters and version → [`ResolvedRoute`];
 //! 3. [`lower`]: resolved routes and the endpoints of their clusters → the model.
 
+pub mod assemble;
 pub mod check;
 pub mod lower;
 pub mod resolve;
 pub mod resolved;
 pub mod spec;
 
-pub use check::SpecError;
+pub use assemble::{Checked, Rule, assemble};
+pub use check::{Checks, Draft, SpecError};
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
     ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,

@@ -1,16 +1,20 @@
-//! Resolution: a route's spec, checked, and each backend mapped through a
-//! [`ServiceLookup`] to the cluster of a concrete service port. Pure and deterministic
-//! (I6): the same spec and the same services give the same [`ResolvedRoute`] and version.
+//! Resolution of the vocabulary's own spec (a TrafficRoute's, a standalone file's): the
+//! spec checked, each backend mapped through a [`ServiceLookup`] to the cluster of a
+//! concrete service port, and the route made by the assembly step ([`super::assemble`]),
+//! as every front-end's is. Pure and deterministic (I6): the same spec and the same
+//! services give the same [`ResolvedRoute`] and version.
 //!
-//! The spec is checked in full before any service is looked up, so a spec that can never
-//! work says so even while a service is missing.
+//! The spec is checked in full (its own checks and every rule's, [`check::spec`]) before
+//! any service is looked up, so a spec that can never work says so even while a service
+//! is missing.
 
-use super::check::{self, SpecError};
-use super::resolved::{
-    ResolvedBackend, ResolvedCluster, ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
-};
-use super::spec::{Backend, LoadBalancer, RouteRule, RouteSpec};
-use crate::hash;
+use super::assemble;
+use super::check::{self, Checks, Draft, SpecError};
+use super::resolved::{ResolvedBackend, ResolvedCluster, ResolvedRoute, ResolvedTls};
+use super::spec::{Backend, RouteRule, RouteSpec};
+
+// Where the Gateway front-end finds them until it goes through the assembly step too.
+pub use super::assemble::{cluster_policy, referenced_clusters, sorted_unique};
 
 /// The services a route's backends name, in the route's namespace: Kubernetes Services,
 /// or the services of standalone files.
@@ -59,13 +63,15 @@ fn port_label(port: &str) -> String {
 }
 
 /// Resolves `spec` (found at `root` in its document: `spec` for a TrafficRoute) against
-/// the services of its namespace.
+/// the services of its namespace, through the assembly step.
 pub fn resolve(
     root: &str,
     spec: &RouteSpec,
     services: &dyn ServiceLookup,
 ) -> Result<ResolvedRoute, ResolveError> {
-    let checked = check::check(root, spec)?;
+    let checked = check::spec(root, spec, |at, rule| {
+        assemble::check(at, Checks::Spec, Draft::of(rule))
+    })?;
     let tls = spec.tls.as_ref().map(|t| ResolvedTls {
         namespace: None,
         secret_name: t.secret_name.clone(),
@@ -74,79 +80,24 @@ pub fn resolve(
     let rules = spec
         .rules
         .iter()
-        .zip(checked.rule_names)
-        .map(|(rule, name)| resolve_rule(rule, name, services))
-        .collect::<Result<Vec<_>, _>>()?;
-    let virtual_host = ResolvedVirtualHost {
-        hosts: checked.hosts,
-        tls,
-        rules,
-    };
-    let clusters = referenced_clusters(&virtual_host);
-    let version = hash::digest_of(&virtual_host);
-    Ok(ResolvedRoute {
-        virtual_host,
-        clusters,
-        version,
-        listener: None,
-    })
+        .zip(checked.rules)
+        .map(|(rule, (name, checked))| Ok(checked.rule(name, backends(rule, services)?)))
+        .collect::<Result<Vec<_>, ResolveError>>()?;
+    Ok(assemble::assemble(checked.hosts, tls, rules, None))
 }
 
-fn resolve_rule(
+/// The clusters of a rule's backends, with their weights (1 when not given).
+fn backends(
     rule: &RouteRule,
-    name: String,
     services: &dyn ServiceLookup,
-) -> Result<ResolvedRule, ResolveError> {
-    let lb_policy = rule.options.load_balancer.as_ref().and_then(cluster_policy);
-    let backends = rule
-        .backends
+) -> Result<Vec<ResolvedBackend>, ResolveError> {
+    rule.backends
         .iter()
         .map(|b| {
             Ok(ResolvedBackend {
-                cluster: ResolvedCluster {
-                    lb_policy: lb_policy.clone(),
-                    circuit_breaker: rule.options.circuit_breaker.clone(),
-                    outlier_detection: rule.options.outlier_detection.clone(),
-                    health_check: rule.options.health_check.clone(),
-                    ..services.cluster(b)?
-                },
+                cluster: services.cluster(b)?,
                 weight: b.weight.unwrap_or(1),
             })
         })
-        .collect::<Result<Vec<_>, ResolveError>>()?;
-    Ok(ResolvedRule {
-        name,
-        matches: rule.matches.clone(),
-        backends,
-        redirect_https: rule.redirect_https.unwrap_or(false),
-        redirect: rule.redirect.clone(),
-        options: rule.options.clone(),
-    })
-}
-
-/// The policy of the clusters of a rule with `lb`: None for round robin (the default
-/// cluster); affinity without a policy is ring hash.
-pub fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
-    match lb.policy.as_deref() {
-        None if lb.affinity.is_some() => Some("ringHash".to_owned()),
-        None | Some("roundRobin") => None,
-        Some(policy) => Some(policy.to_owned()),
-    }
-}
-
-/// Every cluster the rules of `virtual_host` send to, sorted and deduplicated.
-pub fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
-    sorted_unique(
-        virtual_host
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
-    )
-}
-
-pub fn sorted_unique(clusters: impl IntoIterator<Item = ResolvedCluster>) -> Vec<ResolvedCluster> {
-    let mut clusters: Vec<_> = clusters.into_iter().collect();
-    clusters.sort();
-    clusters.dedup();
-    clusters
+        .collect()
 }

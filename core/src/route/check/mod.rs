@@ -1,13 +1,18 @@
-//! Checks of a route's spec alone, once for every front-end. The CRD's schema and CEL
-//! rules say the same for Kubernetes; they are checked again here because a route can come
-//! without them (an older CRD, a disabled validation, a standalone file), and a bad route
-//! must stay out of the configuration and say why while every other route serves (I8).
+//! Checks of what a front-end hands the route vocabulary, once for every front-end.
+//!
+//! - this file: the spec's own (a [`RouteSpec`]: a TrafficRoute's, a standalone file's):
+//!   hosts, TLS, rule names, a rule's backends or its redirect, each backend's reference;
+//! - [`rule`] and [`options`]: the rule and option checks every front-end's rules go
+//!   through in the assembly step ([`super::assemble::check`]): a rule's redirect and match,
+//!   and its options, as much of them as the front-end's [`Checks`] say.
+//!
+//! The CRD's schema and CEL rules say the same for Kubernetes; they are checked again here
+//! because a route can come without them (an older CRD, a disabled validation, a
+//! standalone file), and a bad route must stay out of the configuration and say why while
+//! every other route serves (I8).
 //!
 //! Messages start with the path of the field (`rules[2].timeout`), under the root the
 //! front-end gives (`spec` for a TrafficRoute, nothing for a file).
-//!
-//! By concern: this file, the spec's own checks (hosts, TLS, rule names, a rule's
-//! backends); [`rule`], a rule's redirect and match; [`options`], its options.
 
 mod options;
 mod rule;
@@ -20,10 +25,9 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::spec::{Backend, RouteRule, RouteSpec};
-use options::check_options;
-use rule::{check_match, check_redirect};
 
-pub use options::duration_field;
+pub use options::{RETRY_ATTEMPTS, RETRY_STATUS_CODES, duration_field};
+pub use rule::{Checks, Draft, rule};
 
 /// A field of the spec that cannot be served, and why.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -50,9 +54,16 @@ fn error(at: impl Into<String>, message: impl Into<String>) -> SpecError {
     }
 }
 
-/// Checks the spec in full; the first problem in spec order is reported. Returns each
-/// rule's name (given, or `rule-<index>`) and the hosts, lower-cased.
-pub fn check(root: &str, spec: &RouteSpec) -> Result<Checked, SpecError> {
+/// Checks the spec in full, in spec order (the first problem is reported): its hosts,
+/// TLS and rule names, then each rule, the spec's shape of it (backends, or a redirect
+/// without them) and then `rule` (the rule and option checks of the assembly step, given
+/// the rule and its path). Returns the hosts, lower-cased, and each rule's name (given, or
+/// `rule-<index>`) with what `rule` gave.
+pub fn spec<T>(
+    root: &str,
+    spec: &RouteSpec,
+    mut rule: impl FnMut(&str, &RouteRule) -> Result<T, SpecError>,
+) -> Result<Checked<T>, SpecError> {
     let hosts = hosts(&field(root, "hosts"), &spec.hosts)?;
     if let Some(tls) = &spec.tls
         && tls.secret_name.is_empty()
@@ -63,18 +74,27 @@ pub fn check(root: &str, spec: &RouteSpec) -> Result<Checked, SpecError> {
     if spec.rules.is_empty() {
         return Err(error(at, "a route needs at least one rule"));
     }
-    let rule_names = rule_names(&at, &spec.rules)?;
-    for (index, rule) in spec.rules.iter().enumerate() {
-        check_rule(&format!("{at}[{index}]"), rule)?;
+    let names = rule_names(&at, &spec.rules)?;
+    let mut rules = Vec::with_capacity(spec.rules.len());
+    for ((index, r), name) in spec.rules.iter().enumerate().zip(names) {
+        let at = format!("{at}[{index}]");
+        check_shape(&at, r)?;
+        rules.push((name, rule(&at, r)?));
     }
-    Ok(Checked { hosts, rule_names })
+    Ok(Checked { hosts, rules })
 }
 
-/// What [`check`] derives from a valid spec.
+/// What [`spec`] derives from a valid spec.
 #[derive(Debug)]
-pub struct Checked {
+pub struct Checked<T> {
     pub hosts: Vec<String>,
-    pub rule_names: Vec<String>,
+    /// Each rule's name, and what the rule check gave.
+    pub rules: Vec<(String, T)>,
+}
+
+/// The name of a rule that gives none: `rule-<index>` (so the spec reserves such names).
+pub fn rule_name(index: usize) -> String {
+    format!("rule-{index}")
 }
 
 /// The CRD's host pattern (checked after lower-casing).
@@ -128,7 +148,7 @@ fn rule_names(at: &str, rules: &[RouteRule]) -> Result<Vec<String>, SpecError> {
                 }
                 name.clone()
             }
-            None => format!("rule-{index}"),
+            None => rule_name(index),
         };
         if let Some(first) = seen.insert(name.clone(), index) {
             return Err(error(
@@ -144,7 +164,10 @@ fn rule_names(at: &str, rules: &[RouteRule]) -> Result<Vec<String>, SpecError> {
     Ok(names)
 }
 
-fn check_rule(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
+/// The spec's shape of a rule: backends, or a redirect (redirect or redirectHttps) without
+/// them; each backend's reference, and not every weight zero. (A front-end that lowers
+/// another API has its own shape: the Gateway API's rule may keep no usable backend.)
+fn check_shape(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
     let redirect_https = rule.redirect_https.unwrap_or(false);
     if redirect_https && !rule.backends.is_empty() {
         return Err(error(at, "a rule with redirectHttps has no backends"));
@@ -161,19 +184,15 @@ fn check_rule(at: &str, rule: &RouteRule) -> Result<(), SpecError> {
             "a rule needs backends, or a redirect (redirect or redirectHttps) without backends",
         ));
     }
-    if let Some(redirect) = &rule.redirect {
-        check_redirect(&format!("{at}.redirect"), redirect, rule.matches.as_ref())?;
-    }
+    // A rule with a redirect has no backends (above), so checking these before the
+    // redirect (in the rule check) reports what checking them after it did.
     for (index, backend) in rule.backends.iter().enumerate() {
         check_backend(&format!("{at}.backends[{index}]"), backend)?;
     }
     if !rule.backends.is_empty() && rule.backends.iter().all(|b| b.weight == Some(0)) {
         return Err(error(format!("{at}.backends"), "the weights are all zero"));
     }
-    if let Some(m) = &rule.matches {
-        check_match(&format!("{at}.match"), m)?;
-    }
-    check_options(at, &rule.options.clone())
+    Ok(())
 }
 
 fn check_backend(at: &str, backend: &Backend) -> Result<(), SpecError> {

@@ -8,53 +8,26 @@ use regex::Regex;
 
 use super::super::spec::{
     CircuitBreaker, Cors, HealthCheck, LB_POLICIES, LoadBalancer, OutlierDetection,
-    RATE_LIMIT_UNITS, RETRY_CONDITIONS, RateLimit, RuleOptions,
+    RATE_LIMIT_UNITS, RETRY_CONDITIONS, RateLimit, Retries, RuleOptions,
 };
-use super::{SpecError, error};
+use super::{Checks, SpecError, error, field};
 use crate::duration;
 
-pub(super) fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecError> {
-    duration_field(&format!("{at}.timeout"), options.timeout.as_deref())?;
-    duration_field(
-        &format!("{at}.idleTimeout"),
-        options.idle_timeout.as_deref(),
-    )?;
+/// The options of a rule at `at`, as much as `checks` say (see [`Checks::Lowered`]).
+pub(super) fn check(at: &str, checks: Checks, options: &RuleOptions) -> Result<(), SpecError> {
+    let spec = checks == Checks::Spec;
+    if spec {
+        duration_field(&field(at, "timeout"), options.timeout.as_deref())?;
+        duration_field(&field(at, "idleTimeout"), options.idle_timeout.as_deref())?;
+    }
     if let Some(retries) = &options.retries {
-        if !(0..=10).contains(&retries.attempts) {
-            return Err(error(
-                format!("{at}.retries.attempts"),
-                format!("{} is not within 0..10", retries.attempts),
-            ));
-        }
-        duration_field(
-            &format!("{at}.retries.perTryTimeout"),
-            retries.per_try_timeout.as_deref(),
-        )?;
-        positive_duration(format!("{at}.retries.backoff"), retries.backoff.as_deref())?;
-        for (i, condition) in retries.on.iter().enumerate() {
-            if !RETRY_CONDITIONS.contains(&condition.as_str()) {
-                return Err(error(
-                    format!("{at}.retries.on[{i}]"),
-                    format!(
-                        "{condition:?} is not a retry condition of Envoy's (answer codes go in statusCodes)"
-                    ),
-                ));
-            }
-        }
-        if retries.status_codes.len() > 32 {
-            return Err(error(
-                format!("{at}.retries.statusCodes"),
-                "name at most 32 codes",
-            ));
-        }
-        for (i, code) in retries.status_codes.iter().enumerate() {
-            if !(400..=599).contains(code) {
-                return Err(error(
-                    format!("{at}.retries.statusCodes[{i}]"),
-                    format!("{code} is not within 400..599"),
-                ));
-            }
-        }
+        check_retries(&field(at, "retries"), checks, retries)?;
+    }
+    if !spec {
+        return match &options.load_balancer {
+            Some(lb) => check_load_balancer(&field(at, "loadBalancer"), lb),
+            None => Ok(()),
+        };
     }
     for (name, path) in [
         ("rewritePrefix", &options.rewrite_prefix),
@@ -64,7 +37,7 @@ pub(super) fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecE
             && !path.starts_with('/')
         {
             return Err(error(
-                format!("{at}.{name}"),
+                field(at, name),
                 format!("{path:?} does not start with \"/\""),
             ));
         }
@@ -73,33 +46,85 @@ pub(super) fn check_options(at: &str, options: &RuleOptions) -> Result<(), SpecE
         return Err(error(at, "give at most one of rewritePrefix, rewritePath"));
     }
     if options.rewrite_host.as_deref() == Some("") {
-        return Err(error(format!("{at}.rewriteHost"), "must not be empty"));
+        return Err(error(field(at, "rewriteHost"), "must not be empty"));
     }
     if let Some(cors) = &options.cors {
-        check_cors(&format!("{at}.cors"), cors)?;
+        check_cors(&field(at, "cors"), cors)?;
     }
     if let Some(limit) = &options.rate_limit {
-        check_rate_limit(&format!("{at}.rateLimit"), limit)?;
+        check_rate_limit(&field(at, "rateLimit"), limit)?;
     }
     if let Some(lb) = &options.load_balancer {
-        check_load_balancer(&format!("{at}.loadBalancer"), lb)?;
+        check_load_balancer(&field(at, "loadBalancer"), lb)?;
     }
     if let Some(cb) = &options.circuit_breaker {
-        check_circuit_breaker(&format!("{at}.circuitBreaker"), cb)?;
+        check_circuit_breaker(&field(at, "circuitBreaker"), cb)?;
     }
     if let Some(od) = &options.outlier_detection {
-        check_outlier_detection(&format!("{at}.outlierDetection"), od)?;
+        check_outlier_detection(&field(at, "outlierDetection"), od)?;
     }
     if let Some(hc) = &options.health_check {
-        check_health_check(&format!("{at}.healthCheck"), hc)?;
+        check_health_check(&field(at, "healthCheck"), hc)?;
     }
     if let Some(bytes) = options.max_request_body_bytes
         && !(1..=MAX_REQUEST_BODY_BYTES).contains(&bytes)
     {
         return Err(error(
-            format!("{at}.maxRequestBodyBytes"),
+            field(at, "maxRequestBodyBytes"),
             format!("{bytes} is not within 1..{MAX_REQUEST_BODY_BYTES}"),
         ));
+    }
+    Ok(())
+}
+
+/// The retries a rule may ask for, at most.
+pub const RETRY_ATTEMPTS: std::ops::RangeInclusive<i32> = 0..=10;
+
+/// The answers a rule may retry on.
+pub const RETRY_STATUS_CODES: std::ops::RangeInclusive<i32> = 400..=599;
+
+fn check_retries(at: &str, checks: Checks, retries: &Retries) -> Result<(), SpecError> {
+    if !RETRY_ATTEMPTS.contains(&retries.attempts) {
+        return Err(error(
+            format!("{at}.attempts"),
+            format!(
+                "{} is not within {}..{}",
+                retries.attempts,
+                RETRY_ATTEMPTS.start(),
+                RETRY_ATTEMPTS.end()
+            ),
+        ));
+    }
+    duration_field(
+        &format!("{at}.perTryTimeout"),
+        retries.per_try_timeout.as_deref(),
+    )?;
+    positive_duration(format!("{at}.backoff"), retries.backoff.as_deref())?;
+    for (i, condition) in retries.on.iter().enumerate() {
+        if !RETRY_CONDITIONS.contains(&condition.as_str()) {
+            return Err(error(
+                format!("{at}.on[{i}]"),
+                format!(
+                    "{condition:?} is not a retry condition of Envoy's (answer codes go in statusCodes)"
+                ),
+            ));
+        }
+    }
+    // The CRD's bound, not Envoy's: another API may name more.
+    if checks == Checks::Spec && retries.status_codes.len() > 32 {
+        return Err(error(format!("{at}.statusCodes"), "name at most 32 codes"));
+    }
+    for (i, code) in retries.status_codes.iter().enumerate() {
+        if !RETRY_STATUS_CODES.contains(code) {
+            return Err(error(
+                format!("{at}.statusCodes[{i}]"),
+                format!(
+                    "{code} is not within {}..{}",
+                    RETRY_STATUS_CODES.start(),
+                    RETRY_STATUS_CODES.end()
+                ),
+            ));
+        }
     }
     Ok(())
 }

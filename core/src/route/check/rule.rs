@@ -1,9 +1,62 @@
-//! The checks of a rule's redirect and of its match.
+//! The rule checks of the assembly step: a rule's redirect and match, then its options
+//! ([`super::options`]), for every front-end, as much as its [`Checks`] say.
 
-use super::super::spec::{REDIRECT_CODES, Redirect, RuleMatch};
-use super::{SpecError, error};
+use super::super::spec::{REDIRECT_CODES, Redirect, RouteRule, RuleMatch, RuleOptions};
+use super::{SpecError, error, field, options};
 
-pub(super) fn check_redirect(
+/// How much of the rule and option checks a front-end's rules go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checks {
+    /// All of them: rules written in the vocabulary's own spec (a TrafficRoute's, a
+    /// standalone file's), which may come without the CRD's schema.
+    Spec,
+    /// A rule a front-end lowered from another API whose own schema the API server has
+    /// enforced (the Gateway API's HTTPRoute): only where the vocabulary admits less than
+    /// such a schema, its retries (attempts, per-try timeout, backoff, conditions, each
+    /// code; not how many codes) and its load balancing (policy, affinity, a cookie's
+    /// name, lifetime and path). What that schema bounds itself (paths, matches,
+    /// redirects, CORS) is not checked again, so the front-end keeps accepting what its
+    /// schema admits.
+    Lowered,
+}
+
+/// A rule's parts in the vocabulary's words, as a front-end lowered them, before its
+/// backends are clusters (they carry no words of the rule's: the front-end's lookup
+/// gives them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Draft {
+    pub matches: Option<RuleMatch>,
+    pub redirect_https: bool,
+    pub redirect: Option<Redirect>,
+    pub options: RuleOptions,
+}
+
+impl Draft {
+    /// The parts of a rule of the vocabulary's spec.
+    pub fn of(rule: &RouteRule) -> Self {
+        Self {
+            matches: rule.matches.clone(),
+            redirect_https: rule.redirect_https.unwrap_or(false),
+            redirect: rule.redirect.clone(),
+            options: rule.options.clone(),
+        }
+    }
+}
+
+/// The rule and option checks of a rule at `at`: its redirect, its match, its options.
+pub fn rule(at: &str, checks: Checks, draft: &Draft) -> Result<(), SpecError> {
+    if checks == Checks::Spec {
+        if let Some(redirect) = &draft.redirect {
+            check_redirect(&field(at, "redirect"), redirect, draft.matches.as_ref())?;
+        }
+        if let Some(m) = &draft.matches {
+            check_match(&field(at, "match"), m)?;
+        }
+    }
+    options::check(at, checks, &draft.options)
+}
+
+fn check_redirect(
     at: &str,
     redirect: &Redirect,
     matches: Option<&RuleMatch>,
@@ -57,7 +110,7 @@ pub(super) fn check_redirect(
     Ok(())
 }
 
-pub(super) fn check_match(at: &str, m: &RuleMatch) -> Result<(), SpecError> {
+fn check_match(at: &str, m: &RuleMatch) -> Result<(), SpecError> {
     let paths = [
         &m.path_prefix,
         &m.path_segment_prefix,

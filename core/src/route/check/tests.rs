@@ -1,8 +1,18 @@
-use super::*;
+//! The checks of a spec, in full and in the order resolution runs them.
+
+use super::{Checked, Checks, Draft, SpecError, rule as check_rule, spec as check_spec};
 use crate::route::spec::{
-    Affinity, AffinityCookie, CircuitBreaker, Cors, HeaderMatch, HealthCheck, LoadBalancer,
-    OutlierDetection, RateLimit, Redirect, Retries, RouteTls, RuleMatch, RuleOptions,
+    Affinity, AffinityCookie, Backend, CircuitBreaker, Cors, HeaderMatch, HealthCheck,
+    LoadBalancer, OutlierDetection, RateLimit, Redirect, Retries, RouteRule, RouteSpec, RouteTls,
+    RuleMatch, RuleOptions,
 };
+
+/// The spec's checks and every rule's, as resolution runs them.
+fn check(root: &str, spec: &RouteSpec) -> Result<Checked<()>, SpecError> {
+    check_spec(root, spec, |at, r| {
+        check_rule(at, Checks::Spec, &Draft::of(r))
+    })
+}
 
 fn spec(rules: Vec<RouteRule>) -> RouteSpec {
     RouteSpec {
@@ -42,7 +52,8 @@ fn a_valid_spec_gives_lower_cased_hosts_and_every_rule_a_name() {
     };
     let checked = check("spec", &spec(vec![named, rule()])).expect("valid");
     assert_eq!(checked.hosts, ["shop.example.com", "*.shop.example.com"]);
-    assert_eq!(checked.rule_names, ["api", "rule-1"]);
+    let names: Vec<&str> = checked.rules.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["api", "rule-1"]);
 }
 
 #[test]
@@ -495,5 +506,81 @@ fn each_rule_of_the_schema_is_checked_again() {
             message.contains(expected),
             "{message:?} should contain {expected:?}"
         );
+    }
+}
+
+#[test]
+fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
+    let lowered = |options: RuleOptions, matches: Option<RuleMatch>| {
+        let draft = Draft {
+            matches,
+            options,
+            ..Draft::default()
+        };
+        check_rule("", Checks::Lowered, &draft).map_err(|e| e.to_string())
+    };
+    // What another API's schema bounds itself is not checked again.
+    let admitted = [
+        RuleOptions {
+            retries: Some(Retries {
+                attempts: 2,
+                status_codes: vec![503; 40],
+                ..Retries::default()
+            }),
+            ..RuleOptions::default()
+        },
+        RuleOptions {
+            rewrite_path: Some("index.html".into()),
+            ..RuleOptions::default()
+        },
+        RuleOptions {
+            cors: Some(Cors {
+                allow_origins: vec!["*".into()],
+                max_age: Some("2000000s".into()),
+                ..Cors::default()
+            }),
+            ..RuleOptions::default()
+        },
+    ];
+    for options in admitted {
+        assert_eq!(lowered(options, None), Ok(()));
+    }
+    let empty_regex = RuleMatch {
+        path_regex: Some(String::new()),
+        ..RuleMatch::default()
+    };
+    assert_eq!(lowered(RuleOptions::default(), Some(empty_regex)), Ok(()));
+    // Where the vocabulary admits less, the paths are the vocabulary's, under the root.
+    let refused = [
+        (
+            RuleOptions {
+                retries: Some(Retries {
+                    attempts: 11,
+                    ..Retries::default()
+                }),
+                ..RuleOptions::default()
+            },
+            "retries.attempts: 11 is not within 0..10",
+        ),
+        (
+            RuleOptions {
+                load_balancer: Some(LoadBalancer {
+                    policy: Some("ringHash".into()),
+                    affinity: Some(Affinity {
+                        cookie: Some(AffinityCookie {
+                            name: "a b".into(),
+                            ttl: None,
+                            path: None,
+                        }),
+                        ..Affinity::default()
+                    }),
+                }),
+                ..RuleOptions::default()
+            },
+            "loadBalancer.affinity.cookie.name: \"a b\" is not a cookie name",
+        ),
+    ];
+    for (options, expected) in refused {
+        assert_eq!(lowered(options, None), Err(expected.to_owned()));
     }
 }

@@ -3,16 +3,14 @@
 //! each hostname on a port is one more (its virtual host). A unit resolves to the same
 //! [`ResolvedRoute`] a TrafficRoute does, with the listener it is served on, so it goes
 //! through the same two phases: new clusters ready everywhere before any route uses them,
-//! old ones kept until every Envoy serves the new routes. Pure.
+//! old ones kept until every Envoy serves the new routes. Each unit's route is made by the
+//! core's assembly step (`switchyard_core::route::assemble`) from the checked rules of the
+//! translation, as a TrafficRoute's is: the same clusters and version recipe. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use switchyard_core::hash;
-use switchyard_core::route::resolve::referenced_clusters;
-use switchyard_core::route::{
-    ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
-    ResolvedVirtualHost, SecretRef,
-};
+use switchyard_core::route::{ResolvedListener, ResolvedRoute, ResolvedTls, SecretRef, assemble};
 
 use super::service::GatewayKey;
 use super::translate::{GatewayOutcome, GatewayVirtualHost, ListenerCertificate, PortConfig};
@@ -96,19 +94,14 @@ fn unit_name(gateway: &str, port: i32, hostname: Option<&str>) -> String {
     }
 }
 
+/// A port's own unit: its listener, with no virtual host.
 fn port_unit(gateway: &GatewayKey, port: &PortConfig, listener: &ResolvedListener) -> Unit {
-    let virtual_host = ResolvedVirtualHost::default();
     Unit {
         gateway: gateway.clone(),
         port: port.port,
         hostname: None,
         name: unit_name(&gateway.1, port.port, None),
-        resolved: ResolvedRoute {
-            version: hash::digest_of(&(&virtual_host, listener)),
-            virtual_host,
-            clusters: Vec::new(),
-            listener: Some(listener.clone()),
-        },
+        resolved: assemble(Vec::new(), None, Vec::new(), Some(listener.clone())),
         routes: BTreeSet::new(),
     }
 }
@@ -120,12 +113,14 @@ fn host_unit(
     vh: &GatewayVirtualHost,
 ) -> Unit {
     let namespace = &gateway.0;
-    let rules: Vec<ResolvedRule> = vh
+    // The unit's ProxyConfigs are in the Gateway's namespace: a cluster's namespace is
+    // written out unless it is the Gateway's.
+    let rules = vh
         .rules
         .iter()
         .map(|r| {
             let route_ns = r.route.split_once('/').map_or("", |(ns, _)| ns);
-            rebased(&r.rule, route_ns, namespace)
+            r.rule.clone().moved(route_ns, namespace)
         })
         .collect();
     let tls = listener
@@ -137,42 +132,18 @@ fn host_unit(
             secret_name: name,
             redirect_http: false,
         });
-    let virtual_host = ResolvedVirtualHost {
-        hosts: vec![vh.hostname.clone()],
-        tls,
-        rules,
-    };
-    let clusters = referenced_clusters(&virtual_host);
     Unit {
         gateway: gateway.clone(),
         port: port.port,
         hostname: Some(vh.hostname.clone()),
         name: unit_name(&gateway.1, port.port, Some(&vh.hostname)),
-        resolved: ResolvedRoute {
-            version: hash::digest_of(&(&virtual_host, listener)),
-            virtual_host,
-            clusters,
-            listener: Some(listener.clone()),
-        },
+        resolved: assemble(
+            vec![vh.hostname.clone()],
+            tls,
+            rules,
+            Some(listener.clone()),
+        ),
         routes: vh.rules.iter().map(|r| r.route.clone()).collect(),
-    }
-}
-
-/// A rule of a route in `route_ns` as a ProxyConfig in `gateway_ns` holds it: a cluster's
-/// namespace is written out unless it is the Gateway's.
-fn rebased(rule: &ResolvedRule, route_ns: &str, gateway_ns: &str) -> ResolvedRule {
-    let mut rule = rule.clone();
-    for b in &mut rule.backends {
-        b.cluster = rebased_cluster(&b.cluster, route_ns, gateway_ns);
-    }
-    rule
-}
-
-fn rebased_cluster(cluster: &ResolvedCluster, route_ns: &str, gateway_ns: &str) -> ResolvedCluster {
-    let service_ns = cluster.namespace.as_deref().unwrap_or(route_ns);
-    ResolvedCluster {
-        namespace: (service_ns != gateway_ns).then(|| service_ns.to_owned()),
-        ..cluster.clone()
     }
 }
 
@@ -206,22 +177,24 @@ mod tests {
     use super::*;
     use crate::gateway::translate::GatewayRule;
 
+    use switchyard_core::route::{Checks, Draft, ResolvedBackend, ResolvedCluster};
+
     fn rule(route: &str, service_ns: Option<&str>) -> GatewayRule {
+        let backends = vec![ResolvedBackend {
+            cluster: ResolvedCluster {
+                namespace: service_ns.map(str::to_owned),
+                service: "web".into(),
+                port: 80,
+                ..ResolvedCluster::default()
+            },
+            weight: 1,
+        }];
+        let checked =
+            switchyard_core::route::assemble::check("", Checks::Lowered, Draft::default())
+                .expect("a rule without options passes the checks");
         GatewayRule {
             route: route.into(),
-            rule: ResolvedRule {
-                name: "r".into(),
-                backends: vec![switchyard_core::route::ResolvedBackend {
-                    cluster: ResolvedCluster {
-                        namespace: service_ns.map(str::to_owned),
-                        service: "web".into(),
-                        port: 80,
-                        ..ResolvedCluster::default()
-                    },
-                    weight: 1,
-                }],
-                ..ResolvedRule::default()
-            },
+            rule: checked.rule("r".into(), backends),
             unavailable_weight: 0,
         }
     }

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::proxy_config::{ProxyConfigRole, ProxyConfigSpec, ResolvedCluster};
 use crate::hash;
-use switchyard_core::route::resolve::sorted_unique;
+use switchyard_core::route::assemble::sorted_unique;
 use switchyard_core::route::{ResolveError, ResolvedRoute};
 
 /// Why a unit (a TrafficRoute, a Gateway's port or hostname) is not served. [`RouteError::reason`] is the Kubernetes condition

@@ -133,7 +133,7 @@ fn version(virtual_host: &ResolvedVirtualHost, listener: Option<&ResolvedListene
 
 /// The policy of the clusters of a rule with `lb`: None for round robin (the default
 /// cluster); affinity without a policy is ring hash.
-pub fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
+fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
     match lb.policy.as_deref() {
         None if lb.affinity.is_some() => Some("ringHash".to_owned()),
         None | Some("roundRobin") => None,
@@ -142,7 +142,7 @@ pub fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
 }
 
 /// Every cluster the rules of `virtual_host` send to, sorted and deduplicated.
-pub fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
+fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
     sorted_unique(
         virtual_host
             .rules

@@ -13,9 +13,6 @@ use super::check::{self, Checks, Draft, SpecError};
 use super::resolved::{ResolvedBackend, ResolvedCluster, ResolvedRoute, ResolvedTls};
 use super::spec::{Backend, RouteRule, RouteSpec};
 
-// Where the Gateway front-end finds them until it goes through the assembly step too.
-pub use super::assemble::{cluster_policy, referenced_clusters, sorted_unique};
-
 /// The services a route's backends name, in the route's namespace: Kubernetes Services,
 /// or the services of standalone files.
 pub trait ServiceLookup {

@@ -1,10 +1,14 @@
 //! HTTPRoutes: each parentRef attached to the listeners of a Gateway of Switchyard's that
-//! admit it, and each rule lowered into the core's vocabulary, one rule per match.
+//! admit it, and each rule lowered into the core's vocabulary, one rule per match, through
+//! the core's assembly step (`switchyard_core::route::assemble`): its checks
+//! ([`Checks::Lowered`]: where the vocabulary admits less than the Gateway API's schema),
+//! worded in the HTTPRoute's own fields ([`refusal`]), and its clusters.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
 
+use super::duration::{gateway_duration_ms, vocabulary_duration};
 use super::gateway::{HTTP_ROUTE, Listening, admits_namespace};
 use super::hostname;
 use super::reference_grant::{self, Side};
@@ -23,12 +27,14 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesSessionPersistenceType as SessionType, HttpRouteUseDefaultGateways,
 };
 use crate::k8s::services::service_cluster;
-use switchyard_core::route::resolve::cluster_policy;
+use switchyard_core::route::check::{RETRY_ATTEMPTS, RETRY_STATUS_CODES};
 use switchyard_core::route::spec::{
     Affinity, AffinityCookie, Backend, Cors, HeaderEdits, HeaderMatch, LoadBalancer,
     QueryParamMatch, Redirect, Retries, RuleMatch, RuleOptions,
 };
-use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedRule};
+use switchyard_core::route::{
+    Checks, Draft, ResolveError, ResolvedBackend, SpecError, assemble, check::rule_name as unnamed,
+};
 
 /// A route's rules as attached to one listener of a Gateway, for the hostnames the two
 /// share.
@@ -228,21 +234,32 @@ fn lower_rules(
     let mut first_problem: Option<Cond> = None;
     for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
         let at = format!("spec.rules[{ri}]");
-        let Lowering { options, redirect } = lower_filters(rule, &at)?;
-        let (mut backends, unavailable_weight) =
-            backends(inputs, namespace, rule, &at, &mut first_problem)?;
-        // The policy is the clusters': a rule with a session has clusters of its own.
-        let lb_policy = options.load_balancer.as_ref().and_then(cluster_policy);
-        for backend in &mut backends {
-            backend.cluster.lb_policy = lb_policy.clone();
+        let (Lowering { options, redirect }, problem) = lower_filters(rule, &at);
+        let draft = |matches| Draft {
+            matches,
+            redirect_https: false,
+            redirect: redirect.clone(),
+            options: options.clone(),
+        };
+        // The vocabulary's checks first: what they look at (retries, then the session's
+        // cookie) is lowered before anything of the rule that can fail after it, and a
+        // lowering that failed hands over only what it lowered before its problem. So a
+        // rule's first problem is the one it was when this front-end checked its retries
+        // itself (but for a retry with both a code outside 400..599, which the Gateway
+        // API's schema refuses, and a zero backoff: the backoff is named first now).
+        assemble::check("", Checks::Lowered, draft(None)).map_err(|e| refusal(&at, rule, &e))?;
+        if let Some(problem) = problem {
+            return Err(problem);
         }
+        let (backends, unavailable_weight) =
+            backends(inputs, namespace, rule, &at, &mut first_problem)?;
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {
             0
         } else {
             unavailable_weight
         };
-        let rule_name = rule.name.clone().unwrap_or_else(|| format!("rule-{ri}"));
+        let rule_name = rule.name.clone().unwrap_or_else(|| unnamed(ri));
         let default_match = [HttpRouteRulesMatches::default()];
         let matches = match rule.matches.as_deref() {
             None | Some([]) => &default_match[..],
@@ -250,19 +267,18 @@ fn lower_rules(
         };
         for (mi, m) in matches.iter().enumerate() {
             let (matches, specificity) = lower_match(m, &format!("{at}.matches[{mi}]"))?;
+            // The rule this match makes, through the same checks (they passed above).
+            let checked = assemble::check("", Checks::Lowered, draft(Some(matches)))
+                .map_err(|e| refusal(&at, rule, &e))?;
             rules.push(Ranked {
                 specificity,
                 order: (seniority, ri, mi),
                 rule: GatewayRule {
                     route: format!("{namespace}/{name}"),
-                    rule: ResolvedRule {
-                        name: format!("{namespace}/{name}/{rule_name}/{mi}"),
-                        matches: Some(matches),
-                        backends: backends.clone(),
-                        redirect_https: false,
-                        redirect: redirect.clone(),
-                        options: options.clone(),
-                    },
+                    rule: checked.rule(
+                        format!("{namespace}/{name}/{rule_name}/{mi}"),
+                        backends.clone(),
+                    ),
                     unavailable_weight,
                 },
             });
@@ -283,8 +299,10 @@ struct Lowering {
     redirect: Option<Redirect>,
 }
 
-/// The rule's filters and timeouts in the vocabulary.
-fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
+/// The rule's filters, timeouts, retries and session in the vocabulary, and the first
+/// problem lowering them met: what was lowered before it is kept, for the vocabulary's
+/// checks to see.
+fn lower_filters(rule: &HttpRouteRules, at: &str) -> (Lowering, Option<String>) {
     // The Gateway API has no field for upgrades; its backends may speak WebSocket (the
     // appProtocol `kubernetes.io/ws`), so every rule lets the upgrade through, as Envoy
     // Gateway and Istio do. The backend still decides whether to accept it.
@@ -295,6 +313,15 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
         },
         redirect: None,
     };
+    let problem = lower_filters_into(rule, at, &mut lowering).err();
+    (lowering, problem)
+}
+
+fn lower_filters_into(
+    rule: &HttpRouteRules,
+    at: &str,
+    lowering: &mut Lowering,
+) -> Result<(), String> {
     for (fi, filter) in rule.filters.iter().flatten().enumerate() {
         let at = format!("{at}.filters[{fi}]");
         match filter.r#type {
@@ -362,7 +389,7 @@ fn lower_filters(rule: &HttpRouteRules, at: &str) -> Result<Lowering, String> {
             &format!("{at}.sessionPersistence"),
         )?);
     }
-    Ok(lowering)
+    Ok(())
 }
 
 /// Retries when the route names no number (the Gateway API leaves it to implementations):
@@ -376,36 +403,73 @@ const GATEWAY_RETRY_ON: [&str; 3] = ["connect-failure", "refused-stream", "reset
 /// The cookie's name when the route names no session.
 const SESSION_COOKIE: &str = "switchyard-session";
 
-/// A rule's `retry` in the vocabulary's retries (the attempts limit is the vocabulary's).
+/// A rule's `retry` in the vocabulary's retries. Numbers that do not fit the vocabulary's
+/// are lowered to ones its checks refuse (the refusal names the route's own number); a
+/// backoff that is not a duration is a problem, met after the attempts and codes are in.
 fn lower_retry(retry: &HttpRouteRulesRetry, at: &str, into: &mut Retries) -> Result<(), String> {
-    into.attempts = match retry.attempts {
-        None => GATEWAY_RETRY_ATTEMPTS,
-        Some(n @ 0..=10) => i32::try_from(n).unwrap_or(GATEWAY_RETRY_ATTEMPTS),
-        Some(n) => return Err(format!("{at}.attempts: {n} is more than the 10 supported")),
-    };
+    into.attempts = retry.attempts.map_or(GATEWAY_RETRY_ATTEMPTS, saturated);
     into.on = GATEWAY_RETRY_ON.map(str::to_owned).to_vec();
     into.status_codes = retry
         .codes
         .iter()
         .flatten()
-        .map(|&code| {
-            i32::try_from(code)
-                .ok()
-                .filter(|c| (400..=599).contains(c))
-                .ok_or_else(|| format!("{at}.codes: {code} is not within 400..599"))
-        })
-        .collect::<Result<_, _>>()?;
+        .map(|&c| saturated(c))
+        .collect();
     into.backoff = match &retry.backoff {
         None => None,
-        Some(text) => match gateway_duration_ms(text) {
-            Some(0) => return Err(format!("{at}.backoff: must be more than 0s")),
-            ms => Some(
-                ms.and_then(vocabulary_duration)
-                    .ok_or_else(|| format!("{at}.backoff: {text:?} is not a duration"))?,
-            ),
-        },
+        Some(text) => Some(
+            gateway_duration_ms(text)
+                .and_then(vocabulary_duration)
+                .ok_or_else(|| format!("{at}.backoff: {text:?} is not a duration"))?,
+        ),
     };
     Ok(())
+}
+
+/// `n` as an i32, or the nearest one (out of every range the vocabulary allows).
+fn saturated(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
+}
+
+/// The vocabulary's refusal of the rule at `at`, in the HTTPRoute's fields and words (what
+/// its status has always said): the assembly step checks the vocabulary's retries and
+/// cookie, which the HTTPRoute calls `retry` and `sessionPersistence`. `e.at` is under the
+/// empty root.
+fn refusal(at: &str, rule: &HttpRouteRules, e: &SpecError) -> String {
+    let retry = rule.retry.as_ref();
+    let code = |index: &str| {
+        let index: usize = index.strip_suffix(']')?.parse().ok()?;
+        retry?.codes.as_ref()?.get(index).copied()
+    };
+    match e.at.as_str() {
+        "retries.attempts" => format!(
+            "{at}.retry.attempts: {} is more than the {} supported",
+            retry.and_then(|r| r.attempts).unwrap_or_default(),
+            RETRY_ATTEMPTS.end()
+        ),
+        "retries.backoff" => format!("{at}.retry.backoff: {}", e.message),
+        "loadBalancer.affinity.cookie.name" => format!(
+            "{at}.sessionPersistence.sessionName: {:?} is not a cookie name (letters, digits \
+             and !#$%&'*+.^_`|~-)",
+            session_name(rule)
+        ),
+        other => match other.strip_prefix("retries.statusCodes[").and_then(code) {
+            Some(code) => format!(
+                "{at}.retry.codes: {code} is not within {}..{}",
+                RETRY_STATUS_CODES.start(),
+                RETRY_STATUS_CODES.end()
+            ),
+            None => format!("{at}: {e}"),
+        },
+    }
+}
+
+/// The name of the cookie of the rule's session.
+fn session_name(rule: &HttpRouteRules) -> &str {
+    rule.session_persistence
+        .as_ref()
+        .and_then(|s| s.session_name.as_deref())
+        .unwrap_or(SESSION_COOKIE)
 }
 
 /// A rule's `sessionPersistence` as the vocabulary's cookie affinity: Envoy sets a cookie
@@ -455,13 +519,8 @@ fn session_persistence(
         }
         (None, false) => None,
     };
+    // The assembly step checks that it can be a cookie's name.
     let name = session.session_name.as_deref().unwrap_or(SESSION_COOKIE);
-    if name.is_empty() || !name.bytes().all(is_token_byte) {
-        return Err(format!(
-            "{at}.sessionName: {name:?} is not a cookie name (letters, digits and \
-             !#$%&'*+.^_`|~-)"
-        ));
-    }
     Ok(LoadBalancer {
         policy: Some("ringHash".to_owned()),
         affinity: Some(Affinity {
@@ -474,11 +533,6 @@ fn session_persistence(
             ..Affinity::default()
         }),
     })
-}
-
-/// A byte of an RFC 9110 token (a cookie or header name).
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+.^_`|~-".contains(&b)
 }
 
 /// A CORS filter in the vocabulary; None when it allows no origin (then no answer carries
@@ -714,70 +768,4 @@ fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
         out.query_params.len(),
     );
     Ok((out, specificity))
-}
-
-/// A Gateway API duration (`1h2m3s4ms`: up to four numbers, each with a unit of h, m, s
-/// or ms) in milliseconds.
-fn gateway_duration_ms(text: &str) -> Option<u64> {
-    let mut total: u64 = 0;
-    let mut rest = text;
-    let mut parts = 0;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let number: u64 = rest.get(..digits)?.parse().ok()?;
-        rest = &rest[digits..];
-        let (unit, len) = if rest.starts_with("ms") {
-            (1, 2)
-        } else {
-            match rest.as_bytes().first()? {
-                b'h' => (3_600_000, 1),
-                b'm' => (60_000, 1),
-                b's' => (1_000, 1),
-                _ => return None,
-            }
-        };
-        rest = &rest[len..];
-        total = total.checked_add(number.checked_mul(unit)?)?;
-        parts += 1;
-    }
-    (parts > 0).then_some(total)
-}
-
-/// Milliseconds in the vocabulary's form: one number of at most six digits, in the
-/// largest unit that keeps it exact.
-fn vocabulary_duration(millis: u64) -> Option<String> {
-    if millis == 0 {
-        return Some("0s".to_owned());
-    }
-    let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s"), (1, "ms")];
-    let (size, unit) = units
-        .into_iter()
-        .find(|(size, _)| millis.is_multiple_of(*size))
-        .unwrap_or((1, "ms"));
-    let number = millis / size;
-    (number < 1_000_000).then(|| format!("{number}{unit}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gateway_durations_add_up_their_parts() {
-        assert_eq!(gateway_duration_ms("500ms"), Some(500));
-        assert_eq!(gateway_duration_ms("1h2m3s4ms"), Some(3_723_004));
-        assert_eq!(gateway_duration_ms("0s"), Some(0));
-        assert_eq!(gateway_duration_ms(""), None);
-        assert_eq!(gateway_duration_ms("1d"), None);
-        assert_eq!(gateway_duration_ms("s"), None);
-    }
-
-    #[test]
-    fn durations_take_the_largest_exact_unit() {
-        assert_eq!(vocabulary_duration(90_000).as_deref(), Some("90s"));
-        assert_eq!(vocabulary_duration(3_600_000).as_deref(), Some("1h"));
-        assert_eq!(vocabulary_duration(1_500).as_deref(), Some("1500ms"));
-        assert_eq!(vocabulary_duration(0).as_deref(), Some("0s"));
-        assert_eq!(vocabulary_duration(1_000_000_001), None);
-    }
 }

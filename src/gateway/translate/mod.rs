@@ -4,8 +4,8 @@
 //!
 //! - for each Gateway of a class Switchyard controls, the ports it listens on and, per
 //!   port, its virtual hosts: one per hostname, holding the rules of every HTTPRoute
-//!   attached there as the core's [`ResolvedRule`]s, in the Gateway API's order of
-//!   precedence;
+//!   attached there as the core's [`Rule`]s (made by its assembly step), in the Gateway
+//!   API's order of precedence;
 //! - the status every object gets: the conditions with the specification's reasons.
 //!
 //! Nothing here reads or writes the API server; the controller does, and adds what only
@@ -15,6 +15,7 @@
 //! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue):
 //! RequestMirror and ExtensionRef filters, and filters per backend.
 
+pub mod duration;
 pub mod gateway;
 pub mod gateway_class;
 pub mod hostname;
@@ -29,7 +30,7 @@ use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
-use switchyard_core::route::ResolvedRule;
+use switchyard_core::route::Rule;
 
 /// The controllerName of the GatewayClasses Switchyard serves.
 pub const CONTROLLER_NAME: &str = "switchyard.dev/gateway-controller";
@@ -145,7 +146,7 @@ pub struct GatewayVirtualHost {
 pub struct GatewayRule {
     /// `namespace/route`.
     pub route: String,
-    pub rule: ResolvedRule,
+    pub rule: Rule,
     /// The total weight of backendRefs that cannot be used (the Gateway API answers their
     /// share of requests with 500); all of it when the rule has no usable backend.
     #[serde(skip_serializing_if = "is_zero")]

@@ -1,6 +1,9 @@
 //! Step 1 of a rollout, "Resolve" (see DESIGN.md), for a TrafficRoute: its spec resolved
-//! through the Services of its namespace by the core's one resolution step, and the
-//! route's two ProxyConfigs built from the result ([`proxy_config_spec`]).
+//! through the Services of its namespace by the core (`switchyard_core::route::resolve`,
+//! which ends in the assembly step every front-end ends in: the spec's checks, each rule's
+//! clusters, the route's version), and the route's two ProxyConfigs built from the result
+//! ([`proxy_config_spec`]). What is the TrafficRoute's alone (its rollout settings) is
+//! checked here.
 //!
 //! Pure and deterministic (I6): the same spec and the same Services give the same
 //! [`ResolvedRoute`] and version, whatever the order of the Services. Nothing here writes

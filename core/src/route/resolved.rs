@@ -1,7 +1,7 @@
 //! A route resolved: rules named, defaults applied, and each backend mapped to the cluster
-//! of a concrete service port. This is what the Kubernetes front-end stores in its
-//! ProxyConfigs (the JSON shape is that CRD's), and what [`super::lower`] turns into the
-//! model in every mode.
+//! of a concrete service port, as the assembly step ([`super::assemble`]) makes it for
+//! every front-end. This is what the Kubernetes front-ends store in their ProxyConfigs (the
+//! JSON shape is that CRD's), and what [`super::lower`] turns into the model in every mode.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

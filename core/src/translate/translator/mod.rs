@@ -19,7 +19,7 @@
 //! entries, [`Translator::update`] (a whole configuration) and [`Translator::apply`].
 //!
 //! Three caches keep state between changes, each for its own step: the model cache
-//! (`src/k8s/model_cache/`) keeps what the last model was built from, so a change to a
+//! (`src/k8s/model_cache.rs`) keeps what the last model was built from, so a change to a
 //! few Kubernetes objects becomes a few [`Changes`]; the translator (`core/src/translate/
 //! translator`) keeps the inputs by name, their indexes and the last snapshot, so a change
 //! costs what it touches; each xDS session (`core/src/xds/session`) keeps what its Envoy

@@ -17,7 +17,7 @@
 //! with the Envoy on its last good configuration until a newer snapshot arrives (I8).
 //!
 //! The snapshots come from the translator (`core/src/translate/translator`), which keeps
-//! their inputs between changes, fed by the model cache (`src/k8s/model_cache/`), which
+//! their inputs between changes, fed by the model cache (`src/k8s/model_cache.rs`), which
 //! keeps what the last model was built from.
 //!
 //! Each protocol's subscription bookkeeping (what a request subscribes to, ACKs or

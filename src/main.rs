@@ -153,7 +153,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let for_leader = ForLeader::new(&index, &scope, fleet_slices.clone(), &args.envoy_service.0);
     let builder = Builder {
         index,
-        address_map: args.endpoint_address_map,
         hold: args.hold,
         listeners: ListenerSettings {
             access_log: args.listeners.access_log(),
@@ -216,7 +215,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let client = client.clone();
         let leases = leases.clone();
         let envoy_service = args.envoy_service.clone();
-        let address_map = args.endpoint_address_map;
         let two_phase = !args.one_phase;
         let status_qps = args.status_qps;
         let problems = problems.clone();
@@ -253,7 +251,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     fleet_service: envoy_service.clone(),
                     service_type,
                     prober: prober.clone(),
-                    address_map,
                     two_phase,
                     envoys: envoys.clone(),
                     watches: watches.clone(),
@@ -264,7 +261,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             let rollout = traffic_route::run(
                 client.clone(),
                 traffic_route::Settings {
-                    address_map,
                     prober: prober.clone(),
                     status,
                     two_phase,

@@ -145,7 +145,6 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
             probe_token: "translate".into(),
             ..ListenerSettings::default()
         },
-        address_map: None,
         proxy_configs: live.iter().collect(),
         endpoint_slices: slices.iter().collect(),
         secrets: &served,

@@ -59,7 +59,6 @@ fn kubernetes_case(dir: &Path) -> String {
     let secrets: BTreeMap<_, _> = secrets.iter().filter_map(tls_data).collect();
     let (model, problems) = build(&Inputs {
         listeners: listeners(),
-        address_map: None,
         proxy_configs: proxy_configs.iter().collect(),
         endpoint_slices: slices.iter().collect(),
         secrets: &secrets,

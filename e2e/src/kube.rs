@@ -10,8 +10,8 @@
 //! let client = api.client().await;
 //! rig::create_namespace(&client, "demo").await;
 //! rig::apply_service(&client, "demo", "web", 80).await;
-//! // EndpointSlices may not hold 127.x addresses: list them mapped (see ADDRESS_MAP).
-//! let ip = rig::slice_address("127.0.0.21");
+//! // EndpointSlices may not hold 127.x addresses: the rig's listeners take local_range's.
+//! let ip = switchyard_e2e::local_range::address(0, 21);
 //! rig::apply_endpoint_slice(&client, "demo", "web", &[(ip.as_str(), 8080, true, true, false)]).await;
 //! let out = api.kubectl_ok(["get", "endpointslices", "-n", "demo"]).await;
 //! # }
@@ -730,20 +730,6 @@ pub async fn delete_service(client: &Client, namespace: &str, name: &str) {
 /// One endpoint: (IP, port, ready, serving, terminating).
 pub type EndpointSpec<'a> = (&'a str, u16, bool, bool, bool);
 
-/// Kubernetes refuses loopback (and link-local) endpoint addresses, but every rig
-/// backend and Envoy listens on 127.0.0.x. EndpointSlices therefore list them under
-/// 198.18.0.0/16, a range reserved for benchmarking that nothing here connects to, and
-/// Switchyard under test runs with `--endpoint-address-map` [`ADDRESS_MAP`] to map them back.
-pub const ADDRESS_MAP: &str = "198.18.0.0/16=127.0.0.0/16";
-
-/// The address an EndpointSlice carries for a 127.0.x.y listener.
-pub fn slice_address(loopback: &str) -> String {
-    match loopback.strip_prefix("127.0.") {
-        Some(rest) => format!("198.18.{rest}"),
-        None => loopback.to_string(),
-    }
-}
-
 /// Sets the endpoints of `service` to exactly `endpoints`, as Kubernetes would: one
 /// EndpointSlice per (address family, port), named `<service>-<port>` (IPv6:
 /// `<service>-v6-<port>`), labelled [`SERVICE_NAME_LABEL`] and [`MANAGED_BY_LABEL`], with
@@ -765,7 +751,7 @@ pub async fn apply_endpoint_slice(
         assert!(
             !address.is_loopback(),
             "endpoint address {ip}: the API server rejects loopback endpoints; \
-             list it as rig::kube::slice_address(..) instead"
+             listen on an address of switchyard_e2e::local_range instead"
         );
         let family = if address.is_ipv4() { "IPv4" } else { "IPv6" };
         groups.entry((family, port)).or_default().push(Endpoint {

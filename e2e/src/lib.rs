@@ -1,7 +1,8 @@
 //! The test rig: real Envoy processes, a Switchyard process in standalone mode (or the
 //! ADS server in this process), HTTP backends that answer with their name, and a bounded
-//! load generator. Everything binds to 127.0.0.x and every process is killed when its
-//! handle drops, even on panic.
+//! load generator. Everything binds to 127.0.0.x, or for the Kubernetes rig to addresses of
+//! [`local_range`] (local to `lo` too), and every process is killed when its handle drops,
+//! even on panic.
 
 pub mod ads_client;
 mod backend;
@@ -11,6 +12,7 @@ pub mod golden;
 mod https;
 pub mod kube;
 mod load;
+pub mod local_range;
 pub mod node;
 mod process;
 pub mod relay;

@@ -24,6 +24,7 @@ use switchyard::api::{ProxyConfig, TrafficRoute};
 use switchyard::xds::Protocol;
 
 use crate::kube::{self as k, KubeApi};
+use crate::local_range;
 use crate::{Backend, Envoy, ListenerPorts, Switchyard};
 
 pub const FLEET_NAMESPACE: &str = "switchyard-system";
@@ -94,10 +95,11 @@ impl Rig {
         let namespace = k::unique_name("shop");
         k::create_namespace(&client, &namespace).await;
         k::create_namespace(&client, FLEET_NAMESPACE).await;
-        // Each rig picks its own block of loopback addresses, so tests can run side by side.
+        // Each rig picks its own block of addresses, so tests can run side by side.
         let block = 100 + (std::process::id() as u8 % 20) * 5 + (free_block() % 5);
-        let envoy_addresses: Vec<String> =
-            (1..=envoys).map(|i| format!("127.0.{block}.{i}")).collect();
+        let envoy_addresses: Vec<String> = (1..=envoys)
+            .map(|i| local_range::address(block, i))
+            .collect();
         let rig = Rig {
             api,
             client,
@@ -120,13 +122,13 @@ impl Rig {
         rig
     }
 
-    /// The fleet Service's EndpointSlice lists every Envoy address (mapped, see ADDRESS_MAP).
+    /// The fleet Service's EndpointSlice lists every Envoy address.
     async fn register_fleet(&self) {
         k::apply_service(&self.client, FLEET_NAMESPACE, &self.fleet_service(), 8080).await;
         let endpoints: Vec<(String, u16, bool, bool, bool)> = self
             .envoy_addresses
             .iter()
-            .map(|a| (k::slice_address(a), self.ports.probe, true, true, false))
+            .map(|a| (a.clone(), self.ports.probe, true, true, false))
             .collect();
         let refs: Vec<k::EndpointSpec<'_>> = endpoints
             .iter()
@@ -359,7 +361,7 @@ impl Rig {
         let ip = self.next_backend_ip();
         let backend = Backend::start(name, &ip).await;
         k::apply_service(&self.client, &self.namespace, name, 80).await;
-        let address = k::slice_address(&backend.address.ip().to_string());
+        let address = backend.address.ip().to_string();
         k::apply_endpoint_slice(
             &self.client,
             &self.namespace,
@@ -408,8 +410,11 @@ impl Rig {
         let endpoints: Vec<(String, u16, bool)> = self.pods[name]
             .iter()
             .map(|p| {
-                let address = k::slice_address(&p.address.ip().to_string());
-                (address, p.address.port(), p.server.is_some())
+                (
+                    p.address.ip().to_string(),
+                    p.address.port(),
+                    p.server.is_some(),
+                )
             })
             .collect();
         let refs: Vec<k::EndpointSpec<'_>> = endpoints
@@ -422,11 +427,7 @@ impl Rig {
     /// Each backend has an address of its own.
     fn next_backend_ip(&mut self) -> String {
         self.next_ip += 1;
-        format!(
-            "127.0.{}.{}",
-            200 + (std::process::id() % 50) as u8,
-            self.next_ip
-        )
+        local_range::address(200 + (std::process::id() % 50) as u8, self.next_ip)
     }
 
     /// Marks a backend's endpoint ready or not (its EndpointSlice condition).
@@ -452,7 +453,7 @@ impl Rig {
     /// terminating and still serving; terminating and done.
     pub async fn set_endpoint(&self, name: &str, ready: bool, serving: bool, terminating: bool) {
         let backend = &self.backends[name];
-        let address = k::slice_address(&backend.address.ip().to_string());
+        let address = backend.address.ip().to_string();
         k::apply_endpoint_slice(
             &self.client,
             &self.namespace,

@@ -77,8 +77,8 @@ impl Switchyard {
     }
 
     /// Starts `switchyard operator` against the cluster of `kubeconfig`. The Envoy fleet
-    /// is the Service `envoy_service` (NAMESPACE/NAME); EndpointSlices list loopback
-    /// listeners under [`crate::kube::ADDRESS_MAP`].
+    /// is the Service `envoy_service` (NAMESPACE/NAME), whose EndpointSlices list the
+    /// Envoys' addresses (see [`crate::local_range`]).
     pub fn start_operator(
         work: &Path,
         name: &str,
@@ -115,7 +115,6 @@ impl Switchyard {
         command
             .arg("operator")
             .args(["--envoy-service", envoy_service])
-            .args(["--endpoint-address-map", crate::kube::ADDRESS_MAP])
             .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
             .args(["--admin-address", &format!("127.0.0.1:{admin_port}")])
             .args(["--probe-token", "test-token"])

@@ -518,7 +518,7 @@ async fn kubeconfig_works_for_kubectl() {
 }
 
 #[tokio::test]
-async fn loopback_endpoints_are_rejected_so_slices_carry_mapped_addresses() {
+async fn loopback_endpoints_are_rejected_so_rig_listeners_take_local_range_addresses() {
     let api = KubeApi::shared().await;
     let client = api.client().await;
     let ns = rig::unique_name("ip");
@@ -544,13 +544,17 @@ async fn loopback_endpoints_are_rejected_so_slices_carry_mapped_addresses() {
         "{err}"
     );
 
-    // The rig lists 127.0.0.x backends under the mapped range, which the API server
-    // accepts; Switchyard under test maps them back (nothing ever connects to them).
-    let mapped = rig::slice_address("127.0.0.21");
-    assert_eq!(mapped, "198.18.0.21");
+    // The rig's listeners take addresses the API server accepts and `lo` holds: a
+    // listener binds there, a client reaches it, and a slice lists it as it is.
+    let address = switchyard_e2e::local_range::address(0, 21);
+    assert_eq!(address, "198.18.0.21");
+    let listener = std::net::TcpListener::bind((address.as_str(), 0)).expect("bind 198.18.0.21");
+    let port = listener.local_addr().expect("its address").port();
+    std::net::TcpStream::connect((address.as_str(), port)).expect("connect to 198.18.0.21");
     let names =
-        rig::apply_endpoint_slice(&client, &ns, "web", &[(&mapped, 8080, true, true, false)]).await;
-    assert_eq!(names, ["web-8080"]);
+        rig::apply_endpoint_slice(&client, &ns, "web", &[(&address, port, true, true, false)])
+            .await;
+    assert_eq!(names, [format!("web-{port}")]);
 
     rig::delete_namespace(&client, &ns).await;
 }

@@ -28,7 +28,6 @@ fuzz_target!(|data: &[u8]| {
     let model = |pcs: &[ProxyConfig]| {
         build(&Inputs {
             listeners: ListenerSettings::default(),
-            address_map: None,
             proxy_configs: pcs.iter().collect(),
             endpoint_slices: Vec::new(),
             secrets: &secrets,

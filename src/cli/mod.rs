@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use switchyard::k8s::address_map::AddressMap;
 use switchyard::model::{AccessLog, ClientIp};
 
 #[derive(Parser)]
@@ -162,10 +161,6 @@ pub(crate) struct OperatorArgs {
     /// API requests at once before `--api-qps` paces them.
     #[arg(long, env = "SWITCHYARD_API_BURST", default_value_t = 100)]
     pub(crate) api_burst: u32,
-    /// For single-host test rigs only: EndpointSlices cannot hold loopback addresses, so
-    /// map a range onto another (FROM/LEN=TO/LEN, e.g. 198.18.0.0/16=127.0.0.0/16).
-    #[arg(long, env = "SWITCHYARD_ENDPOINT_ADDRESS_MAP")]
-    pub(crate) endpoint_address_map: Option<AddressMap>,
     /// How long the endpoints of a deleted Service keep serving the routes that still use
     /// them (its Pods usually outlive it: a route repointed in the same sync must not lose
     /// its backends before the switch), and a deleted route keeps serving its hosts until

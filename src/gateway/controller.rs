@@ -35,7 +35,6 @@ use super::translate::{
 };
 use super::unit::{self, Unit};
 use crate::api::ProxyConfig;
-use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
 use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
@@ -66,8 +65,6 @@ pub struct Settings {
     /// The type of each Gateway's Service: ClusterIP, NodePort or LoadBalancer.
     pub service_type: String,
     pub prober: Prober,
-    /// For single-host rigs only (see [`AddressMap`]).
-    pub address_map: Option<AddressMap>,
     /// Off only for tests that prove the two phases matter.
     pub two_phase: bool,
     /// The Envoys connected to this replica: a unit waiting on the fleet is looked at
@@ -234,7 +231,7 @@ async fn pass(
     );
     let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
-    let envoys = fleet_addresses(&stores.shared.fleet.state(), settings.address_map);
+    let envoys = fleet_addresses(&stores.shared.fleet.state());
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
     let written = Written {
         classes: &classes,

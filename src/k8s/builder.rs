@@ -11,7 +11,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use super::address_map::AddressMap;
 use super::departed::{Departed, DepartedConfigs};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
@@ -29,7 +28,6 @@ const DEBOUNCE: Duration = Duration::from_millis(10);
 pub struct Builder {
     pub index: Index,
     pub listeners: ListenerSettings,
-    pub address_map: Option<AddressMap>,
     /// How long the endpoints of a deleted Service, and the live configuration of a
     /// deleted route, keep serving (see [`Departed`], [`DepartedConfigs`]).
     pub hold: Duration,
@@ -171,7 +169,6 @@ impl Builder {
         let started = Instant::now();
         let settings = Settings {
             listeners: &self.listeners,
-            address_map: self.address_map,
             secrets: &secrets.served,
         };
         let touched = (!proxy_configs_touched.all && !slices_touched.all).then_some(Touched {
@@ -192,7 +189,6 @@ impl Builder {
                     .with_held(self.index.endpoint_slices.state());
                 models.full(&Inputs {
                     listeners: self.listeners.clone(),
-                    address_map: self.address_map,
                     proxy_configs: proxy_configs.iter().map(Arc::as_ref).collect(),
                     endpoint_slices: slices.iter().map(Arc::as_ref).collect(),
                     secrets: &secrets.served,

@@ -6,7 +6,6 @@
 //! cluster). Writing status: `status`. Leader election: `leader`. The Envoys are reached
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
-pub mod address_map;
 pub mod builder;
 pub mod departed;
 pub mod envoys;

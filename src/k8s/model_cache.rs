@@ -29,7 +29,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
-use super::address_map::AddressMap;
 use super::to_model::{self, Contribution, EndpointsKey, Inputs, TlsData};
 use crate::api::ProxyConfig;
 use crate::model::{self, ListenerSettings};
@@ -104,7 +103,6 @@ impl Objects for ObjectMaps {
 /// What every object shares: a change to any of it takes a full build.
 pub struct Settings<'a> {
     pub listeners: &'a ListenerSettings,
-    pub address_map: Option<AddressMap>,
     pub secrets: &'a BTreeMap<(String, String), TlsData>,
 }
 
@@ -115,7 +113,6 @@ type ByKey<V> = HashMap<ObjectKey, V, Xxh3DefaultBuilder>;
 
 struct Last {
     listeners: ListenerSettings,
-    address_map: Option<AddressMap>,
     secrets: BTreeMap<(String, String), TlsData>,
     /// resourceVersion (None: never equal) and what the ProxyConfig added.
     proxy_configs: ByKey<(Option<String>, Contribution)>,
@@ -221,10 +218,9 @@ impl ModelCache {
         let last = self.last.as_mut().filter(|last| {
             !last.ambiguous
                 && &last.listeners == settings.listeners
-                && last.address_map == settings.address_map
                 && &last.secrets == settings.secrets
         })?;
-        let step = last.changes(settings, touched, objects);
+        let step = last.changes(touched, objects);
         if step.is_none() {
             // Partly applied: only a full build may follow.
             self.last = None;
@@ -244,7 +240,6 @@ impl Last {
     ) -> Self {
         let mut last = Last {
             listeners: inputs.listeners.clone(),
-            address_map: inputs.address_map,
             secrets: inputs.secrets.clone(),
             proxy_configs: ByKey::default(),
             pc_problems: BTreeMap::new(),
@@ -371,7 +366,6 @@ impl Last {
         &self,
         services: &[Service],
         objects: &dyn Objects,
-        address_map: Option<AddressMap>,
     ) -> BTreeMap<EndpointsKey, Vec<model::Endpoint>> {
         let slices: Vec<Arc<EndpointSlice>> = services
             .iter()
@@ -380,13 +374,12 @@ impl Last {
             .filter_map(|key| objects.endpoint_slice(key))
             .collect();
         let slices: Vec<&EndpointSlice> = slices.iter().map(Arc::as_ref).collect();
-        to_model::endpoints_by_service(&slices, address_map)
+        to_model::endpoints_by_service(&slices)
     }
 
     /// The changes the touched objects make, or None when only a full build can say.
     fn changes(
         &mut self,
-        settings: &Settings<'_>,
         touched: &Touched,
         objects: &dyn Objects,
     ) -> Option<(Step, Vec<Problem>)> {
@@ -409,7 +402,7 @@ impl Last {
             return None;
         }
         let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
-            .refresh_endpoints(settings, touched, objects)
+            .refresh_endpoints(touched, objects)
             .into_iter()
             .map(|c| (c.name.clone(), Edit::Put(c)))
             .collect();
@@ -456,7 +449,7 @@ impl Last {
                     .endpoint_probes
                     .extend(now.endpoint_probe.clone().map(Edit::Put));
             }
-            self.cluster_edits(settings, objects, &users_before, &nows, &mut clusters)?;
+            self.cluster_edits(objects, &users_before, &nows, &mut clusters)?;
         }
         changes.clusters = clusters.into_values().collect();
         let problems = self
@@ -495,7 +488,6 @@ impl Last {
     /// decides which wins). `users_before` holds every cluster this step touched.
     fn cluster_edits(
         &mut self,
-        settings: &Settings<'_>,
         objects: &dyn Objects,
         users_before: &BTreeMap<String, usize>,
         nows: &[Contribution],
@@ -540,7 +532,7 @@ impl Last {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let endpoints = self.endpoints_of(&services, objects, settings.address_map);
+        let endpoints = self.endpoints_of(&services, objects);
         for (name, (namespace, cluster)) in fresh {
             let key = to_model::endpoints_key(&namespace, &cluster);
             let list = endpoints.get(&key).cloned().unwrap_or_default();
@@ -556,7 +548,6 @@ impl Last {
     /// and after a relabel); returns the clusters whose endpoints are now different.
     fn refresh_endpoints(
         &mut self,
-        settings: &Settings<'_>,
         touched: &Touched,
         objects: &dyn Objects,
     ) -> Vec<model::Cluster> {
@@ -590,7 +581,7 @@ impl Last {
         if services.is_empty() {
             return Vec::new();
         }
-        let endpoints = self.endpoints_of(&services, objects, settings.address_map);
+        let endpoints = self.endpoints_of(&services, objects);
         let names: Vec<String> = services
             .iter()
             .filter_map(|service| self.service_clusters.get(service))

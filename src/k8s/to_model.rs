@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 
-use super::address_map::AddressMap;
 pub use crate::api::proxy_config::ResolvedCluster;
 use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::model::{self, EndpointCondition, ListenerSettings};
@@ -33,8 +32,6 @@ pub struct TlsData {
 
 pub struct Inputs<'a> {
     pub listeners: ListenerSettings,
-    /// For single-host rigs only (see [`AddressMap`]).
-    pub address_map: Option<AddressMap>,
     pub proxy_configs: Vec<&'a ProxyConfig>,
     pub endpoint_slices: Vec<&'a EndpointSlice>,
     pub secrets: &'a BTreeMap<(String, String), TlsData>,
@@ -155,7 +152,7 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     // One entry per listener, in one order: the translator compares the list as a whole.
     config.gateway_listeners.sort();
     config.gateway_listeners.dedup();
-    let endpoints = endpoints_by_service(&inputs.endpoint_slices, inputs.address_map);
+    let endpoints = endpoints_by_service(&inputs.endpoint_slices);
     let mut endpoint_sources = BTreeMap::new();
     config.clusters = clusters
         .into_iter()
@@ -205,7 +202,6 @@ pub fn service_of(slice: &EndpointSlice) -> Option<(String, String)> {
 /// (namespace, service, port name) → endpoints, slice after slice in key order.
 pub fn endpoints_by_service(
     slices: &[&EndpointSlice],
-    address_map: Option<AddressMap>,
 ) -> BTreeMap<EndpointsKey, Vec<model::Endpoint>> {
     let mut out: BTreeMap<EndpointsKey, Vec<model::Endpoint>> = BTreeMap::new();
     for slice in in_key_order(slices) {
@@ -233,7 +229,7 @@ pub fn endpoints_by_service(
                 };
                 for address in &endpoint.addresses {
                     list.push(model::Endpoint {
-                        address: address_map.map_or_else(|| address.clone(), |m| m.map(address)),
+                        address: address.clone(),
                         port: number,
                         condition,
                         zone: endpoint.zone.clone(),
@@ -320,7 +316,6 @@ mod tests {
     ) -> Inputs<'a> {
         Inputs {
             listeners: ListenerSettings::default(),
-            address_map: None,
             proxy_configs: pcs.iter().collect(),
             endpoint_slices: slices.iter().collect(),
             secrets,

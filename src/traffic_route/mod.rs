@@ -35,7 +35,6 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::api::{ProxyConfig, TrafficRoute};
-use crate::k8s::address_map::AddressMap;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
 use crate::k8s::index::{Scope, Watches};
@@ -94,7 +93,6 @@ pub(super) const RECONCILE_CONCURRENCY: u16 = 256;
 
 /// How the leader rolls routes out.
 pub struct Settings {
-    pub address_map: Option<AddressMap>,
     pub prober: Prober,
     /// Writes the statuses, every front-end's.
     pub status: StatusWriter,

@@ -16,7 +16,7 @@ use crate::rollout::fleet_addresses;
 impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
-        fleet_addresses(&self.fleet.state(), self.settings.address_map)
+        fleet_addresses(&self.fleet.state())
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {

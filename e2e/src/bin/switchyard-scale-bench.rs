@@ -59,7 +59,7 @@ async fn headless_service(client: &kube::Client, namespace: &str, name: &str) {
 
 /// Services s0..s{n}, each with a slice listing the one backend, and routes r{i} → s{i}.
 async fn create_objects(rig: &Rig, n: usize, backend: std::net::SocketAddr) {
-    let address = k::slice_address(&backend.ip().to_string());
+    let address = backend.ip().to_string();
     let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
     futures::stream::iter(0..n)
         .map(|i| {

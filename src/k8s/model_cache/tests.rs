@@ -129,14 +129,12 @@ impl Rig {
         let listeners = listeners();
         let inputs = Inputs {
             listeners: listeners.clone(),
-            address_map: None,
             proxy_configs: proxy_configs.to_vec(),
             endpoint_slices: slices.to_vec(),
             secrets: &secrets,
         };
         let settings = Settings {
             listeners: &listeners,
-            address_map: None,
             secrets: &secrets,
         };
         let (step, problems) = match self.cache.step(&settings, touched, &self.objects) {
@@ -248,12 +246,10 @@ fn only_changed_clusters_are_handed_over() {
     let listeners = listeners();
     let settings = Settings {
         listeners: &listeners,
-        address_map: None,
         secrets: &secrets,
     };
     let inputs = Inputs {
         listeners: listeners.clone(),
-        address_map: None,
         proxy_configs: vec![&a],
         endpoint_slices: vec![&web, &api],
         secrets: &secrets,

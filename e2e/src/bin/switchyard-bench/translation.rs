@@ -89,7 +89,6 @@ fn operator_inputs<'a>(
 ) -> Inputs<'a> {
     Inputs {
         listeners: listeners.clone(),
-        address_map: None,
         proxy_configs: proxy_configs.iter().collect(),
         endpoint_slices: slices.iter().collect(),
         secrets,
@@ -120,7 +119,6 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
     let secrets = BTreeMap::new();
     let settings = Settings {
         listeners: &listeners,
-        address_map: None,
         secrets: &secrets,
     };
     // One endpoint of one slice flips readiness, under a new resourceVersion.

@@ -540,18 +540,33 @@ fn conditions_of(status: Option<&Value>, key: &str) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
+/// Every condition type Switchyard writes on a GatewayClass, a Gateway or a listener. Any
+/// other type found there is another controller's, and stays as it is: an implementation
+/// must not remove or modify the conditions it is not responsible for.
+const OWN_CONDITIONS: &[&str] = &[
+    "Accepted",
+    "Programmed",
+    "ResolvedRefs",
+    "Conflicted",
+    "SupportedVersion",
+];
+
 /// The conditions, each keeping the lastTransitionTime of the one it replaces while its
-/// status stays (the rule every status Switchyard writes follows: [`condition_of`]).
+/// status stays (the rule every status Switchyard writes follows: [`condition_of`]), then
+/// the other controllers' conditions of `old` as they are.
 fn conditions(conds: &[Cond], generation: i64, old: &[Condition]) -> Vec<Condition> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    conds
+    let ours = conds.iter().map(|c| {
+        condition_of(
+            old, c.type_, c.status, c.reason, &c.message, generation, &now,
+        )
+    });
+    let foreign = old
         .iter()
-        .map(|c| {
-            condition_of(
-                old, c.type_, c.status, c.reason, &c.message, generation, &now,
-            )
-        })
-        .collect()
+        .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
+        .filter(|c| conds.iter().all(|own| own.type_ != c.type_))
+        .cloned();
+    ours.chain(foreign).collect()
 }
 
 /// The condition type Switchyard adds to each of its route parents: True when every Envoy
@@ -728,4 +743,36 @@ fn route_status(
         }));
     }
     Some(json!({ "parents": parents }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: "Seeded".to_owned(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    #[test]
+    fn other_controllers_conditions_stay_as_they_are() {
+        let old = [
+            stored("Accepted", "False"),
+            stored("example.com/Audited", "True"),
+            stored("Programmed", "True"),
+        ];
+        let ours = [Cond::yes("Accepted", "Accepted", "fine")];
+        let now = conditions(&ours, 2, &old);
+        let types: Vec<&str> = now.iter().map(|c| c.type_.as_str()).collect();
+        // Programmed is Switchyard's own: not written now, so gone; the foreign one stays.
+        assert_eq!(types, ["Accepted", "example.com/Audited"]);
+        assert_eq!(now[1], old[1]);
+        assert_eq!(now[0].observed_generation, Some(2));
+    }
 }

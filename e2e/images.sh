@@ -18,15 +18,17 @@
 #
 # The base is made from this machine's glibc, libgcc_s, the dynamic loader and Debian's
 # CA bundle. The release binaries are built into $CACHE/cargo-target, which outlives a
-# checkout, so a second run only relinks what changed. Output: $CACHE/images/NAME.tar,
-# all tagged localhost/NAME:rig. Usage: e2e/images.sh (after e2e/provision.sh).
+# checkout, so a second run only relinks what changed (SWITCHYARD_E2E_TARGET names another
+# folder, for a second checkout building at the same time). Output: $CACHE/images/NAME.tar,
+# tagged localhost/NAME:rig but for the conformance suite's. Usage: e2e/images.sh (after
+# e2e/provision.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CACHE="${SWITCHYARD_E2E_CACHE:-$HOME/.cache/switchyard-e2e}"
 OUT="$CACHE/images"
 TAG=rig
-TARGET="$CACHE/cargo-target"
+TARGET="${SWITCHYARD_E2E_TARGET:-$CACHE/cargo-target}"
 log() { printf '[images] %s\n' "$*"; }
 die() {
 	printf '[images] ERROR: %s\n' "$*" >&2
@@ -79,10 +81,15 @@ EOF
 	done
 }
 
-# pack NAME ROOT CONFIG_JSON [REFERENCE] : ROOT → $OUT/NAME.tar (docker-archive, one
-# layer), tagged REFERENCE (default localhost/NAME:rig)
+# pack NAME ROOT CONFIG_JSON [REFERENCE...] : ROOT → $OUT/NAME.tar (docker-archive, one
+# layer), tagged with each REFERENCE (default localhost/NAME:rig)
 pack() {
-	local name="$1" root="$2" config="$3" ref="${4:-localhost/$1:$TAG}" dir="$WORK/archive-$1" layer_sha config_sha
+	local name="$1" root="$2" config="$3" dir="$WORK/archive-$1" layer_sha config_sha ref tags
+	shift 3
+	(($#)) || set -- "localhost/$name:$TAG"
+	ref="$*"
+	tags="$(printf '"%s",' "$@")"
+	tags="${tags%,}"
 	mkdir -p "$dir"
 	tar --create --file "$dir/layer.tar" --directory "$root" --sort=name \
 		--numeric-owner --owner=0 --group=0 --mtime=@0 .
@@ -93,8 +100,8 @@ pack() {
 		"$config" "$layer_sha" >"$dir/config.json"
 	config_sha="$(sha256sum "$dir/config.json" | cut -d' ' -f1)"
 	mv "$dir/config.json" "$dir/$config_sha.json"
-	printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]\n' \
-		"$config_sha" "$ref" "$layer_sha" >"$dir/manifest.json"
+	printf '[{"Config":"%s.json","RepoTags":[%s],"Layers":["%s/layer.tar"]}]\n' \
+		"$config_sha" "$tags" "$layer_sha" >"$dir/manifest.json"
 	tar --create --file "$OUT/.$name.tar.tmp" --directory "$dir" --sort=name --mtime=@0 .
 	mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
 	log "$ref  $(du -h "$OUT/$name.tar" | cut -f1)"
@@ -140,19 +147,19 @@ base "$WORK/coredns"
 install -m 0755 "$coredns_bin" "$WORK/coredns/usr/local/bin/coredns"
 pack coredns "$WORK/coredns" "{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/usr/local/bin/coredns\"]}"
 
-# The conformance suite's images (v1.5.1's manifests), when e2e/provision.sh built them.
-ECHO_BASIC_REF="gcr.io/k8s-staging-gateway-api/echo-basic:v20260204-monthly-2026.01-60-g28382302"
-CONFORMANCE_COREDNS_REF="registry.k8s.io/coredns/coredns:v1.12.2"
-if [[ -x "$CACHE/bin/echo-basic" && -x "$CACHE/bin/coredns-conformance" ]]; then
+# The conformance suite's echo backend, under the references of v1.7.0's manifests, when
+# e2e/provision.sh built it. The module proxy serves the images module at v0.1.0 only
+# (see e2e/conformance/go.mod), so that build carries both tags: the UDP echo's v0.2.0
+# too (v0.1.0 serves UDP the same way; no GATEWAY-HTTP test sends it a datagram).
+ECHO_BASIC_REFS=(
+	registry.k8s.io/gateway-api/conformance/echo-basic:v0.1.0
+	registry.k8s.io/gateway-api/conformance/echo-basic:v0.2.0
+)
+if [[ -x "$CACHE/bin/echo-basic" ]]; then
 	base "$WORK/echo-basic"
 	install -m 0755 "$(readlink -f "$CACHE/bin/echo-basic")" "$WORK/echo-basic/echo-basic"
 	pack conformance-echo-basic "$WORK/echo-basic" \
-		"{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/echo-basic\"]}" "$ECHO_BASIC_REF"
-	# As root: its Pod adds NET_BIND_SERVICE (port 53) and drops every other capability.
-	base "$WORK/conformance-coredns"
-	install -m 0755 "$(readlink -f "$CACHE/bin/coredns-conformance")" "$WORK/conformance-coredns/coredns"
-	pack conformance-coredns "$WORK/conformance-coredns" \
-		"{\"User\":\"0:0\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/coredns\"]}" "$CONFORMANCE_COREDNS_REF"
+		"{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/echo-basic\"]}" "${ECHO_BASIC_REFS[@]}"
 else
 	log "no conformance images: e2e/provision.sh --only gateway-conformance builds what they hold"
 fi

@@ -42,6 +42,9 @@ Environment:
   COREDNS_VERSION        github.com/coredns/coredns module version
   GATEWAY_API_VERSION    sigs.k8s.io/gateway-api module version (must match
                          the generated types in src/gateway/api)
+  GATEWAY_API_GOTOOLCHAIN
+                         Go toolchain for the Gateway API modules (default
+                         go1.27.3, which v1.7 needs; fetched from the module proxy)
   KOPIUM_VERSION         kopium crate version
   CARGO_FUZZ_VERSION     cargo-fuzz crate version
                          (the three Go tool versions also accept "latest")
@@ -63,8 +66,11 @@ HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
 ENVOY_VERSION="${ENVOY_VERSION:-1.40.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
-# The Gateway API release Switchyard's types are generated from (src/gateway/api).
-GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.5.1}"
+# The Gateway API release Switchyard's types are generated from (src/gateway/api). Its Go
+# modules declare go 1.27, newer than this machine's Go: the go command fetches the
+# toolchain GATEWAY_API_GOTOOLCHAIN names from the module proxy, for them only.
+GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.7.0}"
+GATEWAY_API_GOTOOLCHAIN="${GATEWAY_API_GOTOOLCHAIN:-go1.27.3}"
 KOPIUM_VERSION="${KOPIUM_VERSION:-0.24.1}"
 CARGO_FUZZ_VERSION="${CARGO_FUZZ_VERSION:-0.13.2}"
 PYTHON="${PYTHON:-python3}"
@@ -281,6 +287,16 @@ go_download() {
 }
 
 go_directive() { awk '$1 == "go" { print $2; exit }' "$1"; }
+
+# need_gateway_api_go WHY : Go set up (need_go) with the toolchain the Gateway API modules
+# need; the dispatcher puts GOTOOLCHAIN=local back for the next tool.
+need_gateway_api_go() {
+	need_go "$1"
+	export GOTOOLCHAIN="$GATEWAY_API_GOTOOLCHAIN"
+	"$GO" version >/dev/null 2>&1 ||
+		die "cannot get the Go toolchain $GATEWAY_API_GOTOOLCHAIN that $1 needs from the Go module proxy (GOPROXY=$("$GO" env GOPROXY))." \
+			"Provide it: make the module proxy reachable, or set GATEWAY_API_GOTOOLCHAIN to a Go >= the go line of the Gateway API's go.mod."
+}
 
 # godebug lines (single or block form) of a go.mod
 godebug_lines() {
@@ -730,31 +746,27 @@ provision_argocd_health() {
 # The Gateway API conformance suite of that release, for the node tests:
 # - gateway-conformance: e2e/conformance (a test main over sigs.k8s.io/gateway-api/
 #   conformance, its dependencies pinned by its go.sum) built as a test binary;
-# - echo-basic: the suite's echo backend, from the same module;
-# - coredns-conformance: the CoreDNS the suite's base manifests run as a UDP backend, with
-#   the plugins of their Corefile (errors, log, forward, whoami). No HTTP test queries
-#   it, and the node's namespace has no route out, so nothing it forwards leaves.
-# e2e/images.sh makes the images the manifests name from the last two. Cached by the hash
-# of the wrapper's sources.
-CONFORMANCE_COREDNS_PLUGINS=(errors log forward whoami) # in directive order
-
+# - echo-basic: the suite's echo backend (HTTP, gRPC, TCP and UDP), from the module of the
+#   suite's images, sigs.k8s.io/gateway-api-conformance-images, at the version
+#   e2e/conformance's go.mod takes (see there).
+# e2e/images.sh makes the image the manifests name from echo-basic. Cached by the hash of
+# the wrapper's sources.
 provision_gateway_conformance() {
-	local src="$REPO/e2e/conformance" v dest tmp dir cv
+	local src="$REPO/e2e/conformance" v dest tmp
 	v="$(cat "$src/go.mod" "$src/go.sum" "$src/conformance_test.go" | sha256sum | cut -c1-12)"
 	TOOL_VERSION="$GATEWAY_API_VERSION-$v"
 	dest="$CACHE/gateway-conformance-$v"
-	if ((!FORCE)) && [[ -x "$dest/bin/gateway-conformance" && -x "$dest/bin/echo-basic" && -x "$dest/bin/coredns" ]]; then
+	if ((!FORCE)) && [[ -x "$dest/bin/gateway-conformance" && -x "$dest/bin/echo-basic" ]]; then
 		link_bin gateway-conformance "gateway-conformance-$v/bin/gateway-conformance"
 		link_bin echo-basic "gateway-conformance-$v/bin/echo-basic"
-		link_bin coredns-conformance "gateway-conformance-$v/bin/coredns"
 		STATUS=cached
 		return 0
 	fi
-	need_go "gateway-conformance"
+	need_gateway_api_go "gateway-conformance"
 	check_go_version "$(go_directive "$src/go.mod")" "gateway-conformance"
 	new_tmp gateway-conformance
 	tmp="$NEW_TMP"
-	mkdir -p "$tmp/src" "$tmp/coredns" "$tmp/out/bin"
+	mkdir -p "$tmp/src" "$tmp/out/bin"
 	cp "$src/go.mod" "$src/go.sum" "$src/conformance_test.go" "$tmp/src/"
 	log "gateway-conformance: building the suite (log: $LOGS/gateway-conformance-$v.log)"
 	if ! (cd "$tmp/src" && nice -n "$NICE_LEVEL" "$GO" test -c -trimpath -ldflags "-s -w" \
@@ -762,17 +774,11 @@ provision_gateway_conformance() {
 		show_log_tail "$LOGS/gateway-conformance-$v.log"
 		die "go test -c of e2e/conformance failed (full log: $LOGS/gateway-conformance-$v.log)."
 	fi
-	go_build "$tmp/src" sigs.k8s.io/gateway-api/conformance/echo-basic "$tmp/out/bin/echo-basic" \
-		"$LOGS/echo-basic-$v.log" ""
-	cv="v${COREDNS_VERSION#v}"
-	dir="$(go_download "github.com/coredns/coredns@$cv")"
-	coredns_source "$tmp/coredns" "$cv" "$dir" "${CONFORMANCE_COREDNS_PLUGINS[@]}"
-	go_build "$tmp/coredns" . "$tmp/out/bin/coredns" "$LOGS/coredns-conformance-$cv.log" ""
-	run_ok "$tmp/out/bin/coredns" -version || die "the freshly built conformance coredns does not run"
+	go_build "$tmp/src" sigs.k8s.io/gateway-api-conformance-images/echo-basic \
+		"$tmp/out/bin/echo-basic" "$LOGS/echo-basic-$v.log" ""
 	commit_dir "$tmp/out" "$dest"
 	link_bin gateway-conformance "gateway-conformance-$v/bin/gateway-conformance"
 	link_bin echo-basic "gateway-conformance-$v/bin/echo-basic"
-	link_bin coredns-conformance "gateway-conformance-$v/bin/coredns"
 	STATUS=built
 }
 
@@ -792,7 +798,7 @@ provision_gateway_api() {
 		STATUS=cached
 		return 0
 	fi
-	need_go "the Gateway API CRDs"
+	need_gateway_api_go "the Gateway API CRDs"
 	dir="$(go_download "sigs.k8s.io/gateway-api@$v")"
 	new_tmp gateway-api
 	tmp="$NEW_TMP"
@@ -904,10 +910,10 @@ for tool in "${SELECTED[@]}"; do
 	node-packages) provision_node_packages ;;
 	coredns) provision_coredns ;;
 	argocd-health) provision_argocd_health ;;
-	gateway-api) provision_gateway_api ;;
+	gateway-api) provision_gateway_api; export GOTOOLCHAIN=local ;;
 	kopium) provision_kopium ;;
 	cargo-fuzz) provision_cargo_fuzz ;;
-	gateway-conformance) provision_gateway_conformance ;;
+	gateway-conformance) provision_gateway_conformance; export GOTOOLCHAIN=local ;;
 	esac
 	took=$((SECONDS - start))
 	status="${STATUS:-?}"

@@ -535,7 +535,8 @@ async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests(
     );
 }
 
-/// The experimental channel's `retry` and `sessionPersistence` through real Envoys: a rule
+/// `retry` (standard since v1.7) and the experimental channel's `sessionPersistence` through
+/// real Envoys: a rule
 /// retrying 503s hands the client the next answer, where a rule without retries passes the
 /// 503 on; a session cookie is set on the first answer and keeps the requests that carry
 /// it on one Pod of two; putting both on and taking them off under load drops nothing.
@@ -566,7 +567,7 @@ spec:
         )
     };
     let both = "      retry: { attempts: 3, codes: [ 503 ], backoff: 10ms }\n      \
-                sessionPersistence: { sessionName: cart }\n";
+                sessionPersistence: { type: Cookie, cookie: { name: cart } }\n";
     apply(
         &rig,
         &format!("{}{}", edge_gateway(&class, &controller, &ns), route(both)),
@@ -651,7 +652,7 @@ spec:
     let steps = [
         "",
         "      retry: { attempts: 1 }\n",
-        "      sessionPersistence: { absoluteTimeout: 1h, cookieConfig: { lifetimeType: Permanent } }\n",
+        "      sessionPersistence: { type: Cookie, absoluteTimeout: 1h, cookie: { lifetimeType: Permanent } }\n",
         both,
     ];
     for (i, options) in steps.iter().enumerate() {

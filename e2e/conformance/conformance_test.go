@@ -1,5 +1,5 @@
 // Package conformance runs the official Gateway API conformance suite
-// (sigs.k8s.io/gateway-api/conformance v1.5.1) against Switchyard.
+// (sigs.k8s.io/gateway-api/conformance v1.7.0; Go 1.27: export GOTOOLCHAIN=go1.27.3) against Switchyard.
 //
 // Build once, run later against a cluster (kubeconfig from KUBECONFIG, or -kubeconfig):
 //

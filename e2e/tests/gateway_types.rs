@@ -3,7 +3,7 @@
 //! `UPDATE_GATEWAY_TYPES=1` rewrites the files, for review in the diff.
 //!
 //! HTTPRoute's types come from the experimental channel, a superset of the standard one:
-//! a route that sets an experimental field (`retry`, `sessionPersistence`) is then either
+//! a route that sets an experimental field (`sessionPersistence`, `ExternalAuth`) is then either
 //! served with it or refused naming it, never served without it.
 
 use std::path::{Path, PathBuf};

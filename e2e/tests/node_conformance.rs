@@ -1,9 +1,8 @@
-//! The Gateway API conformance suite (v1.5.1, `e2e/conformance`, built by
+//! The Gateway API conformance suite (v1.7.0, `e2e/conformance`, built by
 //! `e2e/provision.sh`) against Switchyard on a real node, installed with the chart: the
 //! GATEWAY-HTTP profile: its core features (Gateway, HTTPRoute, ReferenceGrant) and the
 //! extended ones Switchyard claims ([`FEATURES`]). Its echo
-//! backend and the CoreDNS of its UDP backend are imported under the references its
-//! manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
+//! backend is imported under the references its manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
 //! reaches each Gateway at its address.
 //!
 //! The report it writes must equal `conformance/report.yaml` but for its date: every test
@@ -64,9 +63,7 @@ fn comparable(report: &str) -> Value {
 #[tokio::test]
 async fn node_gateway_api_conformance_http_core() {
     let node = Node::start().await;
-    for image in ["conformance-echo-basic", "conformance-coredns"] {
-        node.import_image(image).await;
-    }
+    node.import_image("conformance-echo-basic").await;
     node.install_switchyard_with_gateway_api().await;
     node.apply(
         "apiVersion: gateway.networking.k8s.io/v1

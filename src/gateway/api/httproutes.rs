@@ -231,7 +231,7 @@ pub struct HttpRouteRulesBackendRefsFiltersExternalAuthBackendRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct HttpRouteRulesBackendRefsFiltersExternalAuthForwardBody {
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
-    pub max_size: Option<i64>,
+    pub max_size: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -580,7 +580,7 @@ pub struct HttpRouteRulesFiltersExternalAuthBackendRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct HttpRouteRulesFiltersExternalAuthForwardBody {
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
-    pub max_size: Option<i64>,
+    pub max_size: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -902,42 +902,37 @@ pub struct HttpRouteRulesSessionPersistence {
         rename = "absoluteTimeout"
     )]
     pub absolute_timeout: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        rename = "cookieConfig"
-    )]
-    pub cookie_config: Option<HttpRouteRulesSessionPersistenceCookieConfig>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        rename = "idleTimeout"
-    )]
-    pub idle_timeout: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        rename = "sessionName"
-    )]
-    pub session_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<HttpRouteRulesSessionPersistenceCookie>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<HttpRouteRulesSessionPersistenceHeader>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
     pub r#type: Option<HttpRouteRulesSessionPersistenceType>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-pub struct HttpRouteRulesSessionPersistenceCookieConfig {
+pub struct HttpRouteRulesSessionPersistenceCookie {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         rename = "lifetimeType"
     )]
-    pub lifetime_type: Option<HttpRouteRulesSessionPersistenceCookieConfigLifetimeType>,
+    pub lifetime_type: Option<HttpRouteRulesSessionPersistenceCookieLifetimeType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub enum HttpRouteRulesSessionPersistenceCookieConfigLifetimeType {
+pub enum HttpRouteRulesSessionPersistenceCookieLifetimeType {
     Permanent,
     Session,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct HttpRouteRulesSessionPersistenceHeader {
+    pub name: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -61,11 +61,11 @@ mod tests {
 
     #[test]
     fn patch_releases_of_the_same_minor_are_supported() {
-        assert!(supported("v1.5.0"));
-        assert!(supported("v1.5.1"));
-        assert!(!supported("v1.4.1"));
-        assert!(!supported("v1.6.0"));
-        assert!(!supported("v2.5.1"));
+        assert!(supported("v1.7.0"));
+        assert!(supported("v1.7.3"));
+        assert!(!supported("v1.6.3"));
+        assert!(!supported("v1.8.0"));
+        assert!(!supported("v2.7.0"));
         assert!(!supported("garbage"));
     }
 }

@@ -23,7 +23,7 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesPathType as PathType,
     HttpRouteRulesMatchesQueryParamsType as QueryType, HttpRouteRulesRetry,
     HttpRouteRulesSessionPersistence,
-    HttpRouteRulesSessionPersistenceCookieConfigLifetimeType as LifetimeType,
+    HttpRouteRulesSessionPersistenceCookieLifetimeType as LifetimeType,
     HttpRouteRulesSessionPersistenceType as SessionType, HttpRouteUseDefaultGateways,
 };
 use crate::k8s::services::service_cluster;
@@ -449,7 +449,7 @@ fn refusal(at: &str, rule: &HttpRouteRules, e: &SpecError) -> String {
         ),
         "retries.backoff" => format!("{at}.retry.backoff: {}", e.message),
         "loadBalancer.affinity.cookie.name" => format!(
-            "{at}.sessionPersistence.sessionName: {:?} is not a cookie name (letters, digits \
+            "{at}.sessionPersistence.cookie.name: {:?} is not a cookie name (letters, digits \
              and !#$%&'*+.^_`|~-)",
             session_name(rule)
         ),
@@ -468,15 +468,16 @@ fn refusal(at: &str, rule: &HttpRouteRules, e: &SpecError) -> String {
 fn session_name(rule: &HttpRouteRules) -> &str {
     rule.session_persistence
         .as_ref()
-        .and_then(|s| s.session_name.as_deref())
+        .and_then(|s| s.cookie.as_ref())
+        .and_then(|c| c.name.as_deref())
         .unwrap_or(SESSION_COOKIE)
 }
 
 /// A rule's `sessionPersistence` as the vocabulary's cookie affinity: Envoy sets a cookie
 /// naming the Pod on the first answer and hashes it onto the same Pod after that, while
 /// that Pod is ready. What that cannot keep as the route says is refused, naming the
-/// field: header sessions (the Gateway issues the token, which hashing cannot), idle
-/// timeouts, and an absolute timeout on a session cookie (Envoy keeps no session state).
+/// field: header sessions (the Gateway issues the token, which hashing cannot) and an
+/// absolute timeout on a session cookie (Envoy keeps no session state to time out).
 fn session_persistence(
     session: &HttpRouteRulesSessionPersistence,
     at: &str,
@@ -487,17 +488,8 @@ fn session_persistence(
              loadBalancer.affinity.header keeps requests with the same header value together)"
         ));
     }
-    if session.idle_timeout.is_some() {
-        return Err(format!(
-            "{at}.idleTimeout: not supported (the cookie names the Pod; Envoy keeps no \
-             session to time out)"
-        ));
-    }
-    let permanent = session
-        .cookie_config
-        .as_ref()
-        .and_then(|c| c.lifetime_type.as_ref())
-        == Some(&LifetimeType::Permanent);
+    let cookie = session.cookie.as_ref();
+    let permanent = cookie.and_then(|c| c.lifetime_type.as_ref()) == Some(&LifetimeType::Permanent);
     let ttl = match (&session.absolute_timeout, permanent) {
         (Some(text), true) => Some(
             gateway_duration_ms(text)
@@ -512,7 +504,7 @@ fn session_persistence(
         }
         (Some(_), false) => {
             return Err(format!(
-                "{at}.absoluteTimeout: only with cookieConfig.lifetimeType Permanent (it \
+                "{at}.absoluteTimeout: only with cookie.lifetimeType Permanent (it \
                  is then the cookie's Max-Age); a session cookie lives as long as the browser \
                  keeps it"
             ));
@@ -520,15 +512,18 @@ fn session_persistence(
         (None, false) => None,
     };
     // The assembly step checks that it can be a cookie's name.
-    let name = session.session_name.as_deref().unwrap_or(SESSION_COOKIE);
+    let name = cookie
+        .and_then(|c| c.name.as_deref())
+        .unwrap_or(SESSION_COOKIE);
+    // The spec's default: every path of the host, as a session spans the application.
+    let path = cookie.and_then(|c| c.path.as_deref()).unwrap_or("/");
     Ok(LoadBalancer {
         policy: Some("ringHash".to_owned()),
         affinity: Some(Affinity {
             cookie: Some(AffinityCookie {
                 name: name.to_owned(),
                 ttl,
-                // Every path of the host: a session spans the whole application.
-                path: Some("/".to_owned()),
+                path: Some(path.to_owned()),
             }),
             ..Affinity::default()
         }),

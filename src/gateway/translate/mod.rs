@@ -36,7 +36,7 @@ use switchyard_core::route::Rule;
 pub const CONTROLLER_NAME: &str = "switchyard.dev/gateway-controller";
 
 /// The Gateway API release the types are of (the CRDs' bundle-version annotation).
-pub const GATEWAY_API_VERSION: &str = "v1.5.1";
+pub const GATEWAY_API_VERSION: &str = "v1.7.0";
 
 /// The group of every Gateway API kind.
 pub const GROUP: &str = "gateway.networking.k8s.io";

@@ -38,6 +38,12 @@ const FEATURES: &[&str] = &[
     "HTTPRoutePathRewrite",
     "HTTPRouteRequestTimeout",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteRetryCodes",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRouteDestinationPortMatching",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

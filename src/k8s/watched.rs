@@ -185,6 +185,7 @@ where
         self.readers.add(Reader::Counter {
             changes: Arc::downgrade(changes),
             filter: None,
+            echo: None,
         });
     }
 
@@ -194,6 +195,23 @@ where
         self.readers.add(Reader::Counter {
             changes: Arc::downgrade(changes),
             filter: Some(filter),
+            echo: None,
+        });
+    }
+
+    /// [`Watched::notify_if`] (every event when `filter` is None), but for an object
+    /// written (created or updated) as `echo` says the reader's own write left it: the
+    /// watch's echo of what the reader already knows. A deletion and a relist always count.
+    pub fn notify_unless_echo(
+        &self,
+        changes: &Arc<watch::Sender<u64>>,
+        filter: Option<Filter<K>>,
+        echo: Filter<K>,
+    ) {
+        self.readers.add(Reader::Counter {
+            changes: Arc::downgrade(changes),
+            filter,
+            echo: Some(echo),
         });
     }
 
@@ -356,6 +374,8 @@ where
     Counter {
         changes: Weak<watch::Sender<u64>>,
         filter: Option<Filter<K>>,
+        /// Writes that are the reader's own, heard back: not a change to it.
+        echo: Option<Filter<K>>,
     },
     Objects(mpsc::UnboundedSender<Arc<K>>),
     View(Weak<ViewState<K>>),
@@ -384,7 +404,11 @@ where
             watcher::Event::Init | watcher::Event::InitDone => None,
         };
         self.lock().retain(|reader| match reader {
-            Reader::Counter { changes, filter } => {
+            Reader::Counter {
+                changes,
+                filter,
+                echo,
+            } => {
                 let Some(changes) = changes.upgrade() else {
                     return false;
                 };
@@ -392,7 +416,11 @@ where
                     (Some(filter), Some(object)) => filter(object),
                     _ => true,
                 };
-                if concerned {
+                let echoed = match (echo, event) {
+                    (Some(echo), watcher::Event::Apply(object)) => echo(object),
+                    _ => false,
+                };
+                if concerned && !echoed {
                     changes.send_modify(|n| *n += 1);
                 }
                 true
@@ -628,12 +656,14 @@ mod tests {
         fake.readers.add(Reader::Counter {
             changes: Arc::downgrade(&all),
             filter: None,
+            echo: None,
         });
         fake.readers.add(Reader::Counter {
             changes: Arc::downgrade(&fleet),
             filter: Some(Arc::new(|s: &EndpointSlice| {
                 s.metadata.name.as_deref() == Some("f")
             })),
+            echo: None,
         });
         let (sender, mut objects) = mpsc::unbounded_channel();
         fake.readers.add(Reader::Objects(sender));
@@ -654,5 +684,27 @@ mod tests {
         drop(objects);
         fake.event(watcher::Event::Apply(slice("f")));
         assert_eq!(fake.readers.lock().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_counter_does_not_hear_the_echo_of_its_own_writes_but_hears_every_deletion() {
+        let mut fake = Fake::new();
+        let changes = Arc::new(watch::channel(0).0);
+        fake.readers.add(Reader::Counter {
+            changes: Arc::downgrade(&changes),
+            filter: None,
+            echo: Some(Arc::new(|s: &EndpointSlice| {
+                s.metadata.name.as_deref() == Some("own")
+            })),
+        });
+        fake.event(watcher::Event::Apply(slice("own")));
+        assert_eq!(*changes.borrow(), 0);
+        fake.event(watcher::Event::Apply(slice("other")));
+        assert_eq!(*changes.borrow(), 1);
+        // Gone, whoever deleted it; a relist may drop anything.
+        fake.event(watcher::Event::Delete(slice("own")));
+        fake.event(watcher::Event::Init);
+        fake.event(watcher::Event::InitApply(slice("own")));
+        assert_eq!(*changes.borrow(), 4);
     }
 }

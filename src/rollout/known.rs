@@ -4,20 +4,32 @@
 //! our own writes, or someone else wrote). At 10k routes rolling out, two reads per pass
 //! were most of the API server's work; writes still carry the resourceVersion they were
 //! decided on, so a store that lags behind another writer costs a conflict, not a mistake.
+//!
+//! The same knowledge tells the watch's echo of this leader's own write from a change
+//! (see [`Known::is_echo`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
+use super::PROMOTED_AT;
 use crate::api::ProxyConfig;
 use crate::k8s::model_cache::ObjectKey;
 
 #[derive(Default)]
-pub(super) struct Known(Mutex<HashMap<ObjectKey, Option<String>>>);
+pub(super) struct Known(Mutex<State>);
+
+#[derive(Default)]
+struct State {
+    /// What the API server last answered, by object: its resourceVersion, None for none.
+    answered: HashMap<ObjectKey, Option<String>>,
+    /// The writes sent and not answered yet, by object: what they ask for.
+    sending: HashMap<ObjectKey, ProxyConfig>,
+}
 
 impl Known {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Option<String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -28,7 +40,7 @@ impl Known {
         key: &ObjectKey,
         stored: Option<Arc<ProxyConfig>>,
     ) -> Option<Option<ProxyConfig>> {
-        let known = self.lock().get(key).cloned()?;
+        let known = self.lock().answered.get(key).cloned()?;
         match (known, stored) {
             (None, None) => Some(None),
             (Some(version), Some(pc)) if pc.resource_version().as_ref() == Some(&version) => {
@@ -40,13 +52,43 @@ impl Known {
 
     /// The API server answered with `pc` (None: there is none).
     pub(super) fn saw(&self, key: ObjectKey, pc: Option<&ProxyConfig>) {
-        self.lock()
+        let mut state = self.lock();
+        state.sending.remove(&key);
+        state
+            .answered
             .insert(key, pc.and_then(|pc| pc.resource_version()));
+    }
+
+    /// A write of `pc` is on its way: until it is answered, the watch may bring it back
+    /// first.
+    pub(super) fn sending(&self, key: ObjectKey, pc: &ProxyConfig) {
+        self.lock().sending.insert(key, pc.clone());
     }
 
     /// A write or delete failed: what the API server holds is unknown.
     pub(super) fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
+        let mut state = self.lock();
+        state.sending.remove(key);
+        state.answered.remove(key);
+    }
+
+    /// Whether `pc`, as a watch event brings it, is only this leader's own write heard
+    /// back: the object the API server answered a write (or read) with, or what a write
+    /// still unanswered asks for (its spec and promotion time), which the watch may bring
+    /// before the answer. Such an event tells a pass nothing it does not know.
+    pub(super) fn is_echo(&self, pc: &ProxyConfig) -> bool {
+        let key = (pc.namespace().unwrap_or_default(), pc.name_any());
+        let state = self.lock();
+        let answered = state
+            .answered
+            .get(&key)
+            .is_some_and(|v| v.is_some() && *v == pc.resource_version());
+        let promoted_at = |p: &ProxyConfig| p.annotations().get(PROMOTED_AT).cloned();
+        let sent = state
+            .sending
+            .get(&key)
+            .is_some_and(|s| s.spec == pc.spec && promoted_at(s) == promoted_at(pc));
+        answered || sent
     }
 }
 
@@ -92,5 +134,41 @@ mod tests {
         // A failed write: ask again.
         known.forget(&key());
         assert!(known.stored_if_current(&key(), None).is_none());
+    }
+
+    #[test]
+    fn an_echo_is_what_the_api_server_answered_or_what_a_write_on_its_way_asks_for() {
+        let known = Known::default();
+        let mut web = pc("7").as_ref().clone();
+        web.metadata.namespace = Some("shop".into());
+        // Nothing known: a change.
+        assert!(!known.is_echo(&web));
+        known.saw(key(), Some(&web));
+        assert!(known.is_echo(&web));
+        // Someone else's write.
+        let mut other = web.clone();
+        other.metadata.resource_version = Some("8".into());
+        assert!(!known.is_echo(&other));
+        // Our write, heard back before its answer: the same spec and promotion time.
+        let mut ours = other.clone();
+        ours.spec.version = "v2".into();
+        ours.metadata.resource_version = Some("9".into());
+        known.sending(key(), &ours);
+        assert!(known.is_echo(&ours));
+        assert!(!known.is_echo(&other));
+        let mut promoted = ours.clone();
+        promoted.metadata.annotations = Some([(PROMOTED_AT.to_owned(), "now".into())].into());
+        assert!(!known.is_echo(&promoted));
+        // Answered: from now on by its resourceVersion only.
+        known.saw(key(), Some(&ours));
+        assert!(known.is_echo(&ours));
+        let mut again = ours.clone();
+        again.metadata.resource_version = Some("10".into());
+        assert!(!known.is_echo(&again));
+        // A failed write is no echo, and what the API server holds is unknown.
+        known.sending(key(), &again);
+        known.forget(&key());
+        assert!(!known.is_echo(&again));
+        assert!(!known.is_echo(&ours));
     }
 }

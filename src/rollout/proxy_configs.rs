@@ -7,6 +7,7 @@
 //! costs a conflict (409) and a fresh read on the next pass, never a lost update.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -17,7 +18,7 @@ use super::known::Known;
 use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL};
 use crate::api::{ProxyConfig, ProxyConfigSpec};
 use crate::k8s::model_cache::ObjectKey;
-use crate::k8s::watched::Watched;
+use crate::k8s::watched::{Filter, Watched};
 
 /// A ProxyConfig read or write that failed, with the object it was about.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +96,7 @@ pub struct UnitRef<'a> {
 pub struct ProxyConfigs {
     client: Client,
     store: Watched<ProxyConfig>,
-    known: Known,
+    known: Arc<Known>,
 }
 
 impl ProxyConfigs {
@@ -104,8 +105,16 @@ impl ProxyConfigs {
         Self {
             client,
             store,
-            known: Known::default(),
+            known: Arc::default(),
         }
+    }
+
+    /// Whether a ProxyConfig a watch event brings is only this replica's own write heard
+    /// back (the answer to it, or, before the answer, what it asked for): nothing a pass
+    /// has to look at again. For [`Watched::notify_unless_echo`].
+    pub fn echoes(&self) -> Filter<ProxyConfig> {
+        let known = self.known.clone();
+        Arc::new(move |pc: &ProxyConfig| known.is_echo(pc))
     }
 
     /// The watch's store.
@@ -143,13 +152,14 @@ impl ProxyConfigs {
         let namespace = unit.namespace;
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
         let pc = desired(name, unit, spec, promoted_at, current);
+        let key = (namespace.to_owned(), name.to_owned());
+        self.known.sending(key.clone(), &pc);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         // An apply carrying a resourceVersion is refused if the object moved on since. One
         // without (the object was absent when read) creates it: a create (POST) would be
         // conditional too, but its fields would then belong to an Update manager, and
         // later applies could never remove them.
         let written = api.patch(name, &params, &Patch::Apply(&pc)).await;
-        let key = (namespace.to_owned(), name.to_owned());
         match &written {
             Ok(pc) => self.known.saw(key, Some(pc)),
             Err(_) => self.known.forget(&key),

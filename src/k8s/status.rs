@@ -20,7 +20,7 @@
 //! Several writes are in flight at once, one per object at most: under load one write
 //! takes a few hundred milliseconds, and one at a time held the writer far below its QPS.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -151,7 +151,8 @@ struct Pending {
     /// Per object, the resourceVersion each of this writer's last writes left, by the one
     /// it was made on.
     own: HashMap<Key, VecDeque<(String, String)>>,
-    in_flight: HashSet<Key>,
+    /// The objects whose write is in flight, and the status each write asks for.
+    in_flight: HashMap<Key, Value>,
 }
 
 #[derive(Default)]
@@ -168,13 +169,13 @@ impl Queue {
     }
 
     /// The first status whose object is not `busy`.
-    fn pop_except(&mut self, busy: &HashSet<Key>) -> Option<(Key, Wanted)> {
+    fn pop_except(&mut self, busy: &HashMap<Key, Value>) -> Option<(Key, Wanted)> {
         let mut i = 0;
         while let Some(key) = self.order.get(i) {
             if !self.statuses.contains_key(key) {
                 // Replaced and taken out: a stale place.
                 self.order.remove(i);
-            } else if busy.contains(key) {
+            } else if busy.contains_key(key) {
                 i += 1;
             } else {
                 let key = self.order.remove(i)?;
@@ -262,6 +263,34 @@ impl Pending {
 
     fn remove(&mut self, key: &Key) -> Option<Wanted> {
         self.urgent.remove(key).or_else(|| self.later.remove(key))
+    }
+
+    /// Whether `object` (as a watch event brings it) is as one of this writer's own writes
+    /// left it: at the resourceVersion a write left, or, before the write is answered,
+    /// showing what it asks for at the generation that status observed (a change to the
+    /// spec since shows a newer generation).
+    fn is_echo(&self, kind: &StatusKind, object: &Value) -> bool {
+        let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
+        let key = (
+            kind.resource.kind.clone(),
+            text("/metadata/namespace").unwrap_or_default().to_owned(),
+            text("/metadata/name").unwrap_or_default().to_owned(),
+        );
+        let version = text("/metadata/resourceVersion");
+        let left = self
+            .own
+            .get(&key)
+            .is_some_and(|own| own.iter().any(|(_, after)| Some(after.as_str()) == version));
+        let status = object.get("status");
+        let generation = object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64);
+        let sent = self.in_flight.get(&key).is_some_and(|sent| {
+            status.is_some_and(|shown| kind.shows(shown, sent))
+                && generation.is_some()
+                && generation == observed_generation(sent)
+        });
+        left || sent
     }
 
     fn contains(&self, key: &Key) -> bool {
@@ -393,6 +422,28 @@ impl StatusWriter {
         self.shared.lock().put(update);
         self.shared.wake.notify_one();
     }
+
+    /// Whether an object of `kind` (serialized, as a watch event brings it) is only one of
+    /// this writer's own status writes heard back: nothing its front-end has to look at
+    /// again. Someone else's status, and any change to the spec, is not.
+    pub fn is_echo(&self, kind: &StatusKind, object: &Value) -> bool {
+        self.shared.lock().is_echo(kind, object)
+    }
+}
+
+/// The newest generation a status says it observed (its conditions', wherever they are).
+fn observed_generation(status: &Value) -> Option<i64> {
+    match status {
+        Value::Object(fields) => fields
+            .iter()
+            .filter_map(|(name, field)| match name.as_str() {
+                "observedGeneration" => field.as_i64(),
+                _ => observed_generation(field),
+            })
+            .max(),
+        Value::Array(items) => items.iter().filter_map(observed_generation).max(),
+        _ => None,
+    }
 }
 
 impl Shared {
@@ -429,7 +480,7 @@ impl Shared {
                     wanted = Wanted { read, ..newer };
                 }
             }
-            self.lock().in_flight.insert(key.clone());
+            (self.lock().in_flight).insert(key.clone(), wanted.status.clone());
             writes.push(write(client.clone(), key, wanted));
         }
     }
@@ -632,7 +683,7 @@ mod tests {
         let mut pending = Pending::default();
         pending.put(update("web", status(true, "Staging"), None));
         let (web, _) = pending.pop().expect("web's first status");
-        pending.in_flight.insert(web.clone());
+        pending.in_flight.insert(web.clone(), Value::Null);
         // A newer status of web waits for the write in flight; another route's does not.
         pending.put(update("web", status(true, "Ready"), None));
         pending.put(update("api", status(true, "Staging"), None));
@@ -641,6 +692,37 @@ mod tests {
         pending.in_flight.remove(&web);
         let next = pending.pop().map(|(k, w)| (k.2, phase(&w)));
         assert_eq!(next, Some(("web".to_string(), "Ready".to_string())));
+    }
+
+    #[test]
+    fn an_echo_is_what_our_own_write_left_with_the_spec_as_it_was() {
+        let mut pending = Pending::default();
+        let kind = routes();
+        let object = |version: &str, generation: i64, status: &TrafficRouteStatus| {
+            json!({
+                "metadata": {
+                    "namespace": "shop", "name": "web",
+                    "resourceVersion": version, "generation": generation,
+                },
+                "status": json(status),
+            })
+        };
+        // Observed generation 1.
+        let staging = status(true, "Staging");
+        pending.put(update("web", staging.clone(), None));
+        let (web, wanted) = pending.pop().expect("a status");
+        assert!(!pending.is_echo(&kind, &object("2", 1, &staging)));
+        // In flight: the watch may bring it back before the answer does...
+        pending.in_flight.insert(web.clone(), wanted.status.clone());
+        assert!(pending.is_echo(&kind, &object("2", 1, &staging)));
+        // ...but a newer spec, or another status, is a change.
+        assert!(!pending.is_echo(&kind, &object("3", 2, &staging)));
+        assert!(!pending.is_echo(&kind, &object("3", 1, &status(true, "Ready"))));
+        // Answered: the resourceVersion it left, and only that, is ours.
+        pending.in_flight.remove(&web);
+        pending.wrote(web, wanted, Some(("1".into(), "2".into())));
+        assert!(pending.is_echo(&kind, &object("2", 1, &staging)));
+        assert!(!pending.is_echo(&kind, &object("4", 1, &staging)));
     }
 
     #[test]

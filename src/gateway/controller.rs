@@ -38,18 +38,24 @@ use crate::api::ProxyConfig;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
 use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
-use crate::k8s::watched::Watched;
+use crate::k8s::watched::{Filter, Watched};
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
-/// How long changes gather before the next translation. The first event after a quiet
-/// [`SETTLE`] starts a pass at once: a user's lone change waits for nothing (the 10 ms
-/// of [`QUIET`] were a fifth of an HTTPRoute's apply → Served). After that, a pass starts
-/// once no event came for [`QUIET`], or [`SETTLE`] after the first, whichever is sooner:
-/// a burst of events (a `kubectl apply` of many objects) costs a pass or two, and the echo
-/// of a pass's own writes (a ProxyConfig, a status) costs [`QUIET`], not [`SETTLE`] (a
-/// fixed 100 ms after every event held each rollout step back 100 ms, ≈ 400 ms from an
-/// HTTPRoute's apply to Served).
+/// How long changes gather before the next translation. A change that comes when the
+/// controller is idle, [`QUIET`] or more after the last one, starts a pass at once: a
+/// user's lone change waits for nothing (the 10 ms of [`QUIET`] were a fifth of an
+/// HTTPRoute's apply → Served). One that comes sooner, or while a pass runs, starts one
+/// once no change came for [`QUIET`], or [`SETTLE`] after it, whichever is sooner: a
+/// burst of events (a `kubectl apply` of many objects) costs a pass or two (a fixed 100 ms
+/// after every event held each rollout step back 100 ms, ≈ 400 ms from an HTTPRoute's
+/// apply to Served).
+///
+/// The echo of this controller's own writes is no change: a ProxyConfig the engine wrote
+/// ([`crate::rollout::ProxyConfigs::echoes`]) and a status the status writer wrote
+/// ([`StatusWriter::is_echo`]) come back as events, which counted, and an HTTPRoute applied
+/// within [`QUIET`] of the Served status of the change before waited out [`QUIET`] in
+/// front of its pass (≈ 11 ms of a header-only change's 45).
 const SETTLE: Duration = Duration::from_millis(100);
 const QUIET: Duration = Duration::from_millis(10);
 
@@ -88,10 +94,33 @@ struct Stores {
     shared: Watches,
 }
 
+/// Tells the echo of this controller's own writes from a change.
+struct Echoes {
+    /// The ProxyConfigs the engine wrote.
+    proxy_configs: Filter<ProxyConfig>,
+    /// The statuses.
+    status: StatusWriter,
+}
+
+impl Echoes {
+    /// A status of `kind` the status writer wrote, heard back.
+    fn status<K: serde::Serialize>(&self, kind: &Arc<StatusKind>) -> Filter<K> {
+        let (status, kind) = (self.status.clone(), kind.clone());
+        Arc::new(move |object: &K| {
+            serde_json::to_value(object).is_ok_and(|object| status.is_echo(&kind, &object))
+        })
+    }
+}
+
 impl Stores {
     /// Starts the Gateway API's watches (in the process's scope) and has every store the
-    /// translation reads bump `changes`.
-    fn start(client: &Client, shared: &Watches, changes: &Arc<watch::Sender<u64>>) -> Self {
+    /// translation reads bump `changes`, but for the `echoes` of this controller's writes.
+    fn start(
+        client: &Client,
+        shared: &Watches,
+        changes: &Arc<watch::Sender<u64>>,
+        echoes: &Echoes,
+    ) -> Self {
         let all = watcher::Config::default;
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
@@ -101,18 +130,21 @@ impl Stores {
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             shared: shared.clone(),
         };
-        stores.classes.notify(changes);
-        stores.gateways.notify(changes);
-        stores.routes.notify(changes);
+        (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
+        (stores.gateways).notify_unless_echo(changes, None, echoes.status(&GATEWAY_STATUS));
+        (stores.routes).notify_unless_echo(changes, None, echoes.status(&ROUTE_STATUS));
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
         shared.services.notify(changes);
         shared.tls_secrets.notify(changes);
         shared.fleet.notify(changes);
         // The Gateways' own: a TrafficRoute's rollout is no business of this controller.
-        shared.proxy_configs.notify_if(
+        shared.proxy_configs.notify_unless_echo(
             changes,
-            Arc::new(|pc: &ProxyConfig| pc.labels().contains_key(GATEWAY_LABEL)),
+            Some(Arc::new(|pc: &ProxyConfig| {
+                pc.labels().contains_key(GATEWAY_LABEL)
+            })),
+            echoes.proxy_configs.clone(),
         );
         stores
     }
@@ -131,22 +163,26 @@ impl Stores {
 pub async fn run(client: Client, settings: Settings) {
     let changes = Arc::new(watch::channel(0).0);
     let mut changed = changes.subscribe();
-    let stores = Stores::start(&client, &settings.watches, &changes);
-    if !stores.ready().await {
-        warn!("a Gateway API watch stopped before its initial list; not reconciling");
-        return;
-    }
     let controller = service::controller_label(&settings.controller_name);
     let mut rollout = Rollout::new(
         client.clone(),
-        stores.shared.proxy_configs.clone(),
+        settings.watches.proxy_configs.clone(),
         settings.prober.clone(),
         controller,
         settings.two_phase,
     );
+    let echoes = Echoes {
+        proxy_configs: rollout.echoes(),
+        status: settings.status.clone(),
+    };
+    let stores = Stores::start(&client, &settings.watches, &changes, &echoes);
+    if !stores.ready().await {
+        warn!("a Gateway API watch stopped before its initial list; not reconciling");
+        return;
+    }
     let mut answered = settings.envoys.changes();
     let mut release = CrdRelease::default();
-    // When the last event was seen (long ago, at the start).
+    // When the last change was seen (long ago, at the start).
     let mut last_event: Option<tokio::time::Instant> = None;
     loop {
         let wake = pass(
@@ -160,10 +196,14 @@ pub async fn run(client: Client, settings: Settings) {
         .await;
         let waiting = wake.is_some();
         answered.mark_unchanged();
+        // Changes that came while the pass ran: a burst may be under way.
+        let busy = changed.has_changed().unwrap_or(false);
         tokio::select! {
             result = changed.changed() => {
                 if result.is_err() { return }
-                if last_event.is_some_and(|at| at.elapsed() < SETTLE) {
+                let quiet = last_event.is_none_or(|at| at.elapsed() >= QUIET);
+                debug!(busy, quiet, "Gateway API change");
+                if busy || !quiet {
                     settle(&mut changed).await;
                 }
                 last_event = Some(tokio::time::Instant::now());

@@ -28,7 +28,7 @@ use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::ProxyConfig;
-use crate::k8s::watched::Watched;
+use crate::k8s::watched::{Filter, Watched};
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
@@ -171,6 +171,12 @@ impl Rollout {
         }
         self.collect_gone(units).await;
         outcome
+    }
+
+    /// Whether a ProxyConfig a watch event brings is only one of this rollout's own
+    /// writes heard back.
+    pub fn echoes(&self) -> Filter<ProxyConfig> {
+        self.proxy_configs.echoes()
     }
 
     fn is_ours(&self, pc: &ProxyConfig) -> bool {

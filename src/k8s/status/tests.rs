@@ -1,0 +1,249 @@
+use super::*;
+use crate::api::{TrafficRoute, TrafficRouteStatus};
+
+fn status(accepted: bool, phase: &str) -> TrafficRouteStatus {
+    let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
+    TrafficRouteStatus {
+        phase: Some(phase.into()),
+        conditions: vec![condition(&[], "Accepted", accepted, "x", "", 1, &t)],
+        ..Default::default()
+    }
+}
+
+fn key(name: &str) -> Key {
+    ("TrafficRoute".into(), "shop".into(), name.into())
+}
+
+fn json(status: &TrafficRouteStatus) -> Value {
+    serde_json::to_value(status).expect("a status")
+}
+
+fn routes() -> Arc<StatusKind> {
+    Arc::new(StatusKind::namespaced::<TrafficRoute>(
+        Write::Apply,
+        &["Accepted", "Ready"],
+    ))
+}
+
+/// The status `status` for the route `name`, which showed `shown` when read.
+fn update(
+    name: &str,
+    status: TrafficRouteStatus,
+    shown: Option<&TrafficRouteStatus>,
+) -> StatusUpdate {
+    StatusUpdate {
+        kind: routes(),
+        namespace: "shop".into(),
+        name: name.into(),
+        status: json(&status),
+        shown: shown.map(json),
+        read: Some("1".into()),
+    }
+}
+
+fn phase(wanted: &Wanted) -> String {
+    wanted.status["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn rollouts_are_written_before_rejections_each_in_arrival_order() {
+    let mut pending = Pending::default();
+    pending.put(update("bad-1", status(false, "Rejected"), None));
+    pending.put(update("z-web", status(true, "Staging"), None));
+    pending.put(update("bad-2", status(false, "Rejected"), None));
+    pending.put(update("a-api", status(true, "Ready"), None));
+    // The newest status replaces the one waiting, in its place.
+    pending.put(update("z-web", status(true, "Ready"), None));
+    // A rejected route waiting with an urgent status stays urgent.
+    pending.put(update("a-api", status(false, "Rejected"), None));
+    let order: Vec<(String, String)> = std::iter::from_fn(|| pending.pop())
+        .map(|(k, w)| (k.2, phase(&w)))
+        .collect();
+    let expected = [
+        ("z-web", "Ready"),
+        ("a-api", "Rejected"),
+        ("bad-1", "Rejected"),
+        ("bad-2", "Rejected"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(order, expected);
+}
+
+#[test]
+fn a_route_has_one_write_in_flight_at_most() {
+    let mut pending = Pending::default();
+    pending.put(update("web", status(true, "Staging"), None));
+    let (web, _) = pending.pop().expect("web's first status");
+    pending.in_flight.insert(web.clone(), Value::Null);
+    // A newer status of web waits for the write in flight; another route's does not.
+    pending.put(update("web", status(true, "Ready"), None));
+    pending.put(update("api", status(true, "Staging"), None));
+    assert_eq!(pending.pop().map(|(k, _)| k.2), Some("api".to_string()));
+    assert!(pending.pop().is_none());
+    pending.in_flight.remove(&web);
+    let next = pending.pop().map(|(k, w)| (k.2, phase(&w)));
+    assert_eq!(next, Some(("web".to_string(), "Ready".to_string())));
+}
+
+#[test]
+fn an_echo_is_what_our_own_write_left_with_the_spec_as_it_was() {
+    let mut pending = Pending::default();
+    let kind = routes();
+    let object = |version: &str, generation: i64, status: &TrafficRouteStatus| {
+        json!({
+            "metadata": {
+                "namespace": "shop", "name": "web",
+                "resourceVersion": version, "generation": generation,
+            },
+            "status": json(status),
+        })
+    };
+    // Observed generation 1.
+    let staging = status(true, "Staging");
+    pending.put(update("web", staging.clone(), None));
+    let (web, wanted) = pending.pop().expect("a status");
+    assert!(!pending.is_echo(&kind, &object("2", 1, &staging)));
+    // In flight: the watch may bring it back before the answer does...
+    pending.in_flight.insert(web.clone(), wanted.status.clone());
+    assert!(pending.is_echo(&kind, &object("2", 1, &staging)));
+    // ...but a newer spec, or another status, is a change.
+    assert!(!pending.is_echo(&kind, &object("3", 2, &staging)));
+    assert!(!pending.is_echo(&kind, &object("3", 1, &status(true, "Ready"))));
+    // Answered: the resourceVersion it left, and only that, is ours.
+    pending.in_flight.remove(&web);
+    pending.wrote(web, wanted, Some(("1".into(), "2".into())));
+    assert!(pending.is_echo(&kind, &object("2", 1, &staging)));
+    assert!(!pending.is_echo(&kind, &object("4", 1, &staging)));
+}
+
+#[test]
+fn a_status_the_route_shows_is_not_written_again() {
+    let mut pending = Pending::default();
+    let ready = status(true, "Ready");
+    // A new leader's first pass over a route that already shows its status.
+    pending.put(update("web", ready.clone(), Some(&ready)));
+    assert!(pending.pop().is_none());
+    // What the route shows lags behind a write of ours: then it is no proof.
+    pending
+        .written
+        .insert(key("web"), json(&status(false, "Staging")));
+    pending.put(update("web", ready.clone(), Some(&ready)));
+    assert_eq!(pending.pop().map(|(_, w)| w.status), Some(json(&ready)));
+    // A status waiting is dropped once the route shows the one wanted now.
+    pending.written.clear();
+    pending.put(update("web", status(true, "Draining"), Some(&ready)));
+    pending.put(update("web", ready.clone(), Some(&ready)));
+    assert!(pending.pop().is_none());
+}
+
+#[test]
+fn details_wait_behind_progress() {
+    let mut pending = Pending::default();
+    let draining = status(true, "Draining");
+    let mut done = draining.clone();
+    done.phase = Some("Ready".into());
+    // A drain ending changes no condition: a detail.
+    pending.put(update("drained", done, Some(&draining)));
+    // A new generation of another route: progress.
+    let mut next = status(true, "Staging");
+    next.observed_generation = Some(2);
+    pending.put(update("changed", next, Some(&draining)));
+    let order: Vec<String> = std::iter::from_fn(|| pending.pop())
+        .map(|(k, _)| k.2)
+        .collect();
+    assert_eq!(order, ["changed", "drained"]);
+}
+
+#[test]
+fn a_rejected_route_that_recovers_moves_to_the_urgent_queue() {
+    let mut pending = Pending::default();
+    pending.put(update("bad", status(false, "Rejected"), None));
+    pending.put(update("other", status(false, "Rejected"), None));
+    pending.put(update("bad", status(true, "Staging"), None));
+    assert_eq!(pending.pop().map(|(k, _)| k.2), Some("bad".to_string()));
+    assert_eq!(pending.pop().map(|(k, _)| k.2), Some("other".to_string()));
+    assert!(pending.pop().is_none());
+}
+
+#[test]
+fn a_write_is_conditional_on_the_read_or_on_what_our_own_writes_left_of_it() {
+    let mut pending = Pending::default();
+    pending.put(update("web", status(true, "Staging"), None));
+    let (web, first) = pending.pop().expect("a status");
+    assert_eq!(first.read.as_deref(), Some("1"));
+    // Written: the object went from 1 to 2, then 2 to 3 by a second write of ours.
+    pending.wrote(web.clone(), first, Some(("1".into(), "2".into())));
+    pending.put(update("web", status(true, "Verifying"), None));
+    let (_, second) = pending.pop().expect("a status");
+    // Decided on 1 (the store had not seen our write): ours is no change, 2 it is.
+    assert_eq!(second.read.as_deref(), Some("2"));
+    pending.wrote(web.clone(), second, Some(("2".into(), "3".into())));
+    pending.put(update("web", status(true, "Ready"), None));
+    assert_eq!(
+        pending.pop().and_then(|(_, w)| w.read).as_deref(),
+        Some("3")
+    );
+    // Read after someone else's change (5): conditional on that.
+    let mut later = update("web", status(true, "Draining"), None);
+    later.read = Some("5".into());
+    pending.put(later);
+    assert_eq!(
+        pending.pop().and_then(|(_, w)| w.read).as_deref(),
+        Some("5")
+    );
+}
+
+#[test]
+fn a_gateways_listener_programmed_is_progress_its_message_a_detail() {
+    let gateways = StatusKind {
+        resource: ApiResource::erase::<TrafficRoute>(&()),
+        namespaced: true,
+        write: Write::Merge,
+        progress: &["Accepted", "Programmed"],
+    };
+    let gateway = |programmed: &str, message: &str| {
+        serde_json::json!({
+            "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted" }],
+            "listeners": [{ "name": "http", "conditions": [
+                { "type": "Programmed", "status": programmed, "reason": "R", "message": message },
+            ]}],
+        })
+    };
+    let pending = gateway("False", "waiting");
+    assert!(gateways.is_progress(Some(&pending), &gateway("True", "waiting")));
+    assert!(!gateways.is_progress(Some(&pending), &gateway("False", "still waiting")));
+    // A merge leaves other writers' fields: the object shows a status it holds.
+    let mut held = gateway("True", "");
+    held["addresses"] = serde_json::json!([{ "value": "198.18.0.1" }]);
+    assert!(gateways.shows(&held, &gateway("True", "")));
+    assert!(!gateways.shows(&held, &gateway("False", "")));
+}
+
+#[test]
+fn transition_time_changes_only_with_the_status() {
+    let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("time"));
+    let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).expect("time"));
+    let first = condition(&[], "Ready", false, "Staging", "", 1, &t0);
+    assert_eq!(first.last_transition_time, t0);
+    let same = condition(
+        std::slice::from_ref(&first),
+        "Ready",
+        false,
+        "VerifyingLive",
+        "",
+        1,
+        &t1,
+    );
+    assert_eq!(
+        same.last_transition_time, t0,
+        "reason changed, status did not"
+    );
+    let flipped = condition(&[same], "Ready", true, "Ready", "", 1, &t1);
+    assert_eq!(flipped.last_transition_time, t1);
+}

@@ -44,6 +44,7 @@ const FEATURES: &[&str] = &[
     "HTTPRouteNamedRouteRule",
     "HTTPRouteParentRefPort",
     "HTTPRouteDestinationPortMatching",
+    "HTTPRouteCORS",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

@@ -86,8 +86,12 @@ pub fn per_route(forward: &model::Forward) -> HashMap<String, Any> {
     configs
 }
 
+/// A preflight from an origin the policy does not allow is answered by Envoy (without CORS
+/// headers) rather than forwarded: the backend is not asked what the route already decided,
+/// as the Gateway API's CORS filter requires.
 fn cors_policy(cors: &model::Cors) -> CorsPolicy {
     CorsPolicy {
+        forward_not_matching_preflights: proto::bool_value(false),
         allow_origin_string_match: cors.allow_origins.iter().map(|o| origin(o)).collect(),
         allow_methods: cors.allow_methods.join(","),
         allow_headers: cors.allow_headers.join(","),
@@ -264,6 +268,11 @@ mod tests {
         assert_eq!(cors.allow_methods, "GET,PUT");
         assert_eq!(cors.max_age, "600");
         assert_eq!(cors.allow_credentials, proto::bool_value(true));
+        // A preflight from another origin is answered by Envoy, never forwarded.
+        assert_eq!(
+            cors.forward_not_matching_preflights,
+            proto::bool_value(false)
+        );
 
         let limit = LocalRateLimit::decode(configs[RATE_LIMIT_FILTER].value.as_slice()).unwrap();
         let bucket = limit.token_bucket.unwrap();

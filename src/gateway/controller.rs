@@ -42,6 +42,8 @@ use crate::k8s::watched::{Filter, Watched};
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
+mod services;
+
 /// How long changes gather before the next translation. A change that comes when the
 /// controller is idle, [`QUIET`] or more after the last one, starts a pass at once: a
 /// user's lone change waits for nothing (the 10 ms of [`QUIET`] were a fifth of an
@@ -118,6 +120,7 @@ impl Stores {
     fn start(
         client: &Client,
         shared: &Watches,
+        fleet_service: &(String, String),
         changes: &Arc<watch::Sender<u64>>,
         echoes: &Echoes,
     ) -> Self {
@@ -135,7 +138,8 @@ impl Stores {
         (stores.routes).notify_unless_echo(changes, None, echoes.status(&ROUTE_STATUS));
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
-        shared.services.notify(changes);
+        let services = services::read_by_translation(fleet_service, &stores.routes);
+        shared.services.notify_if(changes, services);
         shared.tls_secrets.notify(changes);
         shared.fleet.notify(changes);
         // The Gateways' own: a TrafficRoute's rollout is no business of this controller.
@@ -175,7 +179,13 @@ pub async fn run(client: Client, settings: Settings) {
         proxy_configs: rollout.echoes(),
         status: settings.status.clone(),
     };
-    let stores = Stores::start(&client, &settings.watches, &changes, &echoes);
+    let stores = Stores::start(
+        &client,
+        &settings.watches,
+        &settings.fleet_service,
+        &changes,
+        &echoes,
+    );
     if !stores.ready().await {
         warn!("a Gateway API watch stopped before its initial list; not reconciling");
         return;

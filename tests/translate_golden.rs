@@ -19,6 +19,7 @@ const CASES: &[&str] = &[
     "bad_input",
     "redirects_and_segments",
     "gateway_listeners",
+    "mirrors",
 ];
 
 fn golden_dir() -> PathBuf {
@@ -80,7 +81,8 @@ golden!(
     endpoints_zones,
     bad_input,
     redirects_and_segments,
-    gateway_listeners
+    gateway_listeners,
+    mirrors
 );
 
 #[test]
@@ -146,4 +148,12 @@ fn golden_problems_are_what_each_case_is_about() {
         );
     }
     check_consistency(&bad.snapshot).unwrap();
+    // A mirror to a cluster the config lacks leaves its virtual host out; the other's
+    // mirrors are served.
+    let mirrors: Vec<String> = translate(&load("mirrors"))
+        .problems
+        .iter()
+        .map(|p| p.subject().to_string())
+        .collect();
+    assert_eq!(mirrors, ["shop/broken"]);
 }

@@ -311,6 +311,19 @@ pub struct Forward {
     /// What keeps a client on one endpoint (its clusters hash: ring hash or Maglev).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// Clusters that get a copy of the requests (their answers are dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
+}
+
+/// A copy of a share of a route's requests, sent to another cluster; the client gets the
+/// answer of the route's own backends only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mirror {
+    /// Name of a [`Cluster`] in the same config.
+    pub cluster: String,
+    /// The share of requests copied, `numerator` in a million; None: every request.
+    pub per_million: Option<u32>,
 }
 
 /// What a request is hashed by, to pick the same endpoint for the same value.

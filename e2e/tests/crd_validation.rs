@@ -309,7 +309,7 @@ fn cases() -> Vec<Case> {
             "spec.rules[0].idleTimeout in body should match",
         ),
         case(
-            &rule("retries: {attempts: 11}"),
+            &rule("retries: {attempts: 101}"),
             "spec.rules[0].retries.attempts in body should be less than or equal to 10",
         ),
         case(

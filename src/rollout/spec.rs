@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::proxy_config::{ProxyConfigRole, ProxyConfigSpec, ResolvedCluster};
 use crate::hash;
-use switchyard_core::route::assemble::sorted_unique;
+use switchyard_core::route::assemble::{mirror_only_clusters, sorted_unique};
 use switchyard_core::route::{ResolveError, ResolvedRoute};
 
 /// Why a unit (a TrafficRoute, a Gateway's port or hostname) is not served. [`RouteError::reason`] is the Kubernetes condition
@@ -47,8 +47,9 @@ impl RouteError {
 ///   used.
 /// - `Probe`: the routes on trial, and the clusters that must be on every Envoy: those of
 ///   `resolved` and `live_clusters` (the clusters live now, so that nothing live is
-///   dropped), sorted and deduplicated. The live ones are `kept_clusters`: the probe
-///   proves only that they exist, and ready endpoints for the others only. `version` is a
+///   dropped), sorted and deduplicated. The live ones and those the routes only mirror to
+///   are `kept_clusters`: the probe proves only that they exist, and ready endpoints for
+///   the others only. `version` is a
 ///   digest of both lists and the trial.
 pub fn proxy_config_spec(
     route_name: &str,
@@ -66,7 +67,8 @@ pub fn proxy_config_spec(
         ),
         ProxyConfigRole::Probe => {
             let clusters = sorted_unique(resolved.clusters.iter().chain(live_clusters).cloned());
-            let kept = sorted_unique(live_clusters.iter().cloned());
+            let mirrored = mirror_only_clusters(&resolved.virtual_host);
+            let kept = sorted_unique(live_clusters.iter().chain(&mirrored).cloned());
             let version = hash::digest_of(&(&clusters, &kept, &resolved.virtual_host));
             (clusters, kept, version)
         }

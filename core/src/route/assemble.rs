@@ -24,8 +24,8 @@ use serde::Serialize;
 
 use super::check::{self, Checks, Draft, SpecError};
 use super::resolved::{
-    ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRoute, ResolvedRule, ResolvedTls,
-    ResolvedVirtualHost,
+    ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror, ResolvedRoute,
+    ResolvedRule, ResolvedTls, ResolvedVirtualHost,
 };
 use super::spec::LoadBalancer;
 use crate::hash;
@@ -71,6 +71,7 @@ impl Checked {
             backends,
             redirect_https,
             redirect,
+            mirrors: Vec::new(),
             options,
         })
     }
@@ -87,13 +88,22 @@ impl Rule {
         &self.0
     }
 
+    /// The rule, copying its requests to `mirrors` too. A mirror's cluster is the plain
+    /// one of its service port: the rule's settings are for the backends that answer.
+    pub fn mirrored(mut self, mirrors: Vec<ResolvedMirror>) -> Self {
+        self.0.mirrors = mirrors;
+        self
+    }
+
     /// The rule of a route in namespace `from`, as a route in namespace `to` holds it
     /// (a Gateway's ProxyConfigs hold the rules of HTTPRoutes of other namespaces): a
     /// cluster's namespace is written out unless it is `to`.
     pub fn moved(mut self, from: &str, to: &str) -> Self {
-        for b in &mut self.0.backends {
-            let service_ns = b.cluster.namespace.as_deref().unwrap_or(from);
-            b.cluster.namespace = (service_ns != to).then(|| service_ns.to_owned());
+        let clusters = (self.0.backends.iter_mut().map(|b| &mut b.cluster))
+            .chain(self.0.mirrors.iter_mut().map(|m| &mut m.cluster));
+        for cluster in clusters {
+            let service_ns = cluster.namespace.as_deref().unwrap_or(from);
+            cluster.namespace = (service_ns != to).then(|| service_ns.to_owned());
         }
         self
     }
@@ -141,13 +151,26 @@ fn cluster_policy(lb: &LoadBalancer) -> Option<String> {
     }
 }
 
-/// Every cluster the rules of `virtual_host` send to, sorted and deduplicated.
+/// Every cluster the rules of `virtual_host` send to or copy to, sorted and deduplicated.
 fn referenced_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
+    sorted_unique(virtual_host.rules.iter().flat_map(|r| {
+        (r.backends.iter().map(|b| b.cluster.clone()))
+            .chain(r.mirrors.iter().map(|m| m.cluster.clone()))
+    }))
+}
+
+/// The clusters of `virtual_host` that only get copies: a switch needs them on every
+/// Envoy, not their endpoints ready (a mirror with none drops its copies, and no client
+/// sees it).
+pub fn mirror_only_clusters(virtual_host: &ResolvedVirtualHost) -> Vec<ResolvedCluster> {
+    let answering: Vec<&ResolvedCluster> = (virtual_host.rules.iter())
+        .flat_map(|r| r.backends.iter().map(|b| &b.cluster))
+        .collect();
     sorted_unique(
-        virtual_host
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.cluster.clone())),
+        (virtual_host.rules.iter())
+            .flat_map(|r| r.mirrors.iter().map(|m| &m.cluster))
+            .filter(|c| !answering.contains(c))
+            .cloned(),
     )
 }
 
@@ -190,6 +213,39 @@ mod tests {
         check("", Checks::Spec, draft)
             .expect("valid")
             .rule(name.into(), backends)
+    }
+
+    #[test]
+    fn mirrors_are_clusters_of_the_route_and_those_only_mirrored_are_told_apart() {
+        let mirror = |service: &str, namespace: Option<&str>| ResolvedMirror {
+            cluster: backend(service, namespace).cluster,
+            per_million: Some(500_000),
+        };
+        let rules = vec![
+            rule("a", RuleOptions::default(), vec![backend("web", None)])
+                .mirrored(vec![mirror("shadow", None), mirror("web", None)]),
+            rule("b", RuleOptions::default(), vec![backend("api", None)])
+                .mirrored(vec![mirror("audit", Some("other"))]),
+        ];
+        let route = assemble(vec!["a.example.com".into()], None, rules, None);
+        let services = |clusters: &[ResolvedCluster]| -> Vec<String> {
+            clusters.iter().map(|c| c.service.clone()).collect()
+        };
+        assert_eq!(services(&route.clusters), ["api", "shadow", "web", "audit"]);
+        // `web` is mirrored to but also answers: its endpoints count.
+        assert_eq!(
+            services(&mirror_only_clusters(&route.virtual_host)),
+            ["shadow", "audit"]
+        );
+        // Moved to the namespace of the mirror's Service, its namespace is implied.
+        let moved = rule("c", RuleOptions::default(), vec![backend("web", None)])
+            .mirrored(vec![mirror("audit", Some("other"))])
+            .moved("apps", "other");
+        assert_eq!(moved.resolved().mirrors[0].cluster.namespace, None);
+        assert_eq!(
+            moved.resolved().backends[0].cluster.namespace.as_deref(),
+            Some("apps")
+        );
     }
 
     #[test]

@@ -18,9 +18,9 @@ use super::spec::{
 use crate::duration;
 use crate::model::{
     self, Affinity, ClusterSettings, Cors, EndpointProbe, Forward, GatewayListener, HeaderEdits,
-    HeaderMatch, HeaderValueMatch, LbPolicy, PathMatch, QueryMatch, QueryValueMatch, RateLimit,
-    Redirect, RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe, VirtualHost,
-    VirtualHostTls, WeightedCluster, trial_id,
+    HeaderMatch, HeaderValueMatch, LbPolicy, Mirror, PathMatch, QueryMatch, QueryValueMatch,
+    RateLimit, Redirect, RedirectPath, RetryPolicy, Route, RouteAction, ServiceRef, VersionProbe,
+    VirtualHost, VirtualHostTls, WeightedCluster, trial_id,
 };
 use crate::translate::Problem;
 
@@ -398,6 +398,14 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
                 }
                 None => None,
             },
+            mirrors: rule
+                .mirrors
+                .iter()
+                .map(|m| Mirror {
+                    cluster: cluster_name(namespace, &m.cluster),
+                    per_million: m.per_million.map(|p| u32::try_from(p).unwrap_or(0)),
+                })
+                .collect(),
         })
     };
     Ok(Route {

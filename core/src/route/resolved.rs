@@ -104,9 +104,25 @@ pub struct ResolvedRule {
     /// As the spec gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
+    /// Service ports that get a copy of the rule's requests (at most 16, as a Gateway API
+    /// rule has filters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub mirrors: Vec<ResolvedMirror>,
     /// As the spec gives them.
     #[serde(flatten)]
     pub options: RuleOptions,
+}
+
+/// A copy of a share of a rule's requests, sent to a service port; its answers are dropped.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedMirror {
+    pub cluster: ResolvedCluster,
+    /// The share of requests copied, in a million; absent: every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub per_million: Option<i32>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

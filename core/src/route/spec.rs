@@ -593,7 +593,8 @@ pub struct Backend {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Retries {
-    #[schemars(range(min = 0, max = 10))]
+    /// How many times a failed request is tried again, at most 100.
+    #[schemars(range(min = 0, max = 100))]
     pub attempts: i32,
     /// Envoy retry conditions, one per item (default: connect-failure, refused-stream):
     /// 5xx, gateway-error, reset, reset-before-request, connect-failure, refused-stream,

@@ -6,16 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Service;
-
+use super::backend_ref::{backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
 use super::gateway::{HTTP_ROUTE, Listening, admits_namespace};
 use super::hostname;
-use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
 use crate::gateway::api::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
-    HttpRouteRulesFilters, HttpRouteRulesFiltersCors, HttpRouteRulesFiltersRequestRedirect,
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters,
+    HttpRouteRulesFiltersCors, HttpRouteRulesFiltersRequestRedirect,
     HttpRouteRulesFiltersRequestRedirectPathType as RedirectPathType,
     HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
     HttpRouteRulesFiltersType as FilterType,
@@ -26,15 +24,12 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesSessionPersistenceCookieLifetimeType as LifetimeType,
     HttpRouteRulesSessionPersistenceType as SessionType, HttpRouteUseDefaultGateways,
 };
-use crate::k8s::services::service_cluster;
 use switchyard_core::route::check::{RETRY_ATTEMPTS, RETRY_STATUS_CODES};
 use switchyard_core::route::spec::{
-    Affinity, AffinityCookie, Backend, Cors, HeaderEdits, HeaderMatch, LoadBalancer,
-    QueryParamMatch, Redirect, Retries, RuleMatch, RuleOptions,
+    Affinity, AffinityCookie, Cors, HeaderEdits, HeaderMatch, LoadBalancer, QueryParamMatch,
+    Redirect, Retries, RuleMatch, RuleOptions,
 };
-use switchyard_core::route::{
-    Checks, Draft, ResolveError, ResolvedBackend, SpecError, assemble, check::rule_name as unnamed,
-};
+use switchyard_core::route::{Checks, Draft, SpecError, assemble, check::rule_name as unnamed};
 
 /// A route's rules as attached to one listener of a Gateway, for the hostnames the two
 /// share.
@@ -253,6 +248,7 @@ fn lower_rules(
         }
         let (backends, unavailable_weight) =
             backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        let mirrors = mirrors(inputs, namespace, rule, &at, &mut first_problem)?;
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {
             0
@@ -275,10 +271,12 @@ fn lower_rules(
                 order: (seniority, ri, mi),
                 rule: GatewayRule {
                     route: format!("{namespace}/{name}"),
-                    rule: checked.rule(
-                        format!("{namespace}/{name}/{rule_name}/{mi}"),
-                        backends.clone(),
-                    ),
+                    rule: checked
+                        .rule(
+                            format!("{namespace}/{name}/{rule_name}/{mi}"),
+                            backends.clone(),
+                        )
+                        .mirrored(mirrors.clone()),
                     unavailable_weight,
                 },
             });
@@ -351,6 +349,8 @@ fn lower_filters_into(
                 lowering.redirect = filter.request_redirect.as_ref().map(redirect);
             }
             FilterType::Cors => lowering.options.cors = filter.cors.as_ref().and_then(cors),
+            // Resolved with the rule's backends (`backend_ref::mirrors`).
+            FilterType::RequestMirror => {}
             ref other => return Err(format!("{at}: filter {other:?} is not supported")),
         }
     }
@@ -442,11 +442,15 @@ fn refusal(at: &str, rule: &HttpRouteRules, e: &SpecError) -> String {
         retry?.codes.as_ref()?.get(index).copied()
     };
     match e.at.as_str() {
-        "retries.attempts" => format!(
-            "{at}.retry.attempts: {} is more than the {} supported",
-            retry.and_then(|r| r.attempts).unwrap_or_default(),
-            RETRY_ATTEMPTS.end()
-        ),
+        "retries.attempts" => match retry.and_then(|r| r.attempts).unwrap_or_default() {
+            n if n < i64::from(*RETRY_ATTEMPTS.start()) => {
+                format!("{at}.retry.attempts: {n} is negative")
+            }
+            n => format!(
+                "{at}.retry.attempts: {n} is more than the {} supported",
+                RETRY_ATTEMPTS.end()
+            ),
+        },
         "retries.backoff" => format!("{at}.retry.backoff: {}", e.message),
         "loadBalancer.affinity.cookie.name" => format!(
             "{at}.sessionPersistence.cookie.name: {:?} is not a cookie name (letters, digits \
@@ -594,106 +598,6 @@ fn response_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
 
 fn pairs<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
     items.map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
-/// The rule's usable backends, and the weight of those it cannot use; the first problem
-/// with a backendRef of the route becomes its ResolvedRefs condition.
-fn backends(
-    inputs: &Inputs<'_>,
-    namespace: &str,
-    rule: &HttpRouteRules,
-    at: &str,
-    first_problem: &mut Option<Cond>,
-) -> Result<(Vec<ResolvedBackend>, i32), String> {
-    let mut usable = Vec::new();
-    let mut unavailable = 0;
-    for (bi, backend) in rule.backend_refs.iter().flatten().enumerate() {
-        let at = format!("{at}.backendRefs[{bi}]");
-        if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
-            return Err(format!(
-                "{at}.filters: filters per backend are not supported"
-            ));
-        }
-        let weight = backend.weight.unwrap_or(1);
-        if weight == 0 {
-            continue;
-        }
-        match backend_cluster(inputs, namespace, backend) {
-            Ok(cluster) => usable.push(ResolvedBackend { cluster, weight }),
-            Err((reason, message)) => {
-                unavailable += weight;
-                first_problem.get_or_insert_with(|| {
-                    Cond::no("ResolvedRefs", reason, format!("{at}: {message}"))
-                });
-            }
-        }
-    }
-    if usable.is_empty() && unavailable == 0 {
-        // No backendRefs at all: the Gateway API answers 500.
-        unavailable = 1;
-    }
-    Ok((usable, unavailable))
-}
-
-/// The cluster of a backendRef, or the ResolvedRefs reason and message saying why not.
-fn backend_cluster(
-    inputs: &Inputs<'_>,
-    namespace: &str,
-    backend: &HttpRouteRulesBackendRefs,
-) -> Result<switchyard_core::route::ResolvedCluster, (&'static str, String)> {
-    let group = backend.group.as_deref().unwrap_or("");
-    let kind = backend.kind.as_deref().unwrap_or("Service");
-    if !group.is_empty() || kind != "Service" {
-        return Err(("InvalidKind", format!("{group}/{kind} is not a Service")));
-    }
-    let target_ns = backend.namespace.as_deref().unwrap_or(namespace);
-    let from = Side {
-        group: GROUP,
-        kind: HTTP_ROUTE,
-        namespace,
-    };
-    let to = Side {
-        group: "",
-        kind: "Service",
-        namespace: target_ns,
-    };
-    if !reference_grant::permits(inputs.grants, from, to, &backend.name) {
-        return Err((
-            "RefNotPermitted",
-            format!(
-                "no ReferenceGrant in namespace {target_ns} lets this route use Service {:?}",
-                backend.name
-            ),
-        ));
-    }
-    let Some(port) = backend.port else {
-        return Err((
-            "BackendNotFound",
-            "a Service backendRef needs a port".to_owned(),
-        ));
-    };
-    let services: Vec<&Service> = inputs
-        .services
-        .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(target_ns))
-        .collect();
-    let wanted = Backend {
-        service: backend.name.clone(),
-        port: Some(port),
-        ..Backend::default()
-    };
-    let mut cluster = service_cluster(target_ns, &services, &wanted).map_err(|e| match e {
-        ResolveError::UnsupportedBackend { .. } => ("UnsupportedProtocol", e.to_string()),
-        ResolveError::ServiceNotFound { service } => (
-            "BackendNotFound",
-            format!("Service {target_ns}/{service} does not exist"),
-        ),
-        other => ("BackendNotFound", other.to_string()),
-    })?;
-    if target_ns != namespace {
-        cluster.namespace = Some(target_ns.to_owned());
-    }
-    Ok(cluster)
 }
 
 /// One match in the vocabulary, and how specific it is.

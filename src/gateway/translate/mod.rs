@@ -15,6 +15,7 @@
 //! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue):
 //! RequestMirror and ExtensionRef filters, and filters per backend.
 
+pub mod backend_ref;
 pub mod duration;
 pub mod gateway;
 pub mod gateway_class;

@@ -78,7 +78,7 @@ pub(super) fn check(at: &str, checks: Checks, options: &RuleOptions) -> Result<(
 }
 
 /// The retries a rule may ask for, at most.
-pub const RETRY_ATTEMPTS: std::ops::RangeInclusive<i32> = 0..=10;
+pub const RETRY_ATTEMPTS: std::ops::RangeInclusive<i32> = 0..=100;
 
 /// The answers a rule may retry on.
 pub const RETRY_STATUS_CODES: std::ops::RangeInclusive<i32> = 400..=599;

@@ -214,11 +214,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             }]),
         ),
         (
-            "rules[0].retries.attempts: 11 is not within 0..10",
+            "rules[0].retries.attempts: 101 is not within 0..100",
             spec(vec![RouteRule {
                 options: RuleOptions {
                     retries: Some(Retries {
-                        attempts: 11,
+                        attempts: 101,
                         ..Retries::default()
                     }),
                     ..rule().options
@@ -555,12 +555,12 @@ fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
         (
             RuleOptions {
                 retries: Some(Retries {
-                    attempts: 11,
+                    attempts: 101,
                     ..Retries::default()
                 }),
                 ..RuleOptions::default()
             },
-            "retries.attempts: 11 is not within 0..10",
+            "retries.attempts: 101 is not within 0..100",
         ),
         (
             RuleOptions {

@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     WeightedCluster, header_matcher::HeaderMatchSpecifier,
     query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action,
     retry_policy::RetryBackOff, route::Action, route_action::ClusterSpecifier,
-    route_action::HashPolicy, route_action::UpgradeConfig,
+    route_action::HashPolicy, route_action::RequestMirrorPolicy, route_action::UpgradeConfig,
     route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
     route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
     route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
@@ -18,6 +18,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
 
+use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
@@ -44,7 +46,9 @@ pub fn referenced_clusters(vh: &model::VirtualHost) -> impl Iterator<Item = &str
 /// The clusters these routes send to.
 pub fn routed_clusters(routes: &[model::Route]) -> impl Iterator<Item = &str> {
     routes.iter().flat_map(|r| match &r.action {
-        model::RouteAction::Forward(f) => f.backends.iter().map(|b| b.cluster.as_str()).collect(),
+        model::RouteAction::Forward(f) => (f.backends.iter().map(|b| b.cluster.as_str()))
+            .chain(f.mirrors.iter().map(|m| m.cluster.as_str()))
+            .collect(),
         model::RouteAction::RedirectHttps
         | model::RouteAction::Redirect(_)
         | model::RouteAction::Respond(_) => Vec::new(),
@@ -305,6 +309,7 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
             .clone()
             .map(envoy_route::route_action::HostRewriteSpecifier::HostRewriteLiteral),
         hash_policy: f.affinity.iter().map(hash_policy).collect(),
+        request_mirror_policies: f.mirrors.iter().map(mirror_policy).collect(),
         // On the route alone: the listener enables no upgrade, so no other route has one.
         upgrade_configs: if f.websocket {
             vec![UpgradeConfig {
@@ -319,6 +324,22 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
 }
 
 const WEBSOCKET: &str = "websocket";
+
+/// A copy of the route's requests to another cluster, for a share of them. Envoy sends it
+/// with `-shadow` appended to its Host, and drops its answer.
+fn mirror_policy(m: &model::Mirror) -> RequestMirrorPolicy {
+    RequestMirrorPolicy {
+        cluster: m.cluster.clone(),
+        runtime_fraction: m.per_million.map(|numerator| RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator,
+                denominator: DenominatorType::Million.into(),
+            }),
+            runtime_key: String::new(),
+        }),
+        ..Default::default()
+    }
+}
 
 /// Envoy's route timeout when a route sets none.
 const ENVOY_ROUTE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);

@@ -143,6 +143,14 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
                 errors.push(e);
             }
         }
+        for mirror in &forward.mirrors {
+            if let Some(e) = inputs.cluster_error(&mirror.cluster) {
+                errors.push(format!("mirror: {e}"));
+            }
+            if let Some(share) = mirror.per_million.filter(|&p| p > 1_000_000) {
+                errors.push(format!("mirror share {share} is more than a million"));
+            }
+        }
         let mut durations = vec![
             ("timeout", forward.timeout),
             ("idle timeout", forward.idle_timeout),

@@ -1,0 +1,248 @@
+//! An HTTPRoute's references to Services — its backendRefs and its mirrors' — as
+//! clusters of the vocabulary. A reference that cannot be used is left out, and the first
+//! one of a route becomes its ResolvedRefs condition; a rule whose backends are all left
+//! out answers 500, a mirror left out copies nothing.
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::gateway::HTTP_ROUTE;
+use super::reference_grant::{self, Side};
+use super::{Cond, GROUP, Inputs};
+use crate::gateway::api::httproutes::{
+    HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteRulesFiltersRequestMirror,
+    HttpRouteRulesFiltersType as FilterType,
+};
+use crate::k8s::services::service_cluster;
+use switchyard_core::route::spec::Backend;
+use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedCluster, ResolvedMirror};
+
+/// A reference to a backend, as a backendRef and a mirror's backendRef both give it.
+struct Reference<'a> {
+    group: Option<&'a str>,
+    kind: Option<&'a str>,
+    name: &'a str,
+    namespace: Option<&'a str>,
+    port: Option<i32>,
+}
+
+impl<'a> Reference<'a> {
+    fn backend(b: &'a HttpRouteRulesBackendRefs) -> Self {
+        Self {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+        }
+    }
+
+    fn mirror(m: &'a HttpRouteRulesFiltersRequestMirror) -> Self {
+        let b = &m.backend_ref;
+        Self {
+            group: b.group.as_deref(),
+            kind: b.kind.as_deref(),
+            name: &b.name,
+            namespace: b.namespace.as_deref(),
+            port: b.port,
+        }
+    }
+}
+
+/// The rule's mirrors that can be used (the RequestMirror filters, each with its share of
+/// the requests); the first problem with one becomes the route's ResolvedRefs condition
+/// if it has none yet.
+pub fn mirrors(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    rule: &HttpRouteRules,
+    at: &str,
+    first_problem: &mut Option<Cond>,
+) -> Result<Vec<ResolvedMirror>, String> {
+    let mut usable = Vec::new();
+    for (fi, filter) in rule.filters.iter().flatten().enumerate() {
+        let Some(mirror) = filter.request_mirror.as_ref() else {
+            continue;
+        };
+        if filter.r#type != FilterType::RequestMirror {
+            continue;
+        }
+        let at = format!("{at}.filters[{fi}].requestMirror");
+        let per_million = share(mirror).map_err(|e| format!("{at}: {e}"))?;
+        match backend_cluster(inputs, namespace, &Reference::mirror(mirror)) {
+            Ok(cluster) => usable.push(ResolvedMirror {
+                cluster,
+                per_million,
+            }),
+            Err((reason, message)) => {
+                first_problem.get_or_insert_with(|| {
+                    Cond::no(
+                        "ResolvedRefs",
+                        reason,
+                        format!("{at}.backendRef: {message}"),
+                    )
+                });
+            }
+        }
+    }
+    Ok(usable)
+}
+
+/// The share of requests a mirror copies, in a million (None: every request), from its
+/// `percent` or its `fraction`.
+fn share(mirror: &HttpRouteRulesFiltersRequestMirror) -> Result<Option<i32>, String> {
+    const MILLION: i64 = 1_000_000;
+    let (numerator, denominator) = match (&mirror.percent, &mirror.fraction) {
+        (Some(percent), _) => (i64::from(*percent), 100),
+        (None, Some(f)) => (
+            i64::from(f.numerator),
+            i64::from(f.denominator.unwrap_or(100)),
+        ),
+        (None, None) => return Ok(None),
+    };
+    if denominator <= 0 || !(0..=denominator).contains(&numerator) {
+        return Err(format!(
+            "{numerator}/{denominator} is not a share of the requests"
+        ));
+    }
+    // Within 0..=MILLION, as numerator <= denominator.
+    Ok(Some(
+        i32::try_from(numerator * MILLION / denominator).unwrap_or(i32::MAX),
+    ))
+}
+
+/// The rule's usable backends, and the weight of those it cannot use; the first problem
+/// with a backendRef of the route becomes its ResolvedRefs condition.
+pub fn backends(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    rule: &HttpRouteRules,
+    at: &str,
+    first_problem: &mut Option<Cond>,
+) -> Result<(Vec<ResolvedBackend>, i32), String> {
+    let mut usable = Vec::new();
+    let mut unavailable = 0;
+    for (bi, backend) in rule.backend_refs.iter().flatten().enumerate() {
+        let at = format!("{at}.backendRefs[{bi}]");
+        if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Err(format!(
+                "{at}.filters: filters per backend are not supported"
+            ));
+        }
+        let weight = backend.weight.unwrap_or(1);
+        if weight == 0 {
+            continue;
+        }
+        match backend_cluster(inputs, namespace, &Reference::backend(backend)) {
+            Ok(cluster) => usable.push(ResolvedBackend { cluster, weight }),
+            Err((reason, message)) => {
+                unavailable += weight;
+                first_problem.get_or_insert_with(|| {
+                    Cond::no("ResolvedRefs", reason, format!("{at}: {message}"))
+                });
+            }
+        }
+    }
+    if usable.is_empty() && unavailable == 0 {
+        // No backendRefs at all: the Gateway API answers 500.
+        unavailable = 1;
+    }
+    Ok((usable, unavailable))
+}
+
+/// The cluster of a backendRef, or the ResolvedRefs reason and message saying why not.
+fn backend_cluster(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    backend: &Reference<'_>,
+) -> Result<ResolvedCluster, (&'static str, String)> {
+    let group = backend.group.unwrap_or("");
+    let kind = backend.kind.unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err(("InvalidKind", format!("{group}/{kind} is not a Service")));
+    }
+    let target_ns = backend.namespace.unwrap_or(namespace);
+    let from = Side {
+        group: GROUP,
+        kind: HTTP_ROUTE,
+        namespace,
+    };
+    let to = Side {
+        group: "",
+        kind: "Service",
+        namespace: target_ns,
+    };
+    if !reference_grant::permits(inputs.grants, from, to, backend.name) {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in namespace {target_ns} lets this route use Service {:?}",
+                backend.name
+            ),
+        ));
+    }
+    let Some(port) = backend.port else {
+        return Err((
+            "BackendNotFound",
+            "a Service backendRef needs a port".to_owned(),
+        ));
+    };
+    let services: Vec<&Service> = inputs
+        .services
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(target_ns))
+        .collect();
+    let wanted = Backend {
+        service: backend.name.to_owned(),
+        port: Some(port),
+        ..Backend::default()
+    };
+    let mut cluster = service_cluster(target_ns, &services, &wanted).map_err(|e| match e {
+        ResolveError::UnsupportedBackend { .. } => ("UnsupportedProtocol", e.to_string()),
+        ResolveError::ServiceNotFound { service } => (
+            "BackendNotFound",
+            format!("Service {target_ns}/{service} does not exist"),
+        ),
+        other => ("BackendNotFound", other.to_string()),
+    })?;
+    if target_ns != namespace {
+        cluster.namespace = Some(target_ns.to_owned());
+    }
+    Ok(cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::api::httproutes::{
+        HttpRouteRulesFiltersRequestMirrorBackendRef, HttpRouteRulesFiltersRequestMirrorFraction,
+    };
+
+    fn mirror(
+        percent: Option<i32>,
+        fraction: Option<(i32, Option<i32>)>,
+    ) -> HttpRouteRulesFiltersRequestMirror {
+        HttpRouteRulesFiltersRequestMirror {
+            backend_ref: HttpRouteRulesFiltersRequestMirrorBackendRef::default(),
+            percent,
+            fraction: fraction.map(|(numerator, denominator)| {
+                HttpRouteRulesFiltersRequestMirrorFraction {
+                    numerator,
+                    denominator,
+                }
+            }),
+        }
+    }
+
+    #[test]
+    fn a_mirrors_share_is_in_a_million() {
+        assert_eq!(share(&mirror(None, None)), Ok(None));
+        assert_eq!(share(&mirror(Some(20), None)), Ok(Some(200_000)));
+        assert_eq!(share(&mirror(Some(100), None)), Ok(Some(1_000_000)));
+        assert_eq!(share(&mirror(None, Some((1, Some(3))))), Ok(Some(333_333)));
+        // The denominator defaults to 100.
+        assert_eq!(share(&mirror(None, Some((35, None)))), Ok(Some(350_000)));
+        assert!(share(&mirror(None, Some((1, Some(0))))).is_err());
+        assert!(share(&mirror(None, Some((4, Some(3))))).is_err());
+        assert!(share(&mirror(Some(101), None)).is_err());
+    }
+}

@@ -5,9 +5,9 @@
 //! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
 //! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
 //! one port get different fleet ports; a deleted Gateway's Service goes. Through 3 real
-//! Envoys, an HTTPRoute moved between Services drops nothing, and the same moves without
-//! the two phases and the xDS ordering do drop requests (the test can see what the
-//! rollout guards against).
+//! Envoys, an HTTPRoute moved between Services drops nothing, nor do its mirrors added,
+//! moved and removed, and the same moves without the two phases and the xDS ordering do
+//! drop requests (the test can see what the rollout guards against).
 
 use std::time::Duration;
 
@@ -490,6 +490,108 @@ spec:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+}
+
+/// Until `seen` returns more than `before`, or panics naming `what` after [`WITHIN`].
+async fn wait_more(what: &str, before: usize, seen: impl Fn() -> usize) -> usize {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let now = seen();
+        if now > before {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: no copy came within {WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("web").await;
+    // A mirror whose only Pod is not ready yet: a rule copies to it without waiting for it.
+    rig.add_pods("starting", 1).await;
+    let (controller, class) = start_gateway_controller(&mut rig, "mirrors", &[]);
+    let ns = rig.namespace.clone();
+    let route = |mirrors: &[String]| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ web.test ]
+  rules:
+    - backendRefs: [ {{ name: web, port: 80 }} ]
+      filters: [ {} ]
+"#,
+            mirrors.join(", ")
+        )
+    };
+    let mirror = |service: &str, share: &str| {
+        format!(
+            "{{ type: RequestMirror, requestMirror: {{ backendRef: {{ name: {service}, port: 80 }}{share} }} }}"
+        )
+    };
+    apply(
+        &rig,
+        &format!("{}{}", edge_gateway(&class, &controller, &ns), route(&[])),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let targets = edge_targets(&rig).await;
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+
+    // Added, to a Service created just before: every request is copied there.
+    rig.add_backend("shadow-1").await;
+    apply(&rig, &route(&[mirror("shadow-1", "")])).await;
+    wait_served(&routes, "web", 2).await;
+    wait_more("shadow-1", 0, || rig.backends["shadow-1"].requests_seen()).await;
+
+    // Moved to another fresh Service with half of the requests, and a second mirror to
+    // the Service whose Pod is not ready: Served all the same.
+    rig.add_backend("shadow-2").await;
+    apply(
+        &rig,
+        &route(&[mirror("shadow-2", ", percent: 50"), mirror("starting", "")]),
+    )
+    .await;
+    wait_served(&routes, "web", 3).await;
+    wait_more("shadow-2", 0, || rig.backends["shadow-2"].requests_seen()).await;
+
+    // Removed: the copies stop.
+    apply(&rig, &route(&[])).await;
+    wait_served(&routes, "web", 4).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let copies = |name: &str| rig.backends[name].requests_seen();
+    let stopped = (copies("shadow-1"), copies("shadow-2"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        (copies("shadow-1"), copies("shadow-2")),
+        stopped,
+        "copies went on after the mirrors were removed"
+    );
+
+    let report = load.finish().await;
+    eprintln!(
+        "mirrors: {} requests in {:.1}s, non-2xx {}, by backend {:?}, copies {stopped:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_backend
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    // The clients get the route's backend's answers only.
+    assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["web"]);
 }
 
 /// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.

@@ -35,6 +35,8 @@ struct Behaviour {
     unhealthy: std::sync::atomic::AtomicBool,
     /// Requests for `/healthz` seen so far.
     health_checks: std::sync::atomic::AtomicUsize,
+    /// Other requests seen so far (answered or failed).
+    requests: std::sync::atomic::AtomicUsize,
 }
 
 impl Backend {
@@ -92,6 +94,7 @@ impl Backend {
             let state = state.clone();
             async move {
                 use std::sync::atomic::Ordering::SeqCst;
+                state.requests.fetch_add(1, SeqCst);
                 let delay = state.delay_ms.load(SeqCst);
                 if delay > 0 {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -143,6 +146,13 @@ impl Backend {
     pub fn health_checks_seen(&self) -> usize {
         self.behaviour
             .health_checks
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many requests other than health checks and WebSockets the backend has seen.
+    pub fn requests_seen(&self) -> usize {
+        self.behaviour
+            .requests
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 

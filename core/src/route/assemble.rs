@@ -95,6 +95,18 @@ impl Rule {
         self
     }
 
+    /// The rule, its redirect sending to `port` when it names neither a scheme nor a port
+    /// (the Gateway API's rule for a listener's port: such a redirect keeps it).
+    pub fn redirecting_to_port(mut self, port: i32) -> Self {
+        if let Some(r) = &mut self.0.redirect
+            && r.scheme.is_none()
+            && r.port.is_none()
+        {
+            r.port = Some(port);
+        }
+        self
+    }
+
     /// The rule of a route in namespace `from`, as a route in namespace `to` holds it
     /// (a Gateway's ProxyConfigs hold the rules of HTTPRoutes of other namespaces): a
     /// cluster's namespace is written out unless it is `to`.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::gateway::Listening;
 use super::http_route::{Attached, Ranked};
-use super::{GatewayVirtualHost, ListenerCertificate, PortConfig};
+use super::{GatewayRule, GatewayVirtualHost, ListenerCertificate, PortConfig};
 
 /// The ports of `gateway`'s usable listeners, sorted, with their certificates and
 /// virtual hosts (sorted by hostname).
@@ -53,8 +53,10 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
         rules.sort_by_key(|r| (Reverse(r.specificity), r.order));
         // A route attached through two listeners of one port gives its rules twice.
         rules.dedup_by_key(|r| r.order);
-        let rules = rules.into_iter().map(|r| r.rule.clone()).collect();
         if let Some(config) = ports.get_mut(&port) {
+            let rules = (rules.into_iter())
+                .map(|r| on_port(r.rule.clone(), port, &config.protocol))
+                .collect();
             config
                 .virtual_hosts
                 .push(GatewayVirtualHost { hostname, rules });
@@ -66,4 +68,19 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
             .sort_by(|a, b| a.hostname.cmp(&b.hostname));
     }
     ports.into_values().collect()
+}
+
+/// A rule as the listeners on `port` serve it. The Gateway API: a redirect that names
+/// neither a scheme nor a port keeps the listener's port, and the Location names no port
+/// that is the scheme's own (80 for HTTP, 443 for HTTPS), where the port the request was
+/// sent to (the Host header's, which Envoy keeps) is right.
+fn on_port(mut rule: GatewayRule, port: i32, protocol: &str) -> GatewayRule {
+    let own = match protocol {
+        "HTTPS" => 443,
+        _ => 80,
+    };
+    if port != own {
+        rule.rule = rule.rule.redirecting_to_port(port);
+    }
+    rule
 }

@@ -197,6 +197,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
                     backends: vec![model::WeightedCluster {
                         cluster: cluster.clone(),
                         weight: 1,
+                        request_headers: model::HeaderEdits::default(),
                     }],
                     ..Default::default()
                 }),

@@ -216,6 +216,7 @@ fn forward() -> impl Strategy<Value = Forward> {
         .prop_map(|(c, weight)| WeightedCluster {
             cluster: c.into(),
             weight,
+            request_headers: Default::default(),
         });
     (
         prop_oneof![60 => proptest::collection::vec(backend, 1..4), 1 => Just(Vec::new())],

@@ -365,6 +365,9 @@ pub struct WeightedCluster {
     /// Name of a [`Cluster`] in the same config.
     pub cluster: String,
     pub weight: u32,
+    /// Edits of the requests sent to this cluster, after the route's own.
+    #[serde(default, skip_serializing_if = "HeaderEdits::is_empty")]
+    pub request_headers: HeaderEdits,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -388,6 +391,12 @@ pub struct HeaderEdits {
     /// Append these headers, keeping existing values.
     pub add: Vec<(String, String)>,
     pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
 }
 
 /// One upstream: a port of a Service.

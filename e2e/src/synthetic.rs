@@ -58,12 +58,14 @@ pub fn config(routes: usize, seed: u64) -> Config {
         let mut backends = vec![WeightedCluster {
             cluster: name,
             weight: 90,
+            request_headers: Default::default(),
         }];
         if i % 10 == 9 {
             let other = clusters[i - 1].name.clone();
             backends.push(WeightedCluster {
                 cluster: other,
                 weight: 10,
+                request_headers: Default::default(),
             });
         }
         virtual_hosts.push(VirtualHost {
@@ -131,6 +133,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
                 .map(|(c, b)| ResolvedBackend {
                     cluster: resolved(c),
                     weight: i32::try_from(b.weight).unwrap_or(1),
+                    request_headers: None,
                 })
                 .collect();
             let mut pc = ProxyConfig::new(

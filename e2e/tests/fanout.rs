@@ -43,6 +43,7 @@ fn repoint_to_new_cluster(config: &mut Config, host: usize, service: &str) -> St
     forward.backends = vec![WeightedCluster {
         cluster: name.clone(),
         weight: 1,
+        request_headers: Default::default(),
     }];
     name
 }

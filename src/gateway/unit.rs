@@ -188,6 +188,7 @@ mod tests {
                 ..ResolvedCluster::default()
             },
             weight: 1,
+            request_headers: None,
         }];
         let checked =
             switchyard_core::route::assemble::check("", Checks::Lowered, Draft::default())

@@ -269,6 +269,7 @@ mod tests {
                         backends: vec![ResolvedBackend {
                             cluster: cluster(service),
                             weight: 1,
+                            request_headers: None,
                         }],
                         options: RuleOptions {
                             timeout: Some("5s".into()),

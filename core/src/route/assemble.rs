@@ -62,7 +62,7 @@ impl Checked {
                     health_check: options.health_check.clone(),
                     ..b.cluster
                 },
-                weight: b.weight,
+                ..b
             })
             .collect();
         Rule(ResolvedRule {
@@ -214,6 +214,7 @@ mod tests {
                 ..cluster(service)
             },
             weight: 1,
+            request_headers: None,
         }
     }
 

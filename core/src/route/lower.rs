@@ -362,6 +362,7 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
                 .map(|b| WeightedCluster {
                     cluster: cluster_name(namespace, &b.cluster),
                     weight: u32::try_from(b.weight).unwrap_or(0),
+                    request_headers: header_edits(b.request_headers.as_ref()),
                 })
                 .collect(),
             timeout: duration(&options.timeout)?,

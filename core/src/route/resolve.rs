@@ -94,6 +94,7 @@ fn backends(
             Ok(ResolvedBackend {
                 cluster: services.cluster(b)?,
                 weight: b.weight.unwrap_or(1),
+                request_headers: None,
             })
         })
         .collect()

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::spec::{
-    CircuitBreaker, HealthCheck, OutlierDetection, Redirect, RuleMatch, RuleOptions,
+    CircuitBreaker, HeaderEdits, HealthCheck, OutlierDetection, Redirect, RuleMatch, RuleOptions,
 };
 
 /// What resolving a route's spec against its services gives.
@@ -130,6 +130,10 @@ pub struct ResolvedMirror {
 pub struct ResolvedBackend {
     pub cluster: ResolvedCluster,
     pub weight: i32,
+    /// Edits of the requests sent to this backend alone, after the rule's (a Gateway API
+    /// backendRef's RequestHeaderModifier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderEdits>,
 }
 
 /// A service port, resolved: the port number, and the name its endpoints use for it.

@@ -350,6 +350,7 @@ mod tests {
                         backends: vec![model::WeightedCluster {
                             cluster: "ns/a/80".into(),
                             weight: 1,
+                            request_headers: model::HeaderEdits::default(),
                         }],
                         ..Default::default()
                     }),

@@ -215,6 +215,7 @@ mod tests {
             backends: vec![model::WeightedCluster {
                 cluster: "ns/web/80".into(),
                 weight: 1,
+                request_headers: model::HeaderEdits::default(),
             }],
             cors: Some(Box::new(model::Cors {
                 allow_origins: vec![

@@ -39,6 +39,7 @@ fn forward_to(cluster: &str) -> model::Route {
             backends: vec![model::WeightedCluster {
                 cluster: cluster.into(),
                 weight: 1,
+                request_headers: model::HeaderEdits::default(),
             }],
             ..Default::default()
         }),

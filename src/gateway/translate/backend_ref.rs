@@ -9,8 +9,11 @@ use super::gateway::HTTP_ROUTE;
 use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, Inputs};
 use crate::gateway::api::httproutes::{
-    HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteRulesFiltersRequestMirror,
-    HttpRouteRulesFiltersType as FilterType,
+    HttpRouteRules, HttpRouteRulesBackendRefs,
+    HttpRouteRulesBackendRefsFiltersType as BackendFilterType,
+    HttpRouteRulesBackendRefsFiltersUrlRewrite,
+    HttpRouteRulesBackendRefsFiltersUrlRewritePathType as BackendRewritePathType,
+    HttpRouteRulesFiltersRequestMirror, HttpRouteRulesFiltersType as FilterType,
 };
 use crate::k8s::services::service_cluster;
 use switchyard_core::route::spec::Backend;
@@ -110,43 +113,98 @@ fn share(mirror: &HttpRouteRulesFiltersRequestMirror) -> Result<Option<i32>, Str
     ))
 }
 
-/// The rule's usable backends, and the weight of those it cannot use; the first problem
-/// with a backendRef of the route becomes its ResolvedRefs condition.
+/// What a rule's backendRefs give it.
+#[derive(Debug, Default)]
+pub struct Backends {
+    pub usable: Vec<ResolvedBackend>,
+    /// The weight of those that cannot be used (answered with 500).
+    pub unavailable: i32,
+    /// The URLRewrite of the rule's only backendRef, which the rule takes.
+    pub rewrite: Option<UrlRewrite>,
+}
+
+/// A URLRewrite in the vocabulary's words.
+#[derive(Debug, Default, PartialEq)]
+pub struct UrlRewrite {
+    pub host: Option<String>,
+    pub path: Option<String>,
+    pub prefix: Option<String>,
+}
+
+/// The rule's backends; the first problem with a backendRef of the route becomes its
+/// ResolvedRefs condition. A backendRef's RequestHeaderModifier edits the requests sent to
+/// it alone; its URLRewrite is taken when it is the rule's only backendRef (Envoy rewrites
+/// a request before it picks a backend, so one backend's own rewrite among several cannot
+/// be served); any other filter on a backendRef refuses the route.
 pub fn backends(
     inputs: &Inputs<'_>,
     namespace: &str,
     rule: &HttpRouteRules,
     at: &str,
     first_problem: &mut Option<Cond>,
-) -> Result<(Vec<ResolvedBackend>, i32), String> {
-    let mut usable = Vec::new();
-    let mut unavailable = 0;
-    for (bi, backend) in rule.backend_refs.iter().flatten().enumerate() {
+) -> Result<Backends, String> {
+    let mut out = Backends::default();
+    let refs = rule.backend_refs.as_deref().unwrap_or_default();
+    for (bi, backend) in refs.iter().enumerate() {
         let at = format!("{at}.backendRefs[{bi}]");
-        if backend.filters.as_ref().is_some_and(|f| !f.is_empty()) {
-            return Err(format!(
-                "{at}.filters: filters per backend are not supported"
-            ));
+        let mut request_headers = None;
+        for (fi, filter) in backend.filters.iter().flatten().enumerate() {
+            let at = format!("{at}.filters[{fi}]");
+            match filter.r#type {
+                BackendFilterType::RequestHeaderModifier => {
+                    request_headers = Some(header_edits!(&filter.request_header_modifier));
+                }
+                BackendFilterType::UrlRewrite if refs.len() == 1 => {
+                    out.rewrite = filter.url_rewrite.as_ref().map(url_rewrite);
+                }
+                BackendFilterType::UrlRewrite => {
+                    return Err(format!(
+                        "{at}: a URLRewrite on one of several backendRefs is not supported \
+                         (Envoy rewrites a request before it picks its backend): put it on \
+                         the rule, or the backend in a rule of its own"
+                    ));
+                }
+                ref other => {
+                    return Err(format!(
+                        "{at}: filter {other:?} on a backendRef is not supported"
+                    ));
+                }
+            }
         }
         let weight = backend.weight.unwrap_or(1);
         if weight == 0 {
             continue;
         }
         match backend_cluster(inputs, namespace, &Reference::backend(backend)) {
-            Ok(cluster) => usable.push(ResolvedBackend { cluster, weight }),
+            Ok(cluster) => out.usable.push(ResolvedBackend {
+                cluster,
+                weight,
+                request_headers,
+            }),
             Err((reason, message)) => {
-                unavailable += weight;
+                out.unavailable += weight;
                 first_problem.get_or_insert_with(|| {
                     Cond::no("ResolvedRefs", reason, format!("{at}: {message}"))
                 });
             }
         }
     }
-    if usable.is_empty() && unavailable == 0 {
+    if out.usable.is_empty() && out.unavailable == 0 {
         // No backendRefs at all: the Gateway API answers 500.
-        unavailable = 1;
+        out.unavailable = 1;
     }
-    Ok((usable, unavailable))
+    Ok(out)
+}
+
+fn url_rewrite(r: &HttpRouteRulesBackendRefsFiltersUrlRewrite) -> UrlRewrite {
+    let path = r.path.as_ref();
+    let of = |t: BackendRewritePathType| path.filter(|p| p.r#type == t);
+    UrlRewrite {
+        host: r.hostname.clone(),
+        path: of(BackendRewritePathType::ReplaceFullPath).and_then(|p| p.replace_full_path.clone()),
+        prefix: of(BackendRewritePathType::ReplacePrefixMatch)
+            .and_then(|p| p.replace_prefix_match.clone()),
+    }
 }
 
 /// The cluster of a backendRef, or the ResolvedRefs reason and message saying why not.

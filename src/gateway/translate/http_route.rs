@@ -4,9 +4,7 @@
 //! ([`Checks::Lowered`]: where the vocabulary admits less than the Gateway API's schema),
 //! worded in the HTTPRoute's own fields ([`refusal`]), and its clusters.
 
-use std::collections::BTreeMap;
-
-use super::backend_ref::{backends, mirrors};
+use super::backend_ref::{Backends, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
 use super::gateway::{HTTP_ROUTE, Listening, admits_namespace};
 use super::hostname;
@@ -229,8 +227,14 @@ fn lower_rules(
     let mut first_problem: Option<Cond> = None;
     for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
         let at = format!("spec.rules[{ri}]");
-        let (Lowering { options, redirect }, problem) = lower_filters(rule, &at);
-        let draft = |matches| Draft {
+        let (
+            Lowering {
+                mut options,
+                redirect,
+            },
+            problem,
+        ) = lower_filters(rule, &at);
+        let draft = |options: &RuleOptions, matches| Draft {
             matches,
             redirect_https: false,
             redirect: redirect.clone(),
@@ -242,12 +246,19 @@ fn lower_rules(
         // rule's first problem is the one it was when this front-end checked its retries
         // itself (but for a retry with both a code outside 400..599, which the Gateway
         // API's schema refuses, and a zero backoff: the backoff is named first now).
-        assemble::check("", Checks::Lowered, draft(None)).map_err(|e| refusal(&at, rule, &e))?;
+        assemble::check("", Checks::Lowered, draft(&options, None))
+            .map_err(|e| refusal(&at, rule, &e))?;
         if let Some(problem) = problem {
             return Err(problem);
         }
-        let (backends, unavailable_weight) =
-            backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        let Backends {
+            usable: backends,
+            unavailable: unavailable_weight,
+            rewrite,
+        } = backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        if let Some(rewrite) = rewrite {
+            take_rewrite(&mut options, rewrite, &at)?;
+        }
         let mirrors = mirrors(inputs, namespace, rule, &at, &mut first_problem)?;
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {
@@ -264,7 +275,7 @@ fn lower_rules(
         for (mi, m) in matches.iter().enumerate() {
             let (matches, specificity) = lower_match(m, &format!("{at}.matches[{mi}]"))?;
             // The rule this match makes, through the same checks (they passed above).
-            let checked = assemble::check("", Checks::Lowered, draft(Some(matches)))
+            let checked = assemble::check("", Checks::Lowered, draft(&options, Some(matches)))
                 .map_err(|e| refusal(&at, rule, &e))?;
             rules.push(Ranked {
                 specificity,
@@ -288,6 +299,23 @@ fn lower_rules(
         rules,
         resolved_refs,
     })
+}
+
+/// The URLRewrite of the rule's only backendRef, as the rule's own: refused when the rule
+/// has one too (which would Envoy apply?).
+fn take_rewrite(options: &mut RuleOptions, rewrite: UrlRewrite, at: &str) -> Result<(), String> {
+    let rule_has_one = options.rewrite_host.is_some()
+        || options.rewrite_path.is_some()
+        || options.rewrite_prefix.is_some();
+    if rule_has_one {
+        return Err(format!(
+            "{at}: a URLRewrite on both the rule and its backendRef is not supported"
+        ));
+    }
+    options.rewrite_host = rewrite.host;
+    options.rewrite_path = rewrite.path;
+    options.rewrite_prefix = rewrite.prefix;
+    Ok(())
 }
 
 /// The vocabulary's options of a rule, and its redirect.
@@ -575,29 +603,12 @@ fn redirect(r: &HttpRouteRulesFiltersRequestRedirect) -> Redirect {
 
 /// A header modifier in the vocabulary. kopium makes one type per place the Gateway API
 /// uses one (request, response), with the same fields.
-macro_rules! header_edits {
-    ($modifier:expr) => {
-        match $modifier {
-            None => HeaderEdits::default(),
-            Some(m) => HeaderEdits {
-                set: pairs(m.set.iter().flatten().map(|h| (&h.name, &h.value))),
-                add: pairs(m.add.iter().flatten().map(|h| (&h.name, &h.value))),
-                remove: m.remove.clone().unwrap_or_default(),
-            },
-        }
-    };
-}
-
 fn request_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
     header_edits!(&filter.request_header_modifier)
 }
 
 fn response_edits(filter: &HttpRouteRulesFilters) -> HeaderEdits {
     header_edits!(&filter.response_header_modifier)
-}
-
-fn pairs<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> BTreeMap<String, String> {
-    items.map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// One match in the vocabulary, and how specific it is.

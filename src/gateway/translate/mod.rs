@@ -13,7 +13,27 @@
 //! [`gateway`], [`http_route`]; [`virtual_host`] merges and orders the rules.
 //!
 //! Not lowered yet (a route using them is not Accepted, reason UnsupportedValue):
-//! RequestMirror and ExtensionRef filters, and filters per backend.
+//! ExtensionRef filters, and filters per backend but RequestHeaderModifier and, on a
+//! rule's only backend, URLRewrite.
+
+/// A RequestHeaderModifier (of a rule or of a backendRef: the generated types differ) in
+/// the vocabulary's header edits.
+macro_rules! header_edits {
+    ($modifier:expr) => {
+        match $modifier {
+            None => switchyard_core::route::spec::HeaderEdits::default(),
+            Some(m) => switchyard_core::route::spec::HeaderEdits {
+                set: (m.set.iter().flatten())
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+                add: (m.add.iter().flatten())
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+                remove: m.remove.clone().unwrap_or_default(),
+            },
+        }
+    };
+}
 
 pub mod backend_ref;
 pub mod duration;

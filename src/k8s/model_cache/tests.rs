@@ -24,6 +24,7 @@ fn live(route: &str, services: &[&str], version: &str) -> ProxyConfig {
                         .map(|s| ResolvedBackend {
                             cluster: cluster(s),
                             weight: 1,
+                            request_headers: None,
                         })
                         .collect(),
                     ..Default::default()

@@ -175,7 +175,8 @@ fn port_by_number() {
         resolved.virtual_host.rules[0].backends,
         vec![ResolvedBackend {
             cluster: expected,
-            weight: 1
+            weight: 1,
+            request_headers: None,
         }]
     );
 }

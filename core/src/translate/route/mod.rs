@@ -257,13 +257,18 @@ fn regex_literal(text: &str) -> String {
 fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
     let segment_rewrite = segment_prefix_rewrite(f, path);
     let cluster_specifier = match f.backends.as_slice() {
-        [single] => ClusterSpecifier::Cluster(single.cluster.clone()),
+        [single] if single.request_headers.is_empty() => {
+            ClusterSpecifier::Cluster(single.cluster.clone())
+        }
+        // Edits of a backend's own are the weighted cluster's, even when it is the only one.
         several => ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: several
                 .iter()
                 .map(|b| ClusterWeight {
                     name: b.cluster.clone(),
                     weight: proto::u32_value(b.weight),
+                    request_headers_to_add: headers_to_add(&b.request_headers),
+                    request_headers_to_remove: b.request_headers.remove.clone(),
                     ..Default::default()
                 })
                 .collect(),

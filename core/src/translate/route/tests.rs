@@ -24,6 +24,7 @@ fn forward(backends: &[(&str, u32)]) -> model::RouteAction {
             .map(|(c, w)| model::WeightedCluster {
                 cluster: c.to_string(),
                 weight: *w,
+                request_headers: model::HeaderEdits::default(),
             })
             .collect(),
         ..Default::default()
@@ -178,6 +179,7 @@ fn a_virtual_host_with_filter_configs_encodes_to_the_same_bytes_every_time() {
     policed.backends = vec![model::WeightedCluster {
         cluster: "a".into(),
         weight: 1,
+        request_headers: model::HeaderEdits::default(),
     }];
     let routes = vec![
         simple_route(model::RouteAction::Forward(policed)),

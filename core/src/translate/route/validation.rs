@@ -95,10 +95,16 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
             errors.push(format!("query parameter match on {:?}: {e}", q.name));
         }
     }
-    for (edits, direction) in [
+    let backend_edits = match &route.action {
+        model::RouteAction::Forward(f) => f.backends.iter().map(|b| &b.request_headers).collect(),
+        _ => Vec::new(),
+    };
+    let edits = [
         (&route.request_headers, "request"),
         (&route.response_headers, "response"),
-    ] {
+    ];
+    let backend_edits = backend_edits.into_iter().map(|e| (e, "backend request"));
+    for (edits, direction) in edits.into_iter().chain(backend_edits) {
         let names = edits
             .set
             .iter()

@@ -198,6 +198,7 @@ fn repoint_to_new_cluster(config: &mut Config, host: usize, service: &str) {
         forward.backends = vec![WeightedCluster {
             cluster: name,
             weight: 1,
+            request_headers: Default::default(),
         }];
     }
 }

@@ -83,6 +83,7 @@ pub async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Re
             forward.backends = vec![WeightedCluster {
                 cluster: name,
                 weight: 1,
+                request_headers: Default::default(),
             }];
         }
         let snapshot = Arc::new(translate(&config).snapshot);

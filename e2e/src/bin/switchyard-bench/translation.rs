@@ -197,6 +197,7 @@ fn measure_operator_path(routes: usize) -> Vec<IncrementalResult> {
             rule.backends = vec![ResolvedBackend {
                 cluster: other.clone(),
                 weight: 1,
+                request_headers: None,
             }];
         }
         pc.spec.clusters = vec![other];
@@ -269,6 +270,7 @@ fn measure_incremental(config: &Config) -> Vec<IncrementalResult> {
             f.backends = vec![WeightedCluster {
                 cluster: cluster.name.clone(),
                 weight: 1,
+                request_headers: Default::default(),
             }];
         }
         let changes = Changes {

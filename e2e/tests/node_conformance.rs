@@ -45,6 +45,13 @@ const FEATURES: &[&str] = &[
     "HTTPRouteParentRefPort",
     "HTTPRouteDestinationPortMatching",
     "HTTPRouteCORS",
+    "HTTPRouteRetryConnectionError",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendURLRewrite",
+    "GatewayPort8080",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

@@ -310,7 +310,7 @@ fn cases() -> Vec<Case> {
         ),
         case(
             &rule("retries: {attempts: 101}"),
-            "spec.rules[0].retries.attempts in body should be less than or equal to 10",
+            "spec.rules[0].retries.attempts in body should be less than or equal to 100",
         ),
         case(
             &rule("retries: {attempts: 2, perTryTimeout: 1d}"),

@@ -519,19 +519,12 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
     let (controller, class) = start_gateway_controller(&mut rig, "mirrors", &[]);
     let ns = rig.namespace.clone();
     let route = |mirrors: &[String]| {
-        format!(
-            r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{ name: web, namespace: {ns} }}
-spec:
-  parentRefs: [ {{ name: edge }} ]
-  hostnames: [ web.test ]
-  rules:
-    - backendRefs: [ {{ name: web, port: 80 }} ]
-      filters: [ {} ]
-"#,
-            mirrors.join(", ")
+        web_route_with(
+            &ns,
+            &format!(
+                "    - backendRefs: [ {{ name: web, port: 80 }} ]\n      filters: [ {} ]\n",
+                mirrors.join(", ")
+            ),
         )
     };
     let mirror = |service: &str, share: &str| {
@@ -596,6 +589,15 @@ spec:
 
 /// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.
 fn web_route(namespace: &str, backend: &str) -> String {
+    web_route_with(
+        namespace,
+        &format!("    - backendRefs: [ {{ name: {backend}, port: 80 }} ]\n"),
+    )
+}
+
+/// The HTTPRoute `web` for web.test on Gateway `edge`, with `rules` (YAML list items,
+/// indented by four).
+fn web_route_with(namespace: &str, rules: &str) -> String {
     format!(
         r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -604,8 +606,8 @@ metadata: {{ name: web, namespace: {namespace} }}
 spec:
   parentRefs: [ {{ name: edge }} ]
   hostnames: [ web.test ]
-  rules: [ {{ backendRefs: [ {{ name: {backend}, port: 80 }} ] }} ]
-"#
+  rules:
+{rules}"#
     )
 }
 
@@ -671,19 +673,14 @@ async fn an_httproutes_retries_and_session_cookie_are_served() {
     let (controller, class) = start_gateway_controller(&mut rig, "experimental", &[]);
     let ns = rig.namespace.clone();
     let route = |rule_options: &str| {
-        format!(
-            r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{ name: web, namespace: {ns} }}
-spec:
-  parentRefs: [ {{ name: edge }} ]
-  hostnames: [ web.test ]
-  rules:
-    - matches: [ {{ path: {{ type: PathPrefix, value: /plain }} }} ]
+        web_route_with(
+            &ns,
+            &format!(
+                "    - matches: [ {{ path: {{ type: PathPrefix, value: /plain }} }} ]
       backendRefs: [ {{ name: app, port: 80 }} ]
     - backendRefs: [ {{ name: app, port: 80 }} ]
-{rule_options}"#
+{rule_options}"
+            ),
         )
     };
     let both = "      retry: { attempts: 3, codes: [ 503 ], backoff: 10ms }\n      \

@@ -28,26 +28,27 @@ struct Reference<'a> {
     port: Option<i32>,
 }
 
+/// The [`Reference`] of a backendRef or a mirror's: generated types of their own, with
+/// the same fields.
+macro_rules! reference {
+    ($b:expr) => {
+        Reference {
+            group: $b.group.as_deref(),
+            kind: $b.kind.as_deref(),
+            name: &$b.name,
+            namespace: $b.namespace.as_deref(),
+            port: $b.port,
+        }
+    };
+}
+
 impl<'a> Reference<'a> {
     fn backend(b: &'a HttpRouteRulesBackendRefs) -> Self {
-        Self {
-            group: b.group.as_deref(),
-            kind: b.kind.as_deref(),
-            name: &b.name,
-            namespace: b.namespace.as_deref(),
-            port: b.port,
-        }
+        reference!(b)
     }
 
     fn mirror(m: &'a HttpRouteRulesFiltersRequestMirror) -> Self {
-        let b = &m.backend_ref;
-        Self {
-            group: b.group.as_deref(),
-            kind: b.kind.as_deref(),
-            name: &b.name,
-            namespace: b.namespace.as_deref(),
-            port: b.port,
-        }
+        reference!(m.backend_ref)
     }
 }
 

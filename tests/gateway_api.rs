@@ -5,8 +5,8 @@
 //! route's new generation). Each accepted Gateway gets a Service of its own in the fleet's
 //! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
 //! one port get different fleet ports; a deleted Gateway's Service goes. Through 3 real
-//! Envoys, an HTTPRoute moved between Services drops nothing, nor do its mirrors added,
-//! moved and removed, and the same moves without the two phases and the xDS ordering do
+//! Envoys, an HTTPRoute moved between Services drops nothing (and a backendRef that cannot
+//! be used keeps its share, answered 500), nor do its mirrors added, moved and removed, and the same moves without the two phases and the xDS ordering do
 //! drop requests (the test can see what the rollout guards against).
 
 use std::time::Duration;
@@ -475,6 +475,30 @@ spec:
     assert!(report.sent > 0);
     assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
+
+    // A backendRef that cannot be used keeps its share of the weight, answered 500 (the
+    // HTTPRoute spec), next to the one that can.
+    generation += 1;
+    apply(
+        &rig,
+        &web_route_with(
+            &ns,
+            "    - backendRefs: [ { name: svc-3, port: 80 }, { name: nowhere, port: 80 } ]\n",
+        ),
+    )
+    .await;
+    wait_served(&routes, "web", generation).await;
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..20 {
+        for answer in answers(&targets, "web.test").await {
+            *seen.entry(answer).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        ["status 500", "svc-3"],
+        "a share of 500s next to svc-3's answers: {seen:?}"
+    );
 
     // The route gone: its hostname is no longer served, the other one still is.
     routes

@@ -19,7 +19,7 @@ const CASES: &[&str] = &[
     "bad_input",
     "redirects_and_segments",
     "gateway_listeners",
-    "mirrors_and_backend_headers",
+    "mirrors_and_backends",
 ];
 
 fn golden_dir() -> PathBuf {
@@ -82,7 +82,7 @@ golden!(
     bad_input,
     redirects_and_segments,
     gateway_listeners,
-    mirrors_and_backend_headers
+    mirrors_and_backends
 );
 
 #[test]
@@ -150,7 +150,7 @@ fn golden_problems_are_what_each_case_is_about() {
     check_consistency(&bad.snapshot).unwrap();
     // A mirror to a cluster the config lacks leaves its virtual host out; the other's
     // mirrors are served.
-    let mirrors: Vec<String> = translate(&load("mirrors_and_backend_headers"))
+    let mirrors: Vec<String> = translate(&load("mirrors_and_backends"))
         .problems
         .iter()
         .map(|p| p.subject().to_string())

@@ -314,7 +314,20 @@ pub struct Forward {
     /// Clusters that get a copy of the requests (their answers are dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<Mirror>,
+    /// The weight, next to `backends`', of the requests answered 500: the share of
+    /// backends the front-end could not use (the Gateway API's invalid backendRefs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unavailable_weight: u32,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The name a route's share of 500s is sent to: no cluster has it (every cluster name has
+/// three segments or more, see [`cluster_name`]), and a route with such a share answers
+/// 500 for a cluster it does not find.
+pub const UNAVAILABLE_CLUSTER: &str = "switchyard/unavailable";
 
 /// A copy of a share of a route's requests, sent to another cluster; the client gets the
 /// answer of the route's own backends only.

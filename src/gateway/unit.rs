@@ -196,7 +196,6 @@ mod tests {
         GatewayRule {
             route: route.into(),
             rule: checked.rule("r".into(), backends),
-            unavailable_weight: 0,
         }
     }
 

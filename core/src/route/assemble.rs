@@ -71,6 +71,7 @@ impl Checked {
             backends,
             redirect_https,
             redirect,
+            unavailable_weight: 0,
             mirrors: Vec::new(),
             options,
         })
@@ -86,6 +87,13 @@ pub struct Rule(ResolvedRule);
 impl Rule {
     pub fn resolved(&self) -> &ResolvedRule {
         &self.0
+    }
+
+    /// The rule, answering 500 for a share of `weight` next to its backends' weights (the
+    /// backends its front-end could not use).
+    pub fn unavailable(mut self, weight: i32) -> Self {
+        self.0.unavailable_weight = weight;
+        self
     }
 
     /// The rule, copying its requests to `mirrors` too. A mirror's cluster is the plain

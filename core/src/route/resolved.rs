@@ -104,6 +104,11 @@ pub struct ResolvedRule {
     /// As the spec gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
+    /// The weight, next to the backends', of the requests answered 500: the share of
+    /// backends the front-end could not use (the Gateway API's invalid backendRefs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub unavailable_weight: i32,
     /// Service ports that get a copy of the rule's requests (at most 16, as a Gateway API
     /// rule has filters).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -173,4 +178,8 @@ pub struct ResolvedCluster {
     /// The active health checking of the rule that sends here (a cluster of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

@@ -287,8 +287,8 @@ fn lower_rules(
                             format!("{namespace}/{name}/{rule_name}/{mi}"),
                             backends.clone(),
                         )
-                        .mirrored(mirrors.clone()),
-                    unavailable_weight,
+                        .mirrored(mirrors.clone())
+                        .unavailable(unavailable_weight),
                 },
             });
         }

@@ -167,15 +167,9 @@ pub struct GatewayVirtualHost {
 pub struct GatewayRule {
     /// `namespace/route`.
     pub route: String,
+    /// Its share of 500s is the weight of the backendRefs that cannot be used; a rule
+    /// without a usable backend answers 500 to every request.
     pub rule: Rule,
-    /// The total weight of backendRefs that cannot be used (the Gateway API answers their
-    /// share of requests with 500); all of it when the rule has no usable backend.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub unavailable_weight: i32,
-}
-
-fn is_zero(n: &i32) -> bool {
-    *n == 0
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]

@@ -8,11 +8,12 @@ use envoy_types::pb::envoy::config::route::v3::{
     RedirectAction, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch, Vhds,
     WeightedCluster, header_matcher::HeaderMatchSpecifier,
     query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action,
-    retry_policy::RetryBackOff, route::Action, route_action::ClusterSpecifier,
-    route_action::HashPolicy, route_action::RequestMirrorPolicy, route_action::UpgradeConfig,
-    route_action::hash_policy::ConnectionProperties, route_action::hash_policy::Cookie,
-    route_action::hash_policy::Header, route_action::hash_policy::PolicySpecifier,
-    route_match::PathSpecifier, virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
+    retry_policy::RetryBackOff, route::Action, route_action::ClusterNotFoundResponseCode,
+    route_action::ClusterSpecifier, route_action::HashPolicy, route_action::RequestMirrorPolicy,
+    route_action::UpgradeConfig, route_action::hash_policy::ConnectionProperties,
+    route_action::hash_policy::Cookie, route_action::hash_policy::Header,
+    route_action::hash_policy::PolicySpecifier, route_match::PathSpecifier,
+    virtual_host::TlsRequirementType, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
@@ -257,10 +258,11 @@ fn regex_literal(text: &str) -> String {
 fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
     let segment_rewrite = segment_prefix_rewrite(f, path);
     let cluster_specifier = match f.backends.as_slice() {
-        [single] if single.request_headers.is_empty() => {
+        [single] if single.request_headers.is_empty() && f.unavailable_weight == 0 => {
             ClusterSpecifier::Cluster(single.cluster.clone())
         }
-        // Edits of a backend's own are the weighted cluster's, even when it is the only one.
+        // Edits of a backend's own are the weighted cluster's, even when it is the only one;
+        // so is the share of 500s.
         several => ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: several
                 .iter()
@@ -271,12 +273,25 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
                     request_headers_to_remove: b.request_headers.remove.clone(),
                     ..Default::default()
                 })
+                .chain((f.unavailable_weight > 0).then(|| ClusterWeight {
+                    name: model::UNAVAILABLE_CLUSTER.to_owned(),
+                    weight: proto::u32_value(f.unavailable_weight),
+                    ..Default::default()
+                }))
                 .collect(),
             ..Default::default()
         }),
     };
+    // Only the share of 500s names a cluster Envoy lacks: every other cluster a route
+    // names is on the Envoy before the route (I1), so this answers nothing else.
+    let cluster_not_found_response_code = if f.unavailable_weight > 0 {
+        ClusterNotFoundResponseCode::InternalServerError
+    } else {
+        ClusterNotFoundResponseCode::ServiceUnavailable
+    };
     RouteAction {
         cluster_specifier: Some(cluster_specifier),
+        cluster_not_found_response_code: cluster_not_found_response_code.into(),
         timeout: f.timeout.map(proto::duration),
         idle_timeout: f.idle_timeout.map(proto::duration),
         // A gRPC client's deadline (`grpc-timeout`) takes the place of the timeout, up to

@@ -134,7 +134,12 @@ fn validate_route(route: &model::Route, inputs: &Inputs<'_>) -> Vec<String> {
         if forward.backends.is_empty() {
             errors.push("forward action has no backends".to_owned());
         } else {
-            let total: u64 = forward.backends.iter().map(|b| u64::from(b.weight)).sum();
+            let total: u64 = (forward
+                .backends
+                .iter()
+                .map(|b| u64::from(b.weight))
+                .sum::<u64>())
+                + u64::from(forward.unavailable_weight);
             if total == 0 {
                 errors.push("backend weights sum to 0".to_owned());
             } else if total > u64::from(u32::MAX) {

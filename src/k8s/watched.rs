@@ -412,8 +412,14 @@ where
                 let Some(changes) = changes.upgrade() else {
                     return false;
                 };
-                let concerned = match (filter, object) {
-                    (Some(filter), Some(object)) => filter(object),
+                let concerned = match (filter, event) {
+                    (Some(filter), watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                        filter(o)
+                    }
+                    // A relist may drop anything: every counter hears each of its steps,
+                    // without asking its filter (one that reads another store, as the
+                    // Gateway controller's over Services scans the HTTPRoutes, would run
+                    // once per object listed to no end).
                     _ => true,
                 };
                 let echoed = match (echo, event) {

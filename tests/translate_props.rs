@@ -317,6 +317,7 @@ fn virtual_host(name: &'static str) -> impl Strategy<Value = VirtualHost> {
             tls: tls.map(|(secret, redirect_http)| VirtualHostTls {
                 secret: secret.into(),
                 redirect_http,
+                listener_hostname: None,
             }),
             routes,
         })

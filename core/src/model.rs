@@ -195,6 +195,10 @@ pub struct VirtualHostTls {
     pub secret: String,
     /// Plain-HTTP requests for these hosts are redirected to HTTPS.
     pub redirect_http: bool,
+    /// See [`crate::route::ResolvedTls::listener_hostname`]: its filter chain tags each
+    /// request with it, and the virtual host answers 421 to a request tagged otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener_hostname: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

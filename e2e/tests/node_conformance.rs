@@ -52,6 +52,9 @@ const FEATURES: &[&str] = &[
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendURLRewrite",
     "GatewayPort8080",
+    "GatewayHTTPListenerIsolation",
+    "GatewayRouteHostnameIntersectionPrecedence",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

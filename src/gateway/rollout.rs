@@ -34,7 +34,9 @@ use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
 use crate::rollout::fleet::passed;
 use crate::rollout::proxy_configs::Error;
-use crate::rollout::{DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef};
+use crate::rollout::{
+    DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, label_value,
+};
 use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 
 /// A live version seen on every Envoy is asked again after this long: Envoys that joined
@@ -207,7 +209,7 @@ impl Rollout {
                 owner: Owner {
                     reference: gateway.controller_owner_ref(&()),
                     labels: [
-                        (GATEWAY_LABEL.to_owned(), unit.gateway.1.clone()),
+                        (GATEWAY_LABEL.to_owned(), label_value(&unit.gateway.1)),
                         (CONTROLLER_LABEL.to_owned(), self.controller.clone()),
                     ]
                     .into(),

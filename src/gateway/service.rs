@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::hash;
+use crate::rollout::label_value;
 
 /// Labels of a Gateway's Service: which Gateway it is for, and which controller wrote it
 /// (a digest of its controllerName, which a label value cannot hold).
@@ -21,6 +22,10 @@ pub const GATEWAY_NAME_LABEL: &str = "switchyard.dev/gateway-name";
 /// The label of the ProxyConfigs of a Gateway's units: the Gateway's name.
 pub const GATEWAY_LABEL: &str = "switchyard.dev/gateway";
 pub const CONTROLLER_LABEL: &str = "switchyard.dev/gateway-controller";
+
+/// The annotation of a Gateway's Service naming its Gateway, `namespace/name`: a Gateway's
+/// name may be longer than a label value.
+pub const GATEWAY_ANNOTATION: &str = "switchyard.dev/gateway";
 
 /// The value of [`CONTROLLER_LABEL`] for `controller_name`.
 pub fn controller_label(controller_name: &str) -> String {
@@ -64,8 +69,15 @@ pub fn service_name(namespace: &str, name: &str) -> String {
     format!("gw-{readable}-{}", &digest[..8])
 }
 
-/// The Gateway a Service of ours is for.
+/// The Gateway a Service of ours is for: its annotation says; a Service written before
+/// there was one has it in its labels.
 pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
+    let annotated = (service.metadata.annotations.as_ref())
+        .and_then(|a| a.get(GATEWAY_ANNOTATION))
+        .and_then(|g| g.split_once('/'));
+    if let Some((namespace, name)) = annotated {
+        return Some((namespace.to_owned(), name.to_owned()));
+    }
     let labels = service.metadata.labels.as_ref()?;
     Some((
         labels.get(GATEWAY_NAMESPACE_LABEL)?.clone(),
@@ -154,9 +166,13 @@ pub fn service(
             namespace: Some(fleet_namespace.to_owned()),
             labels: Some(BTreeMap::from([
                 (GATEWAY_NAMESPACE_LABEL.to_owned(), namespace.clone()),
-                (GATEWAY_NAME_LABEL.to_owned(), name.clone()),
+                (GATEWAY_NAME_LABEL.to_owned(), label_value(name)),
                 (CONTROLLER_LABEL.to_owned(), controller_label.to_owned()),
             ])),
+            annotations: Some(BTreeMap::from([(
+                GATEWAY_ANNOTATION.to_owned(),
+                format!("{namespace}/{name}"),
+            )])),
             ..ObjectMeta::default()
         },
         spec: Some(ServiceSpec {
@@ -275,5 +291,20 @@ mod tests {
         assert!(name.len() <= 63, "{name}");
         assert_ne!(service_name("a", "b-c"), service_name("a-b", "c"));
         assert!(service_name("ns", "edge.example").starts_with("gw-edge-example-"));
+    }
+
+    #[test]
+    fn a_long_gateway_name_is_cut_in_labels_and_whole_in_the_annotation() {
+        let long = format!("{}.example", "a".repeat(240));
+        let svc = existing(&long, &[(80, 20000)]);
+        let labels = svc.metadata.labels.clone().unwrap_or_default();
+        assert!(labels.values().all(|v| v.len() <= 63), "{labels:?}");
+        assert_eq!(gateway_of(&svc), Some(("web".into(), long.clone())));
+        assert_eq!(label_value("web"), "web");
+        assert_ne!(label_value(&long), label_value(&format!("{long}x")));
+        // A Service written before the annotation: its labels name the Gateway.
+        let mut before = existing("web-gw", &[(80, 20000)]);
+        before.metadata.annotations = None;
+        assert_eq!(gateway_of(&before), Some(("web".into(), "web-gw".into())));
     }
 }

@@ -83,16 +83,27 @@ fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedList
     }
 }
 
-/// The unit's name: the Gateway's (shortened to leave room for the ProxyConfig suffixes),
-/// the port, and for a hostname a digest of it (hostnames may hold `*`).
+/// The unit's name: the Gateway's, the port, and for a hostname a digest of it (hostnames
+/// may hold `*`). It is the value of the ProxyConfigs' route label, so at most 63
+/// characters: a Gateway name too long for that is cut and followed by a digest of it.
 fn unit_name(gateway: &str, port: i32, hostname: Option<&str>) -> String {
-    let short: String = gateway.chars().take(200).collect();
-    let short = short.trim_end_matches(['.', '-']);
-    match hostname {
-        None => format!("gw-{short}-{port}"),
-        Some(h) => format!("gw-{short}-{port}-{}", &hash::digest(h.as_bytes())[..10]),
+    let suffix = match hostname {
+        None => format!("-{port}"),
+        Some(h) => format!("-{port}-{}", &hash::digest(h.as_bytes())[..10]),
+    };
+    let whole = format!("gw-{gateway}{suffix}");
+    if whole.len() <= LABEL_VALUE_MAX {
+        return whole;
     }
+    let digest = &hash::digest(gateway.as_bytes())[..8];
+    let room = LABEL_VALUE_MAX - "gw-".len() - 1 - digest.len() - suffix.len();
+    // Gateway names are DNS subdomains: ASCII, so any cut is on a character boundary.
+    let short = gateway[..room.min(gateway.len())].trim_end_matches(['.', '-']);
+    format!("gw-{short}-{digest}{suffix}")
 }
+
+/// The longest value a Kubernetes label may have.
+const LABEL_VALUE_MAX: usize = 63;
 
 /// A port's own unit: its listener, with no virtual host.
 fn port_unit(gateway: &GatewayKey, port: &PortConfig, listener: &ResolvedListener) -> Unit {
@@ -123,14 +134,24 @@ fn host_unit(
             r.rule.clone().moved(route_ns, namespace)
         })
         .collect();
+    // A tagged virtual host needs a filter chain of its own to tag its requests: for a
+    // name no listener's certificate covers (`*` on a port without a listener for every
+    // name), the port's default certificate.
+    let default = || {
+        (vh.listener_hostname.is_some())
+            .then(|| listener.default_certificate.clone())
+            .flatten()
+            .map(|s| (s.namespace, s.name))
+    };
     let tls = listener
         .tls
-        .then(|| certificate(&port.certificates, &vh.hostname))
+        .then(|| certificate(&port.certificates, &vh.hostname).or_else(default))
         .flatten()
         .map(|(ns, name)| ResolvedTls {
             namespace: (ns != *namespace).then_some(ns),
             secret_name: name,
             redirect_http: false,
+            listener_hostname: vh.listener_hostname.clone(),
         });
     Unit {
         gateway: gateway.clone(),
@@ -220,10 +241,12 @@ mod tests {
                 GatewayVirtualHost {
                     hostname: "*".into(),
                     rules: vec![rule("apps/a", None)],
+                    listener_hostname: None,
                 },
                 GatewayVirtualHost {
                     hostname: "shop.example.com".into(),
                     rules: vec![rule("apps/b", Some("shop")), rule("infra/c", None)],
+                    listener_hostname: None,
                 },
             ],
         }]);
@@ -308,5 +331,24 @@ mod tests {
         assert_eq!(name("*.example.com").as_deref(), Some("wild"));
         assert_eq!(name("other.org").as_deref(), Some("any"));
         assert_eq!(certificate(&certs[1..], "other.org"), None);
+    }
+
+    #[test]
+    fn unit_names_fit_in_a_label_value() {
+        let short = unit_name("web", 443, Some("*.example.com"));
+        assert!(short.starts_with("gw-web-443-"), "{short}");
+        assert_eq!(unit_name("web", 80, None), "gw-web-80");
+        let long = "http-listener-isolation-with-hostname-intersection";
+        let named = unit_name(long, 80, Some("abc.foo.example.com"));
+        assert!(named.len() <= 63, "{named}");
+        assert!(
+            named.starts_with("gw-http-listener-isolation-with-"),
+            "{named}"
+        );
+        let longest = "a".repeat(253);
+        assert!(unit_name(&longest, 65535, Some("x")).len() <= 63);
+        // Cut to the same prefix, told apart by the digest.
+        let other = format!("{}b", &longest[..252]);
+        assert_ne!(unit_name(&longest, 80, None), unit_name(&other, 80, None));
     }
 }

@@ -417,6 +417,7 @@ mod tests {
                 namespace: None,
                 secret_name: "cert".into(),
                 redirect_http: true,
+                listener_hostname: None,
             });
         }
         let pcs = [pc];

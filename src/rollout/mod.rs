@@ -32,8 +32,21 @@ pub const FIELD_MANAGER: &str = "switchyard";
 /// When a live ProxyConfig's version was promoted: its drain period runs from then.
 pub const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
 
-/// The label naming the unit a ProxyConfig belongs to.
+/// The label naming the unit a ProxyConfig belongs to (by [`label_value`]).
 pub const ROUTE_LABEL: &str = "switchyard.dev/route";
+
+/// A name as a label value: itself when it fits in 63 characters, else cut and followed by
+/// a digest of it (object names are DNS subdomains: ASCII), so that a name of up to 253
+/// characters still labels what belongs to it.
+pub fn label_value(name: &str) -> String {
+    const MAX: usize = 63;
+    if name.len() <= MAX {
+        return name.to_owned();
+    }
+    let digest = &switchyard_core::hash::digest(name.as_bytes())[..8];
+    let cut = name[..MAX - 1 - digest.len()].trim_end_matches(['.', '-']);
+    format!("{cut}-{digest}")
+}
 
 /// The drain period of a unit that sets none.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);

@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 
 use super::known::Known;
-use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL};
+use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL, label_value};
 use crate::api::{ProxyConfig, ProxyConfigSpec};
 use crate::k8s::model_cache::ObjectKey;
 use crate::k8s::watched::{Filter, Watched};
@@ -218,7 +218,7 @@ fn desired(
     pc.metadata.resource_version = current.and_then(|c| c.resource_version());
     pc.metadata.owner_references = unit.owner.reference.clone().map(|o| vec![o]);
     let mut labels = unit.owner.labels.clone();
-    labels.insert(ROUTE_LABEL.to_owned(), unit.name.to_owned());
+    labels.insert(ROUTE_LABEL.to_owned(), label_value(unit.name));
     pc.metadata.labels = Some(labels);
     pc.metadata.annotations = promoted_at.map(|at| [(PROMOTED_AT.to_owned(), at)].into());
     pc
@@ -285,6 +285,17 @@ mod tests {
         let labels = sent.metadata.labels.unwrap_or_default();
         assert_eq!(labels.get(ROUTE_LABEL).map(String::as_str), Some("web"));
         assert_eq!(labels.len(), 2);
+        // A route name longer than a label value may be: cut, and told apart by a digest.
+        let long = "r".repeat(200);
+        let unit = UnitRef {
+            name: &long,
+            ..unit
+        };
+        let sent = desired("long-probe", &unit, spec(), None, None);
+        let labels = sent.metadata.labels.unwrap_or_default();
+        let value = &labels[ROUTE_LABEL];
+        assert!(value.len() <= 63 && value.starts_with("rrrr"), "{value}");
+        assert_ne!(*value, label_value(&"r".repeat(199)));
     }
 
     #[test]

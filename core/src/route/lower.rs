@@ -101,6 +101,7 @@ pub fn live(live: &Live<'_>) -> Contribution {
         VirtualHostTls {
             secret: secret_name(secret_namespace, &t.secret_name),
             redirect_http: t.redirect_http,
+            listener_hostname: t.listener_hostname.clone(),
         }
     });
     out.virtual_host = Some(VirtualHost {

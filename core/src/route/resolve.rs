@@ -73,6 +73,7 @@ pub fn resolve(
         namespace: None,
         secret_name: t.secret_name.clone(),
         redirect_http: t.redirect_http.unwrap_or(true),
+        listener_hostname: None,
     });
     let rules = spec
         .rules

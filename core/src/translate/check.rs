@@ -344,6 +344,7 @@ mod tests {
                 tls: Some(model::VirtualHostTls {
                     secret: "ns/cert".into(),
                     redirect_http: false,
+                    listener_hostname: None,
                 }),
                 routes: vec![model::Route {
                     name: "r".into(),

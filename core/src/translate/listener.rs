@@ -3,8 +3,10 @@
 //! listener, its public listener and its internal probe twin, which route with its own.
 //! Every route configuration comes over RDS.
 
+use envoy_types::pb::envoy::config::common::mutation_rules::v3::{HeaderMutation, header_mutation};
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, SocketAddress, TransportSocket, address, socket_address, transport_socket,
+    Address, HeaderValue, HeaderValueOption, SocketAddress, TransportSocket, TypedExtensionConfig,
+    address, header_value_option::HeaderAppendAction, socket_address, transport_socket,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
@@ -16,12 +18,14 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
     http_connection_manager::RouteSpecifier, http_filter,
 };
+use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
 };
 
 use envoy_types::pb::envoy::config::accesslog::v3::AccessLog;
 
+use super::route::LISTENER_HEADER;
 use super::{
     HTTP_LISTENER, HTTPS_LISTENER, PROBE_LISTENER, ROUTE_CONFIG_NAME, access_log, http_filters,
     probe, proto,
@@ -33,6 +37,7 @@ pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
 pub const TLS_INSPECTOR_FILTER: &str = "envoy.filters.listener.tls_inspector";
 pub const PROXY_PROTOCOL_FILTER: &str = "envoy.filters.listener.proxy_protocol";
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
+pub const EARLY_HEADER_MUTATION: &str = "envoy.http.early_header_mutation.header_mutation";
 
 /// A served virtual host with TLS: its own filter chain on the HTTPS listener (its Gateway
 /// listener's, when it has one).
@@ -41,6 +46,9 @@ pub struct TlsHost<'a> {
     /// Normalized (sorted, lower-case) hosts; they become SNI `server_names`.
     pub hosts: &'a [String],
     pub secret: &'a str,
+    /// The Gateway listener the chain serves, when its port has several: every request
+    /// is tagged with it ([`MISDIRECTED_HEADER`]), for its virtual host to check.
+    pub listener_hostname: Option<&'a str>,
 }
 
 /// The shared listeners; `tls_hosts` sorted by virtual host name, `probes` by id.
@@ -142,6 +150,8 @@ enum Side {
 struct ManagerExtras {
     access_log: Vec<AccessLog>,
     xff_num_trusted_hops: u32,
+    /// The Gateway listener the connection came in on, to tag each request with.
+    listener_hostname: Option<String>,
 }
 
 fn manager_extras(settings: &model::ListenerSettings, side: Side) -> ManagerExtras {
@@ -149,6 +159,7 @@ fn manager_extras(settings: &model::ListenerSettings, side: Side) -> ManagerExtr
         Side::Public => ManagerExtras {
             access_log: access_log::access_logs(&settings.access_log),
             xff_num_trusted_hops: settings.client_ip.xff_trusted_hops,
+            listener_hostname: None,
         },
         Side::Probe => ManagerExtras::default(),
     }
@@ -214,6 +225,7 @@ fn tls_listener(
             virtual_host: "default",
             hosts: &[],
             secret,
+            listener_hostname: None,
         };
         FilterChain {
             filter_chain_match: None,
@@ -282,7 +294,10 @@ fn tls_filter_chain(
             listener,
             route_config,
             Vec::new(),
-            extras.clone(),
+            ManagerExtras {
+                listener_hostname: host.listener_hostname.map(str::to_owned),
+                ..extras.clone()
+            },
         )],
         transport_socket: Some(TransportSocket {
             name: TLS_TRANSPORT_SOCKET.to_owned(),
@@ -325,11 +340,38 @@ fn hcm_filter(
         // which require_tls relies on.
         use_remote_address: proto::bool_value(true),
         normalize_path: proto::bool_value(true),
+        early_header_mutation_extensions: extras
+            .listener_hostname
+            .iter()
+            .map(|l| listener_tag(l))
+            .collect(),
         ..Default::default()
     };
     Filter {
         name: HCM_FILTER.to_owned(),
         config_type: Some(filter::ConfigType::TypedConfig(proto::pack(&hcm))),
+    }
+}
+
+/// Tags each request with the Gateway listener its connection came in on, before any
+/// route is chosen, overwriting what the client sent under that name.
+fn listener_tag(listener_hostname: &str) -> TypedExtensionConfig {
+    let tag = HeaderMutation {
+        action: Some(header_mutation::Action::Append(HeaderValueOption {
+            header: Some(HeaderValue {
+                key: LISTENER_HEADER.to_owned(),
+                value: listener_hostname.to_owned(),
+                ..Default::default()
+            }),
+            append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+            ..Default::default()
+        })),
+    };
+    TypedExtensionConfig {
+        name: EARLY_HEADER_MUTATION.to_owned(),
+        typed_config: Some(proto::pack(&EarlyHeaderMutation {
+            mutations: vec![tag],
+        })),
     }
 }
 
@@ -412,11 +454,13 @@ mod tests {
                 virtual_host: "ns/a",
                 hosts: &a,
                 secret: "ns/a-cert",
+                listener_hostname: None,
             },
             TlsHost {
                 virtual_host: "ns/b",
                 hosts: &b,
                 secret: "ns/b-cert",
+                listener_hostname: None,
             },
         ];
         let ls = listeners(&settings, &hosts, &[]);
@@ -440,6 +484,49 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_chain_of_one_listener_tags_its_requests_before_routing() {
+        let settings = model::ListenerSettings::default();
+        let gateway = model::GatewayListener {
+            name: "gw/web/https".into(),
+            port: 20001,
+            probe_port: 10001,
+            tls: true,
+            default_secret: Some("web/cert".into()),
+        };
+        let any = vec!["*".to_owned()];
+        let hosts = [TlsHost {
+            virtual_host: "gw/web/any",
+            hosts: &any,
+            secret: "web/cert",
+            listener_hostname: Some("*"),
+        }];
+        let ls = gateway_listeners(&settings, &gateway, &hosts, Some("web/cert"));
+        let tags = |chain: &FilterChain| -> Vec<String> {
+            hcm(chain)
+                .early_header_mutation_extensions
+                .iter()
+                .map(|e| {
+                    let any = e.typed_config.as_ref().unwrap();
+                    let m = EarlyHeaderMutation::decode(any.value.as_slice()).unwrap();
+                    let Some(header_mutation::Action::Append(add)) = &m.mutations[0].action else {
+                        panic!("{m:?}")
+                    };
+                    let header = add.header.as_ref().unwrap();
+                    assert_eq!(
+                        add.append_action,
+                        HeaderAppendAction::OverwriteIfExistsOrAdd as i32
+                    );
+                    format!("{}={}", header.key, header.value)
+                })
+                .collect()
+        };
+        assert_eq!(tags(&ls[0].filter_chains[0]), ["x-switchyard-listener=*"]);
+        // Nothing tags the default chain's requests, nor the probe twin's.
+        assert!(tags(ls[0].default_filter_chain.as_ref().unwrap()).is_empty());
+        assert!(tags(&ls[1].filter_chains[0]).is_empty());
+    }
+
+    #[test]
     fn only_public_listeners_trust_proxies_for_the_client_address() {
         let settings = model::ListenerSettings {
             client_ip: model::ClientIp {
@@ -453,6 +540,7 @@ mod tests {
             virtual_host: "ns/a",
             hosts: &host,
             secret: "ns/a-cert",
+            listener_hostname: None,
         }];
         let ls = listeners(&settings, &tls, &[]);
         let filters = |l: &Listener| -> Vec<String> {

@@ -29,6 +29,7 @@ mod proto;
 mod quarantine;
 pub mod render;
 mod route;
+pub use route::{LISTENER_HEADER, NO_LISTENER};
 mod secret;
 mod translator;
 mod validate;

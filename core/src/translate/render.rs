@@ -32,6 +32,7 @@ use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::Tl
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_filter,
 };
+use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret, secret,
 };
@@ -101,6 +102,12 @@ pub fn render_any(any: &Any) -> String {
                 for (i, log) in h.access_log.iter_mut().enumerate() {
                     if let Some(access_log::ConfigType::TypedConfig(a)) = &mut log.config_type {
                         take(a, format!("access_log[{i}] {:?}", log.name), &mut nested);
+                    }
+                }
+                for (i, e) in h.early_header_mutation_extensions.iter_mut().enumerate() {
+                    if let Some(a) = &mut e.typed_config {
+                        let at = format!("early_header_mutation_extensions[{i}] {:?}", e.name);
+                        take(a, at, &mut nested);
                     }
                 }
                 format!("{h:#?}")
@@ -188,6 +195,9 @@ pub fn render_any(any: &Any) -> String {
             format!("{l:#?}")
         }),
         t if t == Router::type_url() => decoded::<Router>(any, |m| format!("{m:#?}")),
+        t if t == EarlyHeaderMutation::type_url() => {
+            decoded::<EarlyHeaderMutation>(any, |m| format!("{m:#?}"))
+        }
         t if t == Cors::type_url() => decoded::<Cors>(any, |m| format!("{m:#?}")),
         t if t == CorsPolicy::type_url() => decoded::<CorsPolicy>(any, |m| format!("{m:#?}")),
         t if t == LocalRateLimit::type_url() => {
@@ -308,6 +318,7 @@ mod tests {
                 tls: Some(model::VirtualHostTls {
                     secret: "ns/cert".into(),
                     redirect_http: true,
+                    listener_hostname: None,
                 }),
                 routes: vec![model::Route {
                     name: "redirect".into(),

@@ -64,6 +64,7 @@ fn tls(mut vh: model::VirtualHost, secret: &str) -> model::VirtualHost {
     vh.tls = Some(model::VirtualHostTls {
         secret: secret.into(),
         redirect_http: true,
+        listener_hostname: None,
     });
     vh
 }

@@ -35,7 +35,7 @@ use switchyard_core::route::{Checks, Draft, SpecError, assemble, check::rule_nam
 pub struct Attached {
     pub gateway: (String, String),
     pub listener: usize,
-    pub hostnames: Vec<String>,
+    pub hostnames: Vec<hostname::Served>,
     pub rules: Vec<Ranked>,
 }
 
@@ -136,7 +136,7 @@ fn matching_listeners(
     parent: &HttpRouteParentRefs,
     route_namespace: &str,
     route_hostnames: &[String],
-) -> Result<Vec<(usize, Vec<String>)>, Cond> {
+) -> Result<Vec<(usize, Vec<hostname::Served>)>, Cond> {
     if !gateway.accepted() {
         return Err(Cond::no(
             "Accepted",
@@ -183,7 +183,7 @@ fn matching_listeners(
             format!("no listener admits HTTPRoutes from namespace {route_namespace}"),
         ));
     }
-    let with_hosts: Vec<(usize, Vec<String>)> = allowed
+    let with_hosts: Vec<(usize, Vec<hostname::Served>)> = allowed
         .into_iter()
         .map(|i| {
             let listener = gateway.listeners[i].spec.hostname.as_deref();

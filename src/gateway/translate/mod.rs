@@ -159,6 +159,12 @@ pub struct ListenerCertificate {
 pub struct GatewayVirtualHost {
     pub hostname: String,
     pub rules: Vec<GatewayRule>,
+    /// On an HTTPS port of several listeners: the hostname of the listener that claims
+    /// this one (`*`: the listener without a hostname; `-`: none). A request that came in
+    /// on another listener's certificate is answered 421 (GatewayHTTPSListenerDetect-
+    /// MisdirectedRequests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listener_hostname: Option<String>,
 }
 
 /// One match of one rule of an HTTPRoute, in the core's vocabulary.

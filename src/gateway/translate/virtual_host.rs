@@ -1,23 +1,33 @@
 //! What a Gateway serves, by port: the rules of every route attached to the port's
 //! listeners merged per hostname, most precedent first. Listeners on one port share it
 //! (one Envoy listener), so a hostname reached through two of them is one virtual host.
+//!
+//! Listeners are isolated (GatewayHTTPListenerIsolation): a request goes to the most
+//! specific listener whose hostname matches it, and only the routes attached there answer
+//! it. Envoy picks the virtual host with the most specific domain, so it is enough that
+//! a hostname served through a listener is one no more specific listener of the port
+//! claims whole, and that each listener hostname has a virtual host of its own (empty, so
+//! 404, when no route serves it) wherever a less specific listener would answer for it.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::gateway::Listening;
+use super::gateway::{Listener, Listening};
+use super::hostname::{self, Claim};
 use super::http_route::{Attached, Ranked};
 use super::{GatewayRule, GatewayVirtualHost, ListenerCertificate, PortConfig};
+use switchyard_core::translate::NO_LISTENER;
 
 /// The ports of `gateway`'s usable listeners, sorted, with their certificates and
 /// virtual hosts (sorted by hostname).
 pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> {
     let mut ports: BTreeMap<i32, PortConfig> = BTreeMap::new();
-    let mut hosts: BTreeMap<(i32, String), Vec<&Ranked>> = BTreeMap::new();
-    for (index, listener) in gateway.listeners.iter().enumerate() {
-        if !listener.usable {
-            continue;
-        }
+    let mut hosts: BTreeMap<(i32, String), Vec<(Claim, &Ranked)>> = BTreeMap::new();
+    let usable: Vec<(usize, &Listener<'_>)> = (gateway.listeners.iter().enumerate())
+        .filter(|(_, l)| l.usable)
+        .collect();
+    let on_port = |port: i32| usable.iter().filter(move |(_, l)| l.spec.port == port);
+    for &(index, listener) in &usable {
         let port = listener.spec.port;
         let config = ports.entry(port).or_insert_with(|| PortConfig {
             port,
@@ -25,56 +35,102 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
             certificates: Vec::new(),
             virtual_hosts: Vec::new(),
         });
+        let own = listener.spec.hostname.as_deref();
         if !listener.secrets.is_empty() {
             config.certificates.push(ListenerCertificate {
-                hostname: listener
-                    .spec
-                    .hostname
-                    .as_deref()
-                    .unwrap_or("*")
-                    .to_ascii_lowercase(),
+                hostname: own.unwrap_or("*").to_ascii_lowercase(),
                 secrets: listener.secrets.clone(),
             });
+        }
+        // Its own virtual host, for when a less specific listener would answer for it.
+        if let Some(own) = own
+            && on_port(port)
+                .any(|(i, l)| *i != index && hostname::admits(l.spec.hostname.as_deref(), own))
+        {
+            hosts.entry((port, own.to_ascii_lowercase())).or_default();
         }
         let gateway_key = (gateway.namespace.to_owned(), gateway.name.to_owned());
         for a in attached
             .iter()
             .filter(|a| a.gateway == gateway_key && a.listener == index)
         {
-            for hostname in &a.hostnames {
+            for served in &a.hostnames {
+                let claimant = (on_port(port))
+                    .filter(|(_, l)| hostname::admits(l.spec.hostname.as_deref(), &served.hostname))
+                    .max_by_key(|(_, l)| hostname::listener_rank(l.spec.hostname.as_deref()))
+                    .map(|(i, _)| *i);
+                if claimant != Some(index) {
+                    // A more specific listener takes every request for this hostname.
+                    continue;
+                }
                 hosts
-                    .entry((port, hostname.clone()))
+                    .entry((port, served.hostname.clone()))
                     .or_default()
-                    .extend(a.rules.iter());
+                    .extend(a.rules.iter().map(|r| (served.claim, r)));
             }
         }
     }
     for ((port, hostname), mut rules) in hosts {
-        rules.sort_by_key(|r| (Reverse(r.specificity), r.order));
+        rules.sort_by_key(|(claim, r)| (Reverse(*claim), Reverse(r.specificity), r.order));
         // A route attached through two listeners of one port gives its rules twice.
-        rules.dedup_by_key(|r| r.order);
+        let mut seen = BTreeSet::new();
+        rules.retain(|(_, r)| seen.insert(r.order));
         if let Some(config) = ports.get_mut(&port) {
             let rules = (rules.into_iter())
-                .map(|r| on_port(r.rule.clone(), port, &config.protocol))
+                .map(|(_, r)| on_port_rule(r.rule.clone(), port, &config.protocol))
                 .collect();
-            config
-                .virtual_hosts
-                .push(GatewayVirtualHost { hostname, rules });
+            config.virtual_hosts.push(GatewayVirtualHost {
+                hostname,
+                rules,
+                listener_hostname: None,
+            });
         }
     }
     for config in ports.values_mut() {
         config
             .certificates
             .sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        let listeners: Vec<Option<&str>> = (on_port(config.port))
+            .map(|(_, l)| l.spec.hostname.as_deref())
+            .collect();
+        if config.protocol == "HTTPS" && listeners.len() > 1 {
+            tag_listeners(config, &listeners);
+        }
     }
     ports.into_values().collect()
+}
+
+/// Tags each virtual host of an HTTPS port with the listener that claims it, and gives
+/// the port a virtual host for every other name (`*`): a request for a name no route
+/// serves, come in on another listener's certificate, is misdirected too.
+fn tag_listeners(config: &mut PortConfig, listeners: &[Option<&str>]) {
+    if !config.virtual_hosts.iter().any(|v| v.hostname == "*") {
+        config.virtual_hosts.insert(
+            0,
+            GatewayVirtualHost {
+                hostname: "*".to_owned(),
+                rules: Vec::new(),
+                listener_hostname: None,
+            },
+        );
+    }
+    for vh in &mut config.virtual_hosts {
+        let claimant = (listeners.iter())
+            .filter(|l| hostname::admits(**l, &vh.hostname))
+            .max_by_key(|l| hostname::listener_rank(**l));
+        vh.listener_hostname = Some(match claimant {
+            None => NO_LISTENER.to_owned(),
+            Some(None) => "*".to_owned(),
+            Some(Some(h)) => h.to_ascii_lowercase(),
+        });
+    }
 }
 
 /// A rule as the listeners on `port` serve it. The Gateway API: a redirect that names
 /// neither a scheme nor a port keeps the listener's port, and the Location names no port
 /// that is the scheme's own (80 for HTTP, 443 for HTTPS), where the port the request was
 /// sent to (the Host header's, which Envoy keeps) is right.
-fn on_port(mut rule: GatewayRule, port: i32, protocol: &str) -> GatewayRule {
+fn on_port_rule(mut rule: GatewayRule, port: i32, protocol: &str) -> GatewayRule {
     let own = match protocol {
         "HTTPS" => 443,
         _ => 80,

@@ -220,6 +220,7 @@ fn slice_changes_update_only_their_services_clusters() {
             namespace: None,
             secret_name: "cert".into(),
             redirect_http: false,
+            listener_hostname: None,
         });
     }
     assert!(rig.step(&[&b2, &c, &tls], &with_new));

@@ -350,7 +350,8 @@ fn rules_hosts_and_tls_are_resolved_with_their_defaults() {
         Some(ResolvedTls {
             namespace: None,
             secret_name: "shop-cert".into(),
-            redirect_http: true
+            redirect_http: true,
+            listener_hostname: None,
         })
     );
     let names: Vec<_> = vh.rules.iter().map(|r| r.name.as_str()).collect();

@@ -56,18 +56,71 @@ pub fn routed_clusters(routes: &[model::Route]) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The request header a Gateway port's TLS filter chains tag each request with: the
+/// hostname of the listener whose certificate the connection was made with (`*`: the
+/// listener without one; [`NO_LISTENER`]: none). Removed before any upstream sees it.
+pub const LISTENER_HEADER: &str = "x-switchyard-listener";
+
+/// The [`LISTENER_HEADER`] value of a connection no listener's hostname claims.
+pub const NO_LISTENER: &str = "-";
+
+/// The name of the route answering 421 to a request that came in on another listener.
+pub const MISDIRECTED_ROUTE: &str = "switchyard/misdirected";
+
 /// A validated virtual host, with its normalized hosts.
 pub fn virtual_host(vh: &model::VirtualHost, hosts: &[String]) -> envoy_route::VirtualHost {
     let redirect = vh.tls.as_ref().is_some_and(|t| t.redirect_http);
+    let listener = vh.tls.as_ref().and_then(|t| t.listener_hostname.as_deref());
     envoy_route::VirtualHost {
         name: vh.name.clone(),
         domains: hosts.to_vec(),
-        routes: vh.routes.iter().map(route).collect(),
+        routes: (listener.map(misdirected).into_iter())
+            .chain(vh.routes.iter().map(route))
+            .collect(),
         require_tls: if redirect {
             TlsRequirementType::All
         } else {
             TlsRequirementType::None
         } as i32,
+        request_headers_to_remove: listener
+            .map(|_| LISTENER_HEADER.to_owned())
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// 421 Misdirected Request for a request tagged with another listener than `listener`:
+/// a client reusing a connection (HTTP/2 coalescing) made for another listener's
+/// hostname, whose certificate may not be this one's. An untagged request (the probe
+/// listener's) is routed as usual.
+fn misdirected(listener: &str) -> envoy_route::Route {
+    let tag = |specifier, invert_match| HeaderMatcher {
+        name: LISTENER_HEADER.to_owned(),
+        invert_match,
+        header_match_specifier: Some(specifier),
+        ..Default::default()
+    };
+    envoy_route::Route {
+        name: MISDIRECTED_ROUTE.to_owned(),
+        r#match: Some(RouteMatch {
+            path_specifier: Some(PathSpecifier::Prefix("/".to_owned())),
+            headers: vec![
+                tag(HeaderMatchSpecifier::PresentMatch(true), false),
+                tag(
+                    HeaderMatchSpecifier::StringMatch(StringMatcher {
+                        match_pattern: Some(MatchPattern::Exact(listener.to_owned())),
+                        ..Default::default()
+                    }),
+                    true,
+                ),
+            ],
+            ..Default::default()
+        }),
+        action: Some(Action::DirectResponse(DirectResponseAction {
+            status: 421,
+            ..Default::default()
+        })),
         ..Default::default()
     }
 }

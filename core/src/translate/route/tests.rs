@@ -154,6 +154,7 @@ fn empty_hosts_and_tls_wildcards() {
     vh.tls = Some(model::VirtualHostTls {
         secret: "missing".into(),
         redirect_http: true,
+        listener_hostname: None,
     });
     let errors = check(&vh);
     assert_eq!(errors.len(), 2, "{errors:#?}");
@@ -262,11 +263,50 @@ fn single_backend_uses_cluster() {
 }
 
 #[test]
+fn a_virtual_host_of_one_listener_answers_421_to_requests_tagged_by_another() {
+    let mut vh = vhost(vec![simple_route(forward(&[("a", 1)]))]);
+    let untagged = virtual_host(&vh, &normalized_hosts(&vh));
+    assert_eq!(untagged.routes.len(), 1);
+    assert!(untagged.request_headers_to_remove.is_empty());
+    vh.tls = Some(model::VirtualHostTls {
+        secret: "s".into(),
+        redirect_http: false,
+        listener_hostname: Some("*.example.com".into()),
+    });
+    let out = virtual_host(&vh, &normalized_hosts(&vh));
+    assert_eq!(out.routes.len(), 2);
+    let first = &out.routes[0];
+    assert_eq!(first.name, MISDIRECTED_ROUTE);
+    let Some(Action::DirectResponse(respond)) = &first.action else {
+        panic!("{first:?}")
+    };
+    assert_eq!(respond.status, 421);
+    // Tagged (an untagged request, the probe listener's, is routed) and not by this one.
+    let headers = &first.r#match.as_ref().unwrap().headers;
+    assert!(headers.iter().all(|h| h.name == LISTENER_HEADER));
+    assert_eq!(
+        headers[0].header_match_specifier,
+        Some(HeaderMatchSpecifier::PresentMatch(true))
+    );
+    assert!(!headers[0].invert_match && headers[1].invert_match);
+    let Some(HeaderMatchSpecifier::StringMatch(tag)) = &headers[1].header_match_specifier else {
+        panic!()
+    };
+    assert_eq!(
+        tag.match_pattern,
+        Some(MatchPattern::Exact("*.example.com".into()))
+    );
+    assert_eq!(out.routes[1], untagged.routes[0]);
+    assert_eq!(out.request_headers_to_remove, [LISTENER_HEADER]);
+}
+
+#[test]
 fn redirect_and_require_tls() {
     let mut vh = vhost(vec![simple_route(model::RouteAction::RedirectHttps)]);
     vh.tls = Some(model::VirtualHostTls {
         secret: "s".into(),
         redirect_http: true,
+        listener_hostname: None,
     });
     let out = virtual_host(&vh, &normalized_hosts(&vh));
     assert_eq!(out.require_tls, TlsRequirementType::All as i32);

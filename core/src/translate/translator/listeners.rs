@@ -127,6 +127,7 @@ impl Translator {
                     virtual_host: name,
                     hosts: &t.hosts,
                     secret: &t.secret,
+                    listener_hostname: t.listener_hostname.as_deref(),
                 })
                 .collect()
         };

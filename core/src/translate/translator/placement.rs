@@ -44,6 +44,7 @@ pub(super) struct TlsServed {
     pub(super) listener: Option<String>,
     pub(super) hosts: Vec<String>,
     pub(super) secret: String,
+    pub(super) listener_hostname: Option<String>,
 }
 
 impl Translator {
@@ -66,6 +67,7 @@ impl Translator {
             listener: host.model.listener.clone(),
             hosts: host.served_hosts.clone(),
             secret: t.secret.clone(),
+            listener_hostname: t.listener_hostname.clone(),
         });
         let moved_from = self
             .served_uses

@@ -55,6 +55,7 @@ const FEATURES: &[&str] = &[
     "GatewayHTTPListenerIsolation",
     "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayAddressEmpty",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

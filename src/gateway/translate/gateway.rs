@@ -86,16 +86,24 @@ impl Listening<'_> {
 }
 
 fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
-    if gateway
-        .spec
-        .addresses
-        .as_ref()
-        .is_some_and(|a| !a.is_empty())
-    {
+    // A Gateway's address is its Service's IP: an address asked for by type alone
+    // (GatewayAddressEmpty) is that one; a given value, or a hostname, cannot be had.
+    let unsupported = (gateway.spec.addresses.iter().flatten()).find(|a| {
+        a.value.as_deref().is_some_and(|v| !v.is_empty())
+            || a.r#type.as_deref().is_some_and(|t| t != "IPAddress")
+    });
+    if let Some(address) = unsupported {
+        let named = match (address.r#type.as_deref(), address.value.as_deref()) {
+            (t, Some(v)) if !v.is_empty() => format!("{} {v}", t.unwrap_or("IPAddress")),
+            (t, _) => format!("an address of type {}", t.unwrap_or("IPAddress")),
+        };
         return Cond::no(
             "Accepted",
             "UnsupportedAddress",
-            "Switchyard assigns a Gateway's address itself; spec.addresses is not supported",
+            format!(
+                "{named} cannot be assigned: a Gateway's address is its Service's IP, which \
+                 spec.addresses may ask for only as type IPAddress without a value"
+            ),
         );
     }
     let invalid: Vec<&str> = listeners

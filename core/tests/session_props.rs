@@ -1,7 +1,9 @@
 //! The session state machine, SotW and delta, against an Envoy that ACKs, NACKs and repeats
 //! itself in any order: it never sends routes to a cluster the Envoy has not accepted (I1), never
 //! removes a cluster the Envoy's accepted routes still use (I2), and, once the Envoy
-//! answers honestly, brings it to the newest snapshot.
+//! answers honestly, brings it to the newest snapshot. A delta Envoy may take its route
+//! configuration in parts (VHDS, the default for delta): then the same holds of every
+//! virtual host it is sent and holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -12,9 +14,9 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status;
 use proptest::prelude::*;
 use switchyard_core::xds::session::Session;
-use switchyard_core::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE};
+use switchyard_core::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, VIRTUAL_HOST};
 use switchyard_core::xds::wire::Response;
-use switchyard_core::xds::{Ordering, Protocol, Resource, Snapshot};
+use switchyard_core::xds::{Ordering, Protocol, Resource, Snapshot, vhds};
 
 fn res(type_url: &str, name: &str, content: &str) -> Resource {
     Resource::new(
@@ -26,14 +28,31 @@ fn res(type_url: &str, name: &str, content: &str) -> Resource {
     )
 }
 
-/// Snapshot `k`: one route to cluster `c<k>`, with its endpoints and the listener.
+/// The route configuration, and the name of its parts configuration.
+const ROUTE_CONFIG: &str = "switchyard";
+
+/// Snapshot `k`: one route to cluster `c<k>`, with its endpoints and the listener; and
+/// the same in parts: a parts configuration and two virtual hosts to `c<k>`, one that
+/// every snapshot has (`app`, changed) and one of its own (`only<k>`, added and removed).
 fn snapshot(k: u8) -> Arc<Snapshot> {
     let cluster = format!("c{k}");
+    let to = format!("to {cluster}");
     Arc::new(Snapshot::new([
         res(CLUSTER, &cluster, "c"),
         res(ENDPOINT, &cluster, "e"),
         res(LISTENER, "http", "l"),
-        res(ROUTE, "switchyard", &format!("to {cluster}")),
+        res(ROUTE, ROUTE_CONFIG, &to),
+        res(ROUTE, &vhds::parts_name(ROUTE_CONFIG), "parts"),
+        res(
+            VIRTUAL_HOST,
+            &vhds::virtual_host_name(ROUTE_CONFIG, "app"),
+            &to,
+        ),
+        res(
+            VIRTUAL_HOST,
+            &vhds::virtual_host_name(ROUTE_CONFIG, &format!("only{k}")),
+            &to,
+        ),
     ]))
 }
 
@@ -45,15 +64,15 @@ enum Op {
     Stale(usize),
 }
 
-const TYPES: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+const TYPES: [&str; 5] = [CLUSTER, ENDPOINT, LISTENER, ROUTE, VIRTUAL_HOST];
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u8..3).prop_map(Op::Desired),
-        (0usize..4).prop_map(Op::Ack),
-        (0usize..4).prop_map(Op::Ack),
-        (0usize..4).prop_map(Op::Nack),
-        (0usize..4).prop_map(Op::Stale),
+        (0usize..5).prop_map(Op::Ack),
+        (0usize..5).prop_map(Op::Ack),
+        (0usize..5).prop_map(Op::Nack),
+        (0usize..5).prop_map(Op::Stale),
     ]
 }
 
@@ -61,9 +80,13 @@ fn op() -> impl Strategy<Value = Op> {
 /// answered yet (what it would then hold), and what it subscribes to.
 struct Envoy {
     protocol: Protocol,
+    /// Takes its routes in parts (delta only): the parts configuration, then its virtual
+    /// hosts.
+    parts: bool,
     held: BTreeMap<&'static str, BTreeMap<String, String>>,
     unanswered: BTreeMap<&'static str, (String, BTreeMap<String, String>)>,
     asked_routes: bool,
+    asked_virtual_hosts: bool,
     endpoint_names: BTreeSet<String>,
 }
 
@@ -74,13 +97,24 @@ enum Request {
 }
 
 impl Envoy {
-    fn new(protocol: Protocol) -> Self {
+    fn new(protocol: Protocol, parts: bool) -> Self {
         Self {
             protocol,
+            parts,
             held: BTreeMap::new(),
             unanswered: BTreeMap::new(),
             asked_routes: false,
+            asked_virtual_hosts: false,
             endpoint_names: BTreeSet::new(),
+        }
+    }
+
+    /// The route configuration it asks for.
+    fn route_config(&self) -> String {
+        if self.parts {
+            vhds::parts_name(ROUTE_CONFIG)
+        } else {
+            ROUTE_CONFIG.to_owned()
         }
     }
 
@@ -93,9 +127,31 @@ impl Envoy {
 
     fn routed_cluster(bodies: &BTreeMap<String, String>) -> Option<String> {
         bodies
-            .get("switchyard")
+            .get(ROUTE_CONFIG)
             .and_then(|b| b.strip_prefix("switchyard:to "))
             .map(str::to_owned)
+    }
+
+    /// The clusters the resources of `type_url` in `bodies` route to: the inline route
+    /// configuration's, or every virtual host's.
+    fn routed_clusters(type_url: &str, bodies: &BTreeMap<String, String>) -> BTreeSet<String> {
+        match type_url {
+            ROUTE => Self::routed_cluster(bodies).into_iter().collect(),
+            VIRTUAL_HOST => (bodies.iter())
+                .filter_map(|(name, body)| body.strip_prefix(&format!("{name}:to ")))
+                .map(str::to_owned)
+                .collect(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// Every cluster its accepted routes use.
+    fn used_clusters(&self) -> BTreeSet<String> {
+        [ROUTE, VIRTUAL_HOST]
+            .into_iter()
+            .filter_map(|t| Some(Self::routed_clusters(t, self.held.get(t)?)))
+            .flatten()
+            .collect()
     }
 
     /// Takes the session's responses, checking I1 and I2 as each arrives.
@@ -133,18 +189,18 @@ impl Envoy {
                     bodies
                 }
             };
-            if *type_url == ROUTE
-                && let Some(cluster) = Self::routed_cluster(&bodies)
-                && !self.held_names(CLUSTER).contains(&cluster)
+            let held_clusters = self.held_names(CLUSTER);
+            if let Some(cluster) = (Self::routed_clusters(type_url, &bodies).into_iter())
+                .find(|c| !held_clusters.contains(c))
             {
                 return Err(format!(
-                    "routes to {cluster} sent before the Envoy accepted it (holds {:?})",
-                    self.held_names(CLUSTER)
+                    "{type_url}: routes to {cluster} sent before the Envoy accepted it (holds \
+                     {held_clusters:?})"
                 ));
             }
             if *type_url == CLUSTER
-                && let Some(cluster) = self.held.get(ROUTE).and_then(Self::routed_cluster)
-                && !bodies.contains_key(&cluster)
+                && let Some(cluster) =
+                    (self.used_clusters().into_iter()).find(|c| !bodies.contains_key(c))
             {
                 return Err(format!(
                     "cluster {cluster} removed while the Envoy's routes use it"
@@ -175,7 +231,7 @@ impl Envoy {
                 type_url: type_url.to_string(),
                 resource_names: match type_url {
                     ENDPOINT => self.endpoint_names.iter().cloned().collect(),
-                    ROUTE => vec!["switchyard".into()],
+                    ROUTE => vec![ROUTE_CONFIG.into()],
                     _ => Vec::new(),
                 },
                 response_nonce: nonce.to_string(),
@@ -203,8 +259,9 @@ impl Envoy {
     }
 
     /// Answers the last response of a type: ACK (it holds it now) or NACK. Afterwards it
-    /// asks for the endpoints of the clusters it holds, and for routes once it has a
-    /// listener, as Envoy does.
+    /// asks for the endpoints of the clusters it holds, for routes once it has a listener,
+    /// and (in parts) for the virtual hosts once it has the parts configuration, as Envoy
+    /// does.
     fn answer(
         &mut self,
         session: &mut Session,
@@ -237,17 +294,28 @@ impl Envoy {
         }
         if type_url == LISTENER && accept && !self.asked_routes {
             self.asked_routes = true;
-            let request = self.request(ROUTE, "", false, &["switchyard".into()], &[]);
+            let request = self.request(ROUTE, "", false, &[self.route_config()], &[]);
+            self.send(session, request)?;
+        }
+        // Its VHDS subscription comes with the parts configuration it takes.
+        if type_url == ROUTE
+            && accept
+            && self.held_names(ROUTE).contains(&self.route_config())
+            && self.parts
+            && !self.asked_virtual_hosts
+        {
+            self.asked_virtual_hosts = true;
+            let request = self.request(VIRTUAL_HOST, "", false, &[self.route_config()], &[]);
             self.send(session, request)?;
         }
         Ok(())
     }
 }
 
-fn run(protocol: Protocol, ops: &[Op]) -> Result<(), String> {
+fn run(protocol: Protocol, parts: bool, ops: &[Op]) -> Result<(), String> {
     let now = Instant::now();
     let mut session = Session::new(protocol, Ordering::MakeBeforeBreak);
-    let mut envoy = Envoy::new(protocol);
+    let mut envoy = Envoy::new(protocol, parts);
     for type_url in [CLUSTER, LISTENER] {
         let request = envoy.request(type_url, "", false, &[], &[]);
         envoy.send(&mut session, request)?;
@@ -257,6 +325,9 @@ fn run(protocol: Protocol, ops: &[Op]) -> Result<(), String> {
             Op::Desired(k) => envoy.receive(session.set_desired(snapshot(*k), now))?,
             Op::Ack(t) => envoy.answer(&mut session, TYPES[*t], true)?,
             Op::Nack(t) => envoy.answer(&mut session, TYPES[*t], false)?,
+            // Envoy asks for virtual hosts only by the namespace of a parts configuration
+            // it holds: no request of that type comes before.
+            Op::Stale(t) if TYPES[*t] == VIRTUAL_HOST && !envoy.asked_virtual_hosts => {}
             Op::Stale(t) => {
                 let request = envoy.request(TYPES[*t], "999", false, &[], &[]);
                 envoy.send(&mut session, request)?;
@@ -274,7 +345,22 @@ fn run(protocol: Protocol, ops: &[Op]) -> Result<(), String> {
             envoy.answer(&mut session, type_url, true)?;
         }
     }
-    let routed = envoy.held.get(ROUTE).and_then(Envoy::routed_cluster);
+    if parts {
+        let newest = [
+            vhds::virtual_host_name(ROUTE_CONFIG, "app"),
+            vhds::virtual_host_name(ROUTE_CONFIG, "only7"),
+        ];
+        let hosts = envoy.held_names(VIRTUAL_HOST);
+        let routed = envoy.used_clusters();
+        if hosts != BTreeSet::from(newest) || routed != BTreeSet::from(["c7".to_string()]) {
+            return Err(format!(
+                "virtual hosts not brought to the newest snapshot: {hosts:?} routing to \
+                 {routed:?}; {:#?}",
+                session.status()
+            ));
+        }
+    }
+    let routed = envoy.used_clusters().into_iter().next();
     if routed.as_deref() != Some("c7") || !envoy.held_names(CLUSTER).contains("c7") {
         return Err(format!(
             "not brought to the newest snapshot: routes to {routed:?}, clusters {:?}; {:#?}",
@@ -296,12 +382,14 @@ proptest! {
 
     #[test]
     fn any_answer_order_keeps_make_before_break_and_ends_in_sync(
-        delta in any::<bool>(),
+        kind in 0u8..3,
         ops in proptest::collection::vec(op(), 0..40)
     ) {
-        let protocol = if delta { Protocol::Delta } else { Protocol::Sotw };
-        if let Err(e) = run(protocol, &ops) {
-            prop_assert!(false, "{protocol:?}: {e}");
+        // SotW; delta with the route configuration whole; delta in parts (VHDS).
+        let protocol = if kind == 0 { Protocol::Sotw } else { Protocol::Delta };
+        let parts = kind == 2;
+        if let Err(e) = run(protocol, parts, &ops) {
+            prop_assert!(false, "{protocol:?} (in parts: {parts}): {e}");
         }
     }
 }

@@ -611,6 +611,95 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["web"]);
 }
 
+#[tokio::test]
+async fn listeners_are_added_and_removed_under_load_without_a_drop() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    for backend in ["web", "own"] {
+        rig.add_backend(backend).await;
+    }
+    let (controller, class) = start_gateway_controller(&mut rig, "listeners", &[]);
+    let ns = rig.namespace.clone();
+    // Gateway `edge` with the listener for every host, and more.
+    let gateway = |more: &str| {
+        let mut yaml = edge_gateway(&class, &controller, &ns);
+        let one = "listeners: [ { name: http, port: 80, protocol: HTTP } ]";
+        assert!(yaml.contains(one));
+        yaml = yaml.replace(
+            one,
+            &format!("listeners: [ {{ name: http, port: 80, protocol: HTTP }}{more} ]"),
+        );
+        yaml
+    };
+    // `web` through the listener for every host; `own` through a listener of web.test's.
+    let route = |name: &str, section: &str| {
+        format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: {name}, namespace: {ns} }}
+spec:
+  parentRefs: [ {{ name: edge, sectionName: {section} }} ]
+  hostnames: [ web.test ]
+  rules: [ {{ backendRefs: [ {{ name: {name}, port: 80 }} ] }} ]
+---"#
+        )
+    };
+    apply(&rig, &format!("{}{}", gateway(""), route("web", "http"))).await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let targets = edge_targets(&rig).await;
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+    let seen = |name: &str| rig.backends[name].requests_seen();
+    let web_only = seen("web");
+    wait_more("web", web_only, || seen("web")).await;
+
+    // A listener for web.test on the same port: it takes web.test over (isolation), and
+    // the route attached there answers. The route comes first: a listener with no route
+    // answers 404 for its hostname, as the Gateway API says, from the moment it is
+    // there (docs/gateway-api.md).
+    apply(&rig, &route("own", "own")).await;
+    let own = ", { name: own, port: 80, protocol: HTTP, hostname: web.test }";
+    apply(&rig, &gateway(own)).await;
+    wait_served(&routes, "own", 1).await;
+    wait_more("own", 0, || seen("own")).await;
+
+    // A listener on a port of its own, added and removed: port 80 is not disturbed.
+    let other_port = ", { name: alt, port: 8080, protocol: HTTP }";
+    apply(&rig, &gateway(&format!("{own}{other_port}"))).await;
+    switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 8080).await;
+    apply(&rig, &gateway(own)).await;
+
+    // web.test's listener removed: the listener for every host answers for it again.
+    apply(&rig, &gateway("")).await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let before = (seen("own"), seen("web"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if seen("own") == before.0 && seen("web") > before.1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "web.test not back on `web` within {WITHIN:?}"
+        );
+    }
+
+    let report = load.finish().await;
+    eprintln!(
+        "listeners: {} requests in {:.1}s, non-2xx {}, by backend {:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_backend
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["own", "web"]);
+}
+
 /// The HTTPRoute `web` for web.test on Gateway `edge`, to `backend`.
 fn web_route(namespace: &str, backend: &str) -> String {
     web_route_with(

@@ -4,8 +4,11 @@
 //! reconnecting Envoy claims to hold).
 //!
 //! The Envoy is modelled by what it holds: a response it ACKed, and what it said it held
-//! when its stream began. It subscribes to clusters by wildcard, as Envoy does over ADS. Checked: no panic, and make-before-break (I1) — no route
-//! configuration is ever sent that sends traffic to a cluster the Envoy does not hold.
+//! when its stream began. It subscribes to clusters by wildcard, as Envoy does over ADS.
+//! The snapshots serve route configurations whole and in parts (VHDS, the default for
+//! delta Envoys): an Envoy may ask for either, and for virtual hosts by namespace or name.
+//! Checked: no panic, and make-before-break (I1) — no route configuration and no virtual
+//! host is ever sent that sends traffic to a cluster the Envoy does not hold.
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,21 +17,21 @@ use std::time::Instant;
 
 use arbitrary::Arbitrary;
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use switchyard::standalone::file::RouteSpec;
 use switchyard_core::translate::translate;
-use switchyard_core::xds::Snapshot;
 use switchyard_core::xds::session::{Ordering, Protocol, Response, Session};
-use switchyard_core::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET};
+use switchyard_core::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, VIRTUAL_HOST};
+use switchyard_core::xds::{Snapshot, vhds};
 use switchyard_fuzz::{model_of, route_file};
 
-const TYPES: [&str; 5] = [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET];
+const TYPES: [&str; 6] = [CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, VIRTUAL_HOST];
 const MAX_STEPS: usize = 256;
 
 #[derive(Arbitrary, Debug)]
@@ -106,18 +109,30 @@ fn snapshots() -> &'static [Arc<Snapshot>] {
             vec![],
         ]
         .into_iter()
-        .map(|specs| Arc::new(translate(&model_of(&route_file(specs))).snapshot))
+        .map(|specs| {
+            let mut model = model_of(&route_file(specs));
+            model.listeners.virtual_host_discovery = true;
+            Arc::new(translate(&model).snapshot)
+        })
         .collect()
     })
 }
 
-/// The clusters a route configuration sends traffic to.
-fn routed_clusters(body: &[u8]) -> BTreeSet<String> {
-    let Ok(config) = RouteConfiguration::decode(body) else {
-        panic!("the session sent a route configuration that does not decode");
+/// The clusters a route configuration or a virtual host sends traffic to.
+fn routed_clusters(type_url: &str, body: &[u8]) -> BTreeSet<String> {
+    let virtual_hosts = if type_url == VIRTUAL_HOST {
+        let Ok(vh) = VirtualHost::decode(body) else {
+            panic!("the session sent a virtual host that does not decode");
+        };
+        vec![vh]
+    } else {
+        let Ok(config) = RouteConfiguration::decode(body) else {
+            panic!("the session sent a route configuration that does not decode");
+        };
+        config.virtual_hosts
     };
     let mut out = BTreeSet::new();
-    for vh in &config.virtual_hosts {
+    for vh in &virtual_hosts {
         for route in &vh.routes {
             if let Some(Action::Route(action)) = &route.action {
                 match &action.cluster_specifier {
@@ -159,17 +174,18 @@ impl Envoy {
                 self.sent_nonces.insert(nonce.clone()),
                 "nonce {nonce} sent twice"
             );
-            if response.type_url() == ROUTE {
+            let type_url = response.type_url().to_owned();
+            if type_url == ROUTE || type_url == VIRTUAL_HOST {
                 let resources = match &response {
                     Response::Sotw(r) => &r.resources,
                     Response::Delta(r) => &r.resources,
                 };
                 let clusters = self.held.get(CLUSTER).cloned().unwrap_or_default();
                 for config in resources {
-                    for cluster in routed_clusters(&config.body.value) {
+                    for cluster in routed_clusters(&type_url, &config.body.value) {
                         assert!(
                             clusters.contains(&cluster),
-                            "route configuration {} sent routing to cluster {cluster}, which the Envoy does not hold (it holds {clusters:?})",
+                            "{type_url} {} sent routing to cluster {cluster}, which the Envoy does not hold (it holds {clusters:?})",
                             config.name
                         );
                     }
@@ -245,7 +261,8 @@ fn type_of(i: u8) -> &'static str {
 
 /// Names to subscribe to. Clusters are subscribed to as Envoy does in ADS, by wildcard:
 /// routes name clusters the Envoy must hold, and a node that picks its clusters by name
-/// (on-demand CDS) asks for those as it needs them.
+/// (on-demand CDS) asks for those as it needs them. Virtual hosts: by the namespace of
+/// their parts configuration, as Envoy does, or by name.
 fn names_of(type_url: &str, picks: &[u8]) -> Vec<String> {
     if type_url == CLUSTER {
         return Vec::new();
@@ -254,6 +271,10 @@ fn names_of(type_url: &str, picks: &[u8]) -> Vec<String> {
         .iter()
         .filter_map(|s| s.resources(type_url))
         .flat_map(|r| r.keys().cloned())
+        .flat_map(|name| {
+            let namespace = (type_url == VIRTUAL_HOST).then(|| vhds::namespace(&name).to_owned());
+            namespace.into_iter().chain([name])
+        })
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();

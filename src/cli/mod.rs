@@ -62,8 +62,10 @@ pub(crate) enum Command {
     /// JSON with --json): `envoy -c` it.
     Bootstrap(BootstrapArgs),
     /// Print what would be served for some files, with no cluster and no Envoy: a
-    /// standalone configuration (directory or file), or Kubernetes manifests (TrafficRoutes,
-    /// Services, EndpointSlices, TLS Secrets). Problems go to stderr; exit status 1 if any.
+    /// standalone configuration (directory or file), or Kubernetes manifests, a file or a
+    /// directory of them (TrafficRoutes; GatewayClasses, Gateways, HTTPRoutes,
+    /// ReferenceGrants; Services, EndpointSlices, Namespaces, TLS Secrets). Problems go to
+    /// stderr; exit status 1 if any.
     Translate {
         /// The directory or file.
         #[arg(short = 'f', long = "file", value_name = "PATH")]

@@ -1,8 +1,12 @@
 //! `switchyard translate`: what Switchyard would serve for some files, with no cluster and
 //! no Envoy. The input is a standalone configuration (a directory or one file), or
-//! Kubernetes manifests (TrafficRoutes, Services, EndpointSlices, TLS Secrets; any other
-//! kind is ignored). Each goes through the same steps as when it is served: resolution,
-//! lowering, translation; the problems are those the routes' status or the log would show.
+//! Kubernetes manifests, one file or a directory of them (TrafficRoutes, the Gateway API's
+//! GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants, Services, EndpointSlices,
+//! Namespaces, TLS Secrets; any other kind is ignored). Each goes through the same steps
+//! as when it is served: resolution (for Gateway API kinds, translation into units),
+//! lowering, translation; the problems are those the status or the log would show.
+
+mod gateway;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,16 +69,42 @@ pub fn run(path: &Path, stage: Stage) -> Result<Output, Error> {
     Ok(Output { text, problems })
 }
 
-/// A standalone directory is a directory; a single file is Kubernetes manifests when a
-/// document names its `kind`.
+/// Kubernetes manifests, where a document names its `kind` or `apiVersion`: in the file,
+/// or in a file of the directory. A standalone configuration names neither.
 fn is_manifests(path: &Path) -> Result<bool, Error> {
-    if path.is_dir() {
-        return Ok(false);
+    for file in files(path)? {
+        let text = read(&file)?;
+        if text
+            .lines()
+            .any(|l| l.starts_with("kind:") || l.starts_with("apiVersion:"))
+        {
+            return Ok(true);
+        }
     }
-    let text = read(path)?;
-    Ok(text
-        .lines()
-        .any(|l| l.starts_with("kind:") || l.starts_with("apiVersion:")))
+    Ok(false)
+}
+
+/// The file, or the YAML and JSON files of the directory, by name.
+fn files(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                )
+        })
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn read(path: &Path) -> Result<String, Error> {
@@ -94,16 +124,24 @@ fn from_standalone(path: &Path) -> Result<(Config, Vec<String>), Error> {
     Ok((built.config, built.problems))
 }
 
-/// The live ProxyConfig each TrafficRoute would get once rolled out, and the model built
-/// from them as every replica builds it.
+/// The live ProxyConfig each TrafficRoute and each unit of a Gateway would get once
+/// rolled out, and the model built from them as every replica builds it.
 fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
     let docs = manifests(path)?;
     let routes: Vec<TrafficRoute> = of_kind(path, &docs, "TrafficRoute")?;
     let services: Vec<Service> = of_kind(path, &docs, "Service")?;
     let slices: Vec<EndpointSlice> = of_kind(path, &docs, "EndpointSlice")?;
     let secrets: Vec<Secret> = of_kind(path, &docs, "Secret")?;
-    let mut problems = Vec::new();
-    let mut live = Vec::new();
+    let gateway_api = gateway::Objects {
+        classes: of_kind(path, &docs, "GatewayClass")?,
+        gateways: of_kind(path, &docs, "Gateway")?,
+        routes: of_kind(path, &docs, "HTTPRoute")?,
+        grants: of_kind(path, &docs, "ReferenceGrant")?,
+        services: services.clone(),
+        namespaces: of_kind(path, &docs, "Namespace")?,
+        secrets: secrets.clone(),
+    };
+    let (mut live, mut problems) = gateway::live_proxy_configs(&gateway_api);
     for route in &routes {
         let namespace = route.namespace().unwrap_or_else(|| "default".into());
         let name = route.name_any();
@@ -159,14 +197,19 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
     Ok((config, problems))
 }
 
+/// Every document of the file, or of the directory's files in order.
 fn manifests(path: &Path) -> Result<Vec<serde_json::Value>, Error> {
-    let text = read(path)?;
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| Error::Manifest {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+    let mut docs = Vec::new();
+    for file in files(path)? {
+        let text = read(&file)?;
+        let in_file: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).map_err(|e| Error::Manifest {
+                path: file.clone(),
+                message: e.to_string(),
+            })?;
+        docs.extend(in_file.into_iter().filter(|d| !d.is_null()));
+    }
+    Ok(docs)
 }
 
 fn of_kind<T: DeserializeOwned>(

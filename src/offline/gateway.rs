@@ -1,0 +1,113 @@
+//! The Gateway API kinds of some manifests, as the Gateway controller would serve them:
+//! translated, cut into units, and each unit's live ProxyConfig as its rollout would leave
+//! it. What the controller would write into a status as not accepted, not resolved or not
+//! valid is a problem here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+
+use crate::api::{ProxyConfig, ProxyConfigRole};
+use crate::gateway::api::gatewayclasses::GatewayClass;
+use crate::gateway::api::gateways::Gateway;
+use crate::gateway::api::httproutes::HttpRoute;
+use crate::gateway::api::referencegrants::ReferenceGrant;
+use crate::gateway::controller::known;
+use crate::gateway::service::FLEET_PORTS;
+use crate::gateway::translate::{
+    CONTROLLER_NAME, Cond, Inputs, KnownSecret, Translation, translate,
+};
+use crate::gateway::unit::units;
+use crate::rollout::spec::{live_name, proxy_config_spec};
+
+/// The kinds read.
+pub struct Objects {
+    pub classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub routes: Vec<HttpRoute>,
+    pub grants: Vec<ReferenceGrant>,
+    pub services: Vec<Service>,
+    pub namespaces: Vec<Namespace>,
+    pub secrets: Vec<Secret>,
+}
+
+/// The live ProxyConfig of every unit of every Gateway of the GatewayClasses of
+/// Switchyard's controller name, and the problems. A Gateway's ports get fleet ports in
+/// order from the first (20000), as on a fresh installation: a running one keeps those it
+/// gave.
+pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) {
+    let secrets: Vec<KnownSecret> = objects.secrets.iter().map(known).collect();
+    let translation = translate(&Inputs {
+        controller_name: CONTROLLER_NAME,
+        crd_version: None,
+        classes: &objects.classes,
+        gateways: &objects.gateways,
+        routes: &objects.routes,
+        grants: &objects.grants,
+        services: &objects.services,
+        namespaces: &objects.namespaces,
+        secrets: &secrets,
+    });
+    let mut fleet = FLEET_PORTS;
+    let fleet_ports: BTreeMap<_, _> = (translation.gateways.iter())
+        .map(|g| {
+            let ports = (g.ports.iter())
+                .filter_map(|p| Some((p.port, fleet.next()?)))
+                .collect();
+            ((g.namespace.clone(), g.name.clone()), ports)
+        })
+        .collect();
+    let live = units(&translation.gateways, &fleet_ports)
+        .into_iter()
+        .map(|unit| {
+            let spec = proxy_config_spec(
+                &unit.name,
+                1,
+                ProxyConfigRole::Live,
+                &unit.resolved,
+                &[],
+                None,
+            );
+            let mut pc = ProxyConfig::new(&live_name(&unit.name), spec);
+            pc.metadata.namespace = Some(unit.gateway.0.clone());
+            pc
+        })
+        .collect();
+    (live, problems(&translation))
+}
+
+/// Every condition of the translation that says something is not served, or not all of
+/// it: `<Kind> <namespace>/<name>[ <where>]: <type> <reason>: <message>`.
+fn problems(translation: &Translation) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut add = |subject: String, conditions: &[Cond]| {
+        out.extend(
+            (conditions.iter())
+                .filter(|c| c.is_true() == (c.type_ == "Conflicted"))
+                .map(|c| format!("{subject}: {} {}: {}", c.type_, c.reason, c.message)),
+        );
+    };
+    for class in &translation.classes {
+        add(format!("GatewayClass {}", class.name), &class.conditions);
+    }
+    for g in &translation.gateways {
+        let subject = format!("Gateway {}/{}", g.namespace, g.name);
+        add(subject.clone(), &g.conditions);
+        for listener in &g.listeners {
+            add(
+                format!("{subject} listener {}", listener.name),
+                &listener.conditions,
+            );
+        }
+    }
+    for route in &translation.routes {
+        for parent in &route.parents {
+            let subject = format!(
+                "HTTPRoute {}/{} on Gateway {}/{}",
+                route.namespace, route.name, parent.gateway_namespace, parent.gateway
+            );
+            add(subject, &parent.conditions);
+        }
+    }
+    out
+}

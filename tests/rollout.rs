@@ -174,8 +174,13 @@ async fn a_service_without_endpoints_keeps_traffic_on_the_old_one_until_it_has_s
     rig.add_backend("new").await;
     rig.set_ready("new", false).await;
     let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
-    rig.apply_route("web", &Rig::route_yaml(HOST, &[("new", 1)]))
-        .await;
+    let deadline = "rollout: { probeDeadline: 3s }\n";
+    let applied = std::time::Instant::now();
+    rig.apply_route(
+        "web",
+        &format!("{}{deadline}", Rig::route_yaml(HOST, &[("new", 1)])),
+    )
+    .await;
     let status = rig
         .wait_status("web", Duration::from_secs(20), |s| {
             s.conditions.iter().any(|c| {
@@ -191,7 +196,23 @@ async fn a_service_without_endpoints_keeps_traffic_on_the_old_one_until_it_has_s
         "while the new Service has no endpoints: {:?}",
         status.conditions.iter().find(|c| c.type_ == "Ready")
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Past its probe deadline the status says so, and names what it waits for.
+    let status = rig
+        .wait_status("web", Duration::from_secs(20), |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "False"
+                    && c.reason == "ProbeDeadlineExceeded"
+                    && c.message.contains("without ready endpoints")
+            })
+        })
+        .await;
+    let told = applied.elapsed();
+    eprintln!(
+        "past the probe deadline, {told:?} after the change: {:?}",
+        status.conditions.iter().find(|c| c.type_ == "Ready")
+    );
+    assert!(told >= Duration::from_secs(3), "told after {told:?}");
     assert_eq!(
         rig.answers().await,
         ["old", "old", "old"],

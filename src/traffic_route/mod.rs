@@ -12,6 +12,7 @@
 //! - `routes`: the routes by host and by Service, for those triggers and admission.
 
 mod admission;
+mod deadline;
 mod reconcile;
 mod report;
 pub mod resolve;
@@ -46,6 +47,7 @@ use crate::rollout::ProxyConfigs;
 use crate::rollout::clock::RolloutClock;
 use crate::rollout::proxy_configs::Error;
 use crate::translate::Problem;
+use deadline::ProbeDeadlines;
 use reconcile::reconcile;
 use routes::{RouteIndex, object_ref};
 use triggers::{
@@ -132,6 +134,8 @@ pub(super) struct Context {
     pub(super) converged: watch::Receiver<Option<String>>,
     /// When each route's rollout took its last step, for the step histogram.
     pub(super) clock: RolloutClock,
+    /// How long each waiting route has waited, against its `probeDeadline`.
+    pub(super) deadlines: ProbeDeadlines,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -181,6 +185,7 @@ pub async fn run(client: Client, settings: Settings) {
         route_index: route_index.clone(),
         converged,
         clock: RolloutClock::default(),
+        deadlines: ProbeDeadlines::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());

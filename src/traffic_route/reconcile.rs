@@ -12,6 +12,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
+use super::deadline::{PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
 use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
 use super::verify::verify;
@@ -70,6 +71,7 @@ pub(super) async fn reconcile(
     let action = match end? {
         End::Rejected(error) => {
             ctx.clock.stop(&pass.key);
+            ctx.deadlines.done(&(namespace.clone(), name.clone()));
             report.rejected(&error, live);
             let event = Some((error.reason(), error.to_string()));
             publish(ctx, route, &report, event).await;
@@ -88,6 +90,7 @@ pub(super) async fn reconcile(
         }
         End::Served => {
             ctx.clock.stop(&pass.key);
+            ctx.deadlines.done(&(namespace.clone(), name.clone()));
             report.done();
             ready(ctx, route, &mut report, Duration::from_secs(300)).await
         }
@@ -250,8 +253,21 @@ pub(super) async fn requeue_waiting(
     let troubles = ctx.troubles(&key);
     report.explain(&troubles);
     // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
-    let event = (report.ready.reason == ENVOY_REJECTED)
+    let mut event = (report.ready.reason == ENVOY_REJECTED)
         .then(|| (ENVOY_REJECTED, report.ready.message.clone()));
+    let deadline = probe_deadline(route);
+    let mut after = after;
+    match (ctx.deadlines).check(&key, report.generation, deadline, Instant::now()) {
+        Verdict::Within { left } => after = after.min(left),
+        // Envoy's own words say more than the time waited.
+        Verdict::Exceeded { .. } if event.is_some() => {}
+        Verdict::Exceeded { waited, first } => {
+            report.deadline_exceeded(deadline, waited);
+            if first {
+                event = Some((PROBE_DEADLINE_EXCEEDED, report.ready.message.clone()));
+            }
+        }
+    }
     publish(ctx, route, report, event).await;
     // Routes on trial that Envoy refused wait for their own change, which reconciles them:
     // the fleet converging brings them nothing, and hundreds of them probing on every

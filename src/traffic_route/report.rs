@@ -3,6 +3,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use std::time::Duration;
+
+use super::deadline::PROBE_DEADLINE_EXCEEDED;
 use super::{Context, ENVOY_REJECTED, ROUTE_CONFIGURATION};
 use crate::api::TrafficRouteStatus;
 use crate::api::traffic_route::EnvoyProgress;
@@ -183,6 +186,18 @@ impl Report {
         );
         self.phase(phase, &detail);
         self.status.envoys = Some(progress(result, lagging));
+    }
+
+    /// The generation waited longer than its `probeDeadline`: Ready says so (the rollout
+    /// goes on; Progressing stays as it was).
+    pub(super) fn deadline_exceeded(&mut self, deadline: Duration, waited: Duration) {
+        self.ready.reason = PROBE_DEADLINE_EXCEEDED.into();
+        self.ready.message = format!(
+            "not proven on every Envoy within the probe deadline ({deadline:?}; waited {}s, \
+             still trying): {}",
+            waited.as_secs(),
+            self.ready.message
+        );
     }
 
     /// Adds reasons a rollout is stuck; an Envoy's NACK becomes the condition's reason.

@@ -17,6 +17,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard_e2e::LoadReport;
 use switchyard_e2e::gateway::{
     edge_gateway, edge_targets, gateway_services, install_crds, select_fleet,
 };
@@ -517,6 +518,22 @@ spec:
 }
 
 /// Until `seen` returns more than `before`, or panics naming `what` after [`WITHIN`].
+/// Ends `load`, says what it saw under `what`, and asserts that it sent requests and every
+/// one got a 2xx.
+async fn finished_without_a_drop(load: switchyard_e2e::Load, what: &str) -> LoadReport {
+    let report = load.finish().await;
+    eprintln!(
+        "{what}: {} requests in {:.1}s, non-2xx {}, by backend {:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_backend
+    );
+    assert!(report.sent > 0);
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    report
+}
+
 async fn wait_more(what: &str, before: usize, seen: impl Fn() -> usize) -> usize {
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
@@ -597,16 +614,8 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
         "copies went on after the mirrors were removed"
     );
 
-    let report = load.finish().await;
-    eprintln!(
-        "mirrors: {} requests in {:.1}s, non-2xx {}, by backend {:?}, copies {stopped:?}",
-        report.sent,
-        report.elapsed.as_secs_f64(),
-        report.non_2xx(),
-        report.by_backend
-    );
-    assert!(report.sent > 0);
-    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    eprintln!("mirrors: copies {stopped:?}");
+    let report = finished_without_a_drop(load, "mirrors").await;
     // The clients get the route's backend's answers only.
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["web"]);
 }
@@ -687,16 +696,7 @@ spec:
         );
     }
 
-    let report = load.finish().await;
-    eprintln!(
-        "listeners: {} requests in {:.1}s, non-2xx {}, by backend {:?}",
-        report.sent,
-        report.elapsed.as_secs_f64(),
-        report.non_2xx(),
-        report.by_backend
-    );
-    assert!(report.sent > 0);
-    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+    let report = finished_without_a_drop(load, "listeners").await;
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["own", "web"]);
 }
 

@@ -26,7 +26,12 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
     let usable: Vec<(usize, &Listener<'_>)> = (gateway.listeners.iter().enumerate())
         .filter(|(_, l)| l.usable)
         .collect();
-    let on_port = |port: i32| usable.iter().filter(move |(_, l)| l.spec.port == port);
+    // Each port's listeners: index and hostname.
+    let mut on_port: BTreeMap<i32, Vec<(usize, Option<&str>)>> = BTreeMap::new();
+    for &(index, listener) in &usable {
+        (on_port.entry(listener.spec.port).or_default())
+            .push((index, listener.spec.hostname.as_deref()));
+    }
     for &(index, listener) in &usable {
         let port = listener.spec.port;
         let config = ports.entry(port).or_insert_with(|| PortConfig {
@@ -42,10 +47,10 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
                 secrets: listener.secrets.clone(),
             });
         }
+        let neighbours = on_port.get(&port).map(Vec::as_slice).unwrap_or_default();
         // Its own virtual host, for when a less specific listener would answer for it.
         if let Some(own) = own
-            && on_port(port)
-                .any(|(i, l)| *i != index && hostname::admits(l.spec.hostname.as_deref(), own))
+            && (neighbours.iter()).any(|(i, l)| *i != index && hostname::admits(*l, own))
         {
             hosts.entry((port, own.to_ascii_lowercase())).or_default();
         }
@@ -55,10 +60,7 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
             .filter(|a| a.gateway == gateway_key && a.listener == index)
         {
             for served in &a.hostnames {
-                let claimant = (on_port(port))
-                    .filter(|(_, l)| hostname::admits(l.spec.hostname.as_deref(), &served.hostname))
-                    .max_by_key(|(_, l)| hostname::listener_rank(l.spec.hostname.as_deref()))
-                    .map(|(i, _)| *i);
+                let claimant = claimant(neighbours, &served.hostname).map(|(i, _)| i);
                 if claimant != Some(index) {
                     // A more specific listener takes every request for this hostname.
                     continue;
@@ -90,11 +92,12 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
         config
             .certificates
             .sort_by(|a, b| a.hostname.cmp(&b.hostname));
-        let listeners: Vec<Option<&str>> = (on_port(config.port))
-            .map(|(_, l)| l.spec.hostname.as_deref())
-            .collect();
+        let listeners = on_port
+            .get(&config.port)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         if config.protocol == "HTTPS" && listeners.len() > 1 {
-            tag_listeners(config, &listeners);
+            tag_listeners(config, listeners);
         }
     }
     ports.into_values().collect()
@@ -103,7 +106,7 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
 /// Tags each virtual host of an HTTPS port with the listener that claims it, and gives
 /// the port a virtual host for every other name (`*`): a request for a name no route
 /// serves, come in on another listener's certificate, is misdirected too.
-fn tag_listeners(config: &mut PortConfig, listeners: &[Option<&str>]) {
+fn tag_listeners(config: &mut PortConfig, listeners: &[(usize, Option<&str>)]) {
     if !config.virtual_hosts.iter().any(|v| v.hostname == "*") {
         config.virtual_hosts.insert(
             0,
@@ -115,15 +118,23 @@ fn tag_listeners(config: &mut PortConfig, listeners: &[Option<&str>]) {
         );
     }
     for vh in &mut config.virtual_hosts {
-        let claimant = (listeners.iter())
-            .filter(|l| hostname::admits(**l, &vh.hostname))
-            .max_by_key(|l| hostname::listener_rank(**l));
-        vh.listener_hostname = Some(match claimant {
+        vh.listener_hostname = Some(match claimant(listeners, &vh.hostname) {
             None => NO_LISTENER.to_owned(),
-            Some(None) => "*".to_owned(),
-            Some(Some(h)) => h.to_ascii_lowercase(),
+            Some((_, None)) => "*".to_owned(),
+            Some((_, Some(h))) => h.to_ascii_lowercase(),
         });
     }
+}
+
+/// Of a port's listeners (index, hostname), the one that takes every request for
+/// `hostname`: the most specific whose hostname covers it whole.
+fn claimant<'a>(
+    listeners: &[(usize, Option<&'a str>)],
+    hostname: &str,
+) -> Option<(usize, Option<&'a str>)> {
+    (listeners.iter().copied())
+        .filter(|(_, l)| hostname::admits(*l, hostname))
+        .max_by_key(|(_, l)| hostname::listener_rank(*l))
 }
 
 /// A rule as the listeners on `port` serve it. The Gateway API: a redirect that names

@@ -88,7 +88,7 @@ pub struct ResolvedTls {
     pub secret_name: String,
     pub redirect_http: bool,
     /// On a Gateway port where several listeners serve TLS: the hostname of the listener
-    /// this virtual host belongs to (`*`: the one without a hostname; empty: none). A
+    /// this virtual host belongs to (`*`: the one without a hostname; `-`: none). A
     /// request that came in on another listener's connection (its TLS server name chose
     /// another certificate) is answered 421 Misdirected Request.
     #[serde(default, skip_serializing_if = "Option::is_none")]

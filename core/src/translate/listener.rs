@@ -47,7 +47,7 @@ pub struct TlsHost<'a> {
     pub hosts: &'a [String],
     pub secret: &'a str,
     /// The Gateway listener the chain serves, when its port has several: every request
-    /// is tagged with it ([`MISDIRECTED_HEADER`]), for its virtual host to check.
+    /// is tagged with it ([`LISTENER_HEADER`]), for its virtual host to check.
     pub listener_hostname: Option<&'a str>,
 }
 

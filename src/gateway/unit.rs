@@ -14,6 +14,7 @@ use switchyard_core::route::{ResolvedListener, ResolvedRoute, ResolvedTls, Secre
 
 use super::service::GatewayKey;
 use super::translate::{GatewayOutcome, GatewayVirtualHost, ListenerCertificate, PortConfig};
+use crate::rollout::{LABEL_VALUE_MAX, fit};
 
 /// A Gateway's probe twin of a fleet port sits this far below it (fleet ports are
 /// 20000–29999, so probe ports 10000–19999: below the kernel's ephemeral range).
@@ -91,19 +92,9 @@ fn unit_name(gateway: &str, port: i32, hostname: Option<&str>) -> String {
         None => format!("-{port}"),
         Some(h) => format!("-{port}-{}", &hash::digest(h.as_bytes())[..10]),
     };
-    let whole = format!("gw-{gateway}{suffix}");
-    if whole.len() <= LABEL_VALUE_MAX {
-        return whole;
-    }
-    let digest = &hash::digest(gateway.as_bytes())[..8];
-    let room = LABEL_VALUE_MAX - "gw-".len() - 1 - digest.len() - suffix.len();
-    // Gateway names are DNS subdomains: ASCII, so any cut is on a character boundary.
-    let short = gateway[..room.min(gateway.len())].trim_end_matches(['.', '-']);
-    format!("gw-{short}-{digest}{suffix}")
+    let room = LABEL_VALUE_MAX - "gw-".len() - suffix.len();
+    format!("gw-{}{suffix}", fit(gateway, room))
 }
-
-/// The longest value a Kubernetes label may have.
-const LABEL_VALUE_MAX: usize = 63;
 
 /// A port's own unit: its listener, with no virtual host.
 fn port_unit(gateway: &GatewayKey, port: &PortConfig, listener: &ResolvedListener) -> Unit {

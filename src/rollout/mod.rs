@@ -39,12 +39,21 @@ pub const ROUTE_LABEL: &str = "switchyard.dev/route";
 /// a digest of it (object names are DNS subdomains: ASCII), so that a name of up to 253
 /// characters still labels what belongs to it.
 pub fn label_value(name: &str) -> String {
-    const MAX: usize = 63;
-    if name.len() <= MAX {
+    fit(name, LABEL_VALUE_MAX)
+}
+
+/// The longest value a Kubernetes label may have.
+pub const LABEL_VALUE_MAX: usize = 63;
+
+/// `name` itself when it has at most `max` characters, else cut and followed by a digest
+/// of it, `max` characters in all (`max` leaves room for the digest).
+pub fn fit(name: &str, max: usize) -> String {
+    if name.len() <= max {
         return name.to_owned();
     }
     let digest = &switchyard_core::hash::digest(name.as_bytes())[..8];
-    let cut = name[..MAX - 1 - digest.len()].trim_end_matches(['.', '-']);
+    let room = max.saturating_sub(1 + digest.len()).min(name.len());
+    let cut = name[..room].trim_end_matches(['.', '-']);
     format!("{cut}-{digest}")
 }
 

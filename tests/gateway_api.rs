@@ -9,11 +9,13 @@
 //! be used keeps its share, answered 500), nor do its mirrors added, moved and removed, and the same moves without the two phases and the xDS ordering do
 //! drop requests (the test can see what the rollout guards against).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Api;
 use kube::api::DeleteParams;
 use kube::api::{Patch, PatchParams};
+use rustls::ClientConfig;
 use serde_json::{Value, json};
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
@@ -23,6 +25,7 @@ use switchyard_e2e::gateway::{
 };
 use switchyard_e2e::kube::{self as k};
 use switchyard_e2e::rig::Rig;
+use switchyard_e2e::{ClientIdentity, HttpsConnection, HttpsLoad, tls_client};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -1018,5 +1021,169 @@ spec:
     assert_eq!(
         watches, expected,
         "watches open at once, at most, by (resource, namespace)"
+    );
+}
+
+/// Whether a GET of web.test through every one of `targets` gets a 2xx, over a new
+/// connection as `client`.
+async fn https_answers(targets: &[std::net::SocketAddr], client: &Arc<ClientConfig>) -> Vec<bool> {
+    let mut out = Vec::new();
+    for target in targets {
+        let answer = match HttpsConnection::connect_with(*target, "web.test", client.clone()).await
+        {
+            Ok(mut connection) => connection.get("web.test", "/").await.ok(),
+            Err(_) => None,
+        };
+        out.push(answer.is_some_and(|a| (200..300).contains(&a.status)));
+    }
+    out
+}
+
+/// Until every Envoy answers `client` as `served` says (all served, or all refused).
+async fn wait_clients(
+    what: &str,
+    targets: &[std::net::SocketAddr],
+    client: &Arc<ClientConfig>,
+    served: bool,
+) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let answers = https_answers(targets, client).await;
+        if answers.iter().all(|a| *a == served) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: served {answers:?} within {WITHIN:?}, wanted {served}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn client_certificate_validation_is_added_changed_and_removed_under_load_without_a_drop() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("web").await;
+    let (controller, class) = start_gateway_controller(&mut rig, "client-certs", &[]);
+    let ns = rig.namespace.clone();
+    let (cert, key) = Rig::new_certificate("web.test");
+    rig.apply_tls_secret("edge-cert", &cert, &key).await;
+    // Two authorities, each with a client certificate it signed.
+    let (a, b) = (
+        switchyard::certgen::generate(&["web.test".to_owned()], 1).expect("certgen"),
+        switchyard::certgen::generate(&["web.test".to_owned()], 1).expect("certgen"),
+    );
+    let as_a = tls_client(Some(&ClientIdentity::from_pem(
+        &a.client.cert_pem,
+        &a.client.key_pem,
+    )));
+    let as_b = tls_client(Some(&ClientIdentity::from_pem(
+        &b.client.cert_pem,
+        &b.client.key_pem,
+    )));
+    let anonymous = tls_client(None);
+    let config_map = |pem: &str| {
+        let pem = pem.trim_end().replace('\n', "\n    ");
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: client-ca, namespace: {ns} }}\n\
+             data:\n  ca.crt: |\n    {pem}\n---\n"
+        )
+    };
+    // Gateway `edge`, one HTTPS listener, with `frontend` as its spec.tls.frontend.
+    let gateway = |frontend: &str| {
+        let tls = match frontend {
+            "" => String::new(),
+            f => format!("  tls: {{ frontend: {f} }}\n"),
+        };
+        let listener = "listeners: [ { name: http, port: 80, protocol: HTTP } ]";
+        let https = "listeners: [ { name: https, port: 443, protocol: HTTPS, \
+                     tls: { certificateRefs: [ { name: edge-cert } ] } } ]";
+        let yaml = edge_gateway(&class, &controller, &ns).replace(listener, https);
+        yaml.replace("  listeners:", &format!("{tls}  listeners:"))
+    };
+    let validation = |mode: &str| {
+        format!(
+            "{{ default: {{ validation: {{ mode: {mode}, caCertificateRefs: \
+             [ {{ group: '', kind: ConfigMap, name: client-ca }} ] }} }} }}"
+        )
+    };
+    let route = web_route(&ns, "web");
+    apply(
+        &rig,
+        &format!("{}{}{route}", config_map(&a.ca.cert_pem), gateway("")),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let port = switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 443).await;
+    let targets: Vec<std::net::SocketAddr> = (rig.envoy_addresses.iter())
+        .map(|a| std::net::SocketAddr::new(a.parse().expect("an Envoy address"), port))
+        .collect();
+    wait_clients("before validation", &targets, &anonymous, true).await;
+    // Client A throughout: every setting below lets it through.
+    let load = HttpsLoad::start_with(
+        targets.clone(),
+        "web.test",
+        150,
+        Duration::from_secs(120),
+        as_a.clone(),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Validation against A's authority: a client without a certificate is refused.
+    apply(&rig, &gateway(&validation("AllowValidOnly"))).await;
+    wait_clients("A only: anonymous", &targets, &anonymous, false).await;
+    wait_clients("A only: B", &targets, &as_b, false).await;
+
+    // The insecure fallback: anyone is served again, and the Gateway says so.
+    apply(&rig, &gateway(&validation("AllowInsecureFallback"))).await;
+    wait_clients("fallback: anonymous", &targets, &anonymous, true).await;
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    wait_status(&gateways, "edge", "InsecureFrontendValidationMode", |s| {
+        condition(s, "/conditions", "InsecureFrontendValidationMode")
+            .is_some_and(|c| c["status"] == "True" && c["reason"] == "ConfigurationChanged")
+    })
+    .await;
+
+    // Both authorities, valid clients only: B is let in, the fallback's condition goes.
+    apply(
+        &rig,
+        &format!(
+            "{}{}",
+            config_map(&format!("{}{}", a.ca.cert_pem, b.ca.cert_pem)),
+            gateway(&validation("AllowValidOnly"))
+        ),
+    )
+    .await;
+    wait_clients("A and B: anonymous", &targets, &anonymous, false).await;
+    wait_clients("A and B: B", &targets, &as_b, true).await;
+    wait_status(
+        &gateways,
+        "edge",
+        "no InsecureFrontendValidationMode",
+        |s| condition(s, "/conditions", "InsecureFrontendValidationMode").is_none(),
+    )
+    .await;
+
+    // Validation removed: anyone is served.
+    apply(&rig, &gateway("")).await;
+    wait_clients("no validation: anonymous", &targets, &anonymous, true).await;
+
+    let report = load.finish().await;
+    eprintln!(
+        "client certificates: {} requests in {:.1}s over {} connections, non-2xx {}",
+        report.requests.sent,
+        report.requests.elapsed.as_secs_f64(),
+        report.connections,
+        report.requests.non_2xx(),
+    );
+    assert!(report.requests.sent > 0);
+    assert_eq!(
+        report.requests.non_2xx(),
+        0,
+        "failures: {:#?}",
+        report.requests.failures
     );
 }

@@ -1,6 +1,6 @@
 //! Golden tests of the Gateway API front-end: `tests/golden/gateway/<case>/input.yaml`
-//! (GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and the Services, Namespaces and
-//! Secrets they name) gives exactly `expected.yaml`: the status of every object of
+//! (GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and the Services, Namespaces,
+//! Secrets and ConfigMaps they name) gives exactly `expected.yaml`: the status of every object of
 //! Switchyard's and what each Gateway serves, in the route vocabulary; and `units.yaml`:
 //! the units the Gateways roll out, with the version and clusters each one's ProxyConfigs
 //! carry (they name ProxyConfigs in running clusters: a changed version re-rolls the unit).
@@ -8,14 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use switchyard::gateway::api::gatewayclasses::GatewayClass;
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
-use switchyard::gateway::controller::known;
+use switchyard::gateway::controller::{known, known_ca};
 use switchyard::gateway::translate::{
-    CONTROLLER_NAME, Inputs, KnownSecret, Translation, translate,
+    CONTROLLER_NAME, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
 };
 use switchyard::gateway::unit::units;
 use switchyard_core::route::ResolvedCluster;
@@ -35,6 +35,10 @@ fn translated(case: &str) -> Translation {
         .iter()
         .map(known)
         .collect();
+    let ca_bundles: Vec<KnownCaBundle> = golden::of_kind::<ConfigMap>(&docs, "ConfigMap")
+        .iter()
+        .map(known_ca)
+        .collect();
     translate(&Inputs {
         controller_name: CONTROLLER_NAME,
         crd_version: None,
@@ -45,6 +49,7 @@ fn translated(case: &str) -> Translation {
         services: &services,
         namespaces: &namespaces,
         secrets: &secrets,
+        ca_bundles: &ca_bundles,
     })
 }
 

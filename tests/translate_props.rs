@@ -339,18 +339,29 @@ fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
         prop_oneof![6 => Just(20000u16), 1 => Just(8080), 1 => Just(20001)],
         any::<bool>(),
         proptest::option::weighted(0.5, select(SECRETS.to_vec())),
+        // Client validation, and whether it falls back to serving any client.
+        proptest::option::weighted(0.3, any::<bool>()),
     )
-        .prop_map(|(name, port, tls, default_secret)| GatewayListener {
-            default_secret: default_secret.filter(|_| tls).map(str::to_owned),
-            name: name.into(),
-            port: if name.ends_with("https") && port == 20000 {
-                20001
-            } else {
-                port
+        .prop_map(
+            |(name, port, tls, default_secret, validation)| GatewayListener {
+                default_secret: default_secret.filter(|_| tls).map(str::to_owned),
+                client_validation: validation.filter(|_| tls).map(|insecure_fallback| {
+                    switchyard::model::ClientValidation {
+                        ca_certificates:
+                            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                        insecure_fallback,
+                    }
+                }),
+                name: name.into(),
+                port: if name.ends_with("https") && port == 20000 {
+                    20001
+                } else {
+                    port
+                },
+                probe_port: port + 10000,
+                tls,
             },
-            probe_port: port + 10000,
-            tls,
-        });
+        );
     proptest::collection::vec(one, 0..3)
 }
 

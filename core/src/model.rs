@@ -166,6 +166,18 @@ pub struct GatewayListener {
     /// handshake succeeds and routing answers 404.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_secret: Option<String>,
+    /// HTTPS: the client certificates every filter chain of the port checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
+}
+
+/// How a Gateway port checks client certificates.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClientValidation {
+    /// PEM certificates of the authorities a client certificate must chain to.
+    pub ca_certificates: String,
+    /// Clients without a certificate, or with one that does not verify, are served too.
+    pub insecure_fallback: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -85,22 +85,50 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
 
 /// The TLS client of the HTTPS load: HTTP/1.1 by ALPN, any server certificate accepted,
 /// no session resumption, so that every new connection is a full handshake and shows the
-/// certificate the server holds now.
-fn tls_connector() -> tokio_rustls::TlsConnector {
+/// certificate the server holds now; with `identity`, it presents that client
+/// certificate when the server asks for one.
+pub fn tls_client(identity: Option<&ClientIdentity>) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)));
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => builder
+            .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
+            .expect("a client certificate and its key"),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// [`tls_client`] without a client certificate, made once.
+fn anonymous_client() -> Arc<rustls::ClientConfig> {
     static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        config.resumption = rustls::client::Resumption::disabled();
-        Arc::new(config)
-    });
-    tokio_rustls::TlsConnector::from(config.clone())
+    CONFIG.get_or_init(|| tls_client(None)).clone()
+}
+
+/// A client certificate (with its chain) and its private key.
+pub struct ClientIdentity {
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+impl ClientIdentity {
+    /// From PEM: the certificate chain and the private key.
+    pub fn from_pem(chain: &str, key: &str) -> ClientIdentity {
+        use rustls::pki_types::pem::PemObject;
+        ClientIdentity {
+            chain: rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("PEM certificates"),
+            key: rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .expect("a PEM private key"),
+        }
+    }
 }
 
 /// One HTTPS connection (HTTP/1.1, kept alive until dropped) and the certificate it was
@@ -131,6 +159,15 @@ impl HttpsAnswer {
 impl HttpsConnection {
     /// Connects to `address` with SNI `host` (TCP and TLS handshake, at most 2 s).
     pub async fn connect(address: SocketAddr, host: &str) -> Result<HttpsConnection, String> {
+        Self::connect_with(address, host, anonymous_client()).await
+    }
+
+    /// [`HttpsConnection::connect`] with the TLS client `client` ([`tls_client`]).
+    pub async fn connect_with(
+        address: SocketAddr,
+        host: &str,
+        client: Arc<rustls::ClientConfig>,
+    ) -> Result<HttpsConnection, String> {
         let connecting = async {
             let tcp = tokio::net::TcpStream::connect(address)
                 .await
@@ -138,7 +175,7 @@ impl HttpsConnection {
             let _ = tcp.set_nodelay(true);
             let name = rustls::pki_types::ServerName::try_from(host.to_string())
                 .map_err(|e| format!("server name {host:?}: {e}"))?;
-            let tls = tls_connector()
+            let tls = tokio_rustls::TlsConnector::from(client)
                 .connect(name, tcp)
                 .await
                 .map_err(|e| format!("TLS handshake with {address}: {}", error_chain(&e)))?;
@@ -280,6 +317,17 @@ pub struct HttpsLoad {
 
 impl HttpsLoad {
     pub fn start(targets: Vec<SocketAddr>, host: &str, rate: u32, duration: Duration) -> HttpsLoad {
+        Self::start_with(targets, host, rate, duration, anonymous_client())
+    }
+
+    /// [`HttpsLoad::start`] with the TLS client `client` ([`tls_client`]).
+    pub fn start_with(
+        targets: Vec<SocketAddr>,
+        host: &str,
+        rate: u32,
+        duration: Duration,
+        client: Arc<rustls::ClientConfig>,
+    ) -> HttpsLoad {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let report = Arc::new(Mutex::new(HttpsLoadReport::default()));
         let started = Instant::now();
@@ -290,6 +338,7 @@ impl HttpsLoad {
             let targets = targets.clone();
             let host = host.to_string();
             let fresh = w % 2 == 0;
+            let client = client.clone();
             tasks.push(traffic_runtime().spawn(async move {
                 let mut kept: Vec<Option<HttpsConnection>> = targets.iter().map(|_| None).collect();
                 while let Some(i) = turns.next().await {
@@ -306,7 +355,9 @@ impl HttpsLoad {
                         if fresh || slot.as_ref().is_none_or(HttpsConnection::is_closed) {
                             *slot = None;
                             opened += 1;
-                            match HttpsConnection::connect(address, &host).await {
+                            match HttpsConnection::connect_with(address, &host, client.clone())
+                                .await
+                            {
                                 Ok(c) => *slot = Some(c),
                                 Err(e) => {
                                     result = Err(e);

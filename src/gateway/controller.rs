@@ -14,12 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -27,22 +26,24 @@ use tracing::{debug, warn};
 use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
-use super::api::referencegrants::ReferenceGrant;
 use super::rollout::{Outcome, Rollout, UnitState};
-use super::service::{self, GATEWAY_LABEL, GatewayKey, Wanted};
+use super::service::{self, GatewayKey, Wanted};
 use super::translate::{
-    Cond, GROUP, GatewayOutcome, Inputs, KnownSecret, ParentOutcome, Translation, translate,
+    Cond, GROUP, GatewayOutcome, Inputs, KnownCaBundle, KnownSecret, ParentOutcome, Translation,
+    translate,
 };
 use super::unit::{self, Unit};
-use crate::api::ProxyConfig;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
 use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
-use crate::k8s::watched::{Filter, Watched};
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
 mod services;
+mod stores;
+
+use stores::{Echoes, Stores, owned};
+pub use stores::{known, known_ca};
 
 /// How long changes gather before the next translation. A change that comes when the
 /// controller is idle, [`QUIET`] or more after the last one, starts a pass at once: a
@@ -82,85 +83,6 @@ pub struct Settings {
     pub watches: Watches,
     /// Writes the statuses, every front-end's.
     pub status: StatusWriter,
-}
-
-/// Every store the translation reads: the Gateway API's kinds and Namespaces, watched
-/// here; Services, TLS Secrets, ProxyConfigs and the fleet's EndpointSlices, the process's
-/// own watches (see [`Watches`]).
-struct Stores {
-    classes: Watched<GatewayClass>,
-    gateways: Watched<Gateway>,
-    routes: Watched<HttpRoute>,
-    grants: Watched<ReferenceGrant>,
-    namespaces: Watched<Namespace>,
-    shared: Watches,
-}
-
-/// Tells the echo of this controller's own writes from a change.
-struct Echoes {
-    /// The ProxyConfigs the engine wrote.
-    proxy_configs: Filter<ProxyConfig>,
-    /// The statuses.
-    status: StatusWriter,
-}
-
-impl Echoes {
-    /// A status of `kind` the status writer wrote, heard back.
-    fn status<K: serde::Serialize>(&self, kind: &Arc<StatusKind>) -> Filter<K> {
-        let (status, kind) = (self.status.clone(), kind.clone());
-        Arc::new(move |object: &K| {
-            serde_json::to_value(object).is_ok_and(|object| status.is_echo(&kind, &object))
-        })
-    }
-}
-
-impl Stores {
-    /// Starts the Gateway API's watches (in the process's scope) and has every store the
-    /// translation reads bump `changes`, but for the `echoes` of this controller's writes.
-    fn start(
-        client: &Client,
-        shared: &Watches,
-        fleet_service: &(String, String),
-        changes: &Arc<watch::Sender<u64>>,
-        echoes: &Echoes,
-    ) -> Self {
-        let all = watcher::Config::default;
-        let stores = Self {
-            classes: Watched::start(vec![Api::all(client.clone())], all()),
-            gateways: Watched::start(shared.scope.apis(client), all()),
-            routes: Watched::start(shared.scope.apis(client), all()),
-            grants: Watched::start(shared.scope.apis(client), all()),
-            namespaces: Watched::start(vec![Api::all(client.clone())], all()),
-            shared: shared.clone(),
-        };
-        (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
-        (stores.gateways).notify_unless_echo(changes, None, echoes.status(&GATEWAY_STATUS));
-        (stores.routes).notify_unless_echo(changes, None, echoes.status(&ROUTE_STATUS));
-        stores.grants.notify(changes);
-        stores.namespaces.notify(changes);
-        let services = services::read_by_translation(fleet_service, &stores.routes);
-        shared.services.notify_if(changes, services);
-        shared.tls_secrets.notify(changes);
-        shared.fleet.notify(changes);
-        // The Gateways' own: a TrafficRoute's rollout is no business of this controller.
-        shared.proxy_configs.notify_unless_echo(
-            changes,
-            Some(Arc::new(|pc: &ProxyConfig| {
-                pc.labels().contains_key(GATEWAY_LABEL)
-            })),
-            echoes.proxy_configs.clone(),
-        );
-        stores
-    }
-
-    async fn ready(&self) -> bool {
-        self.classes.ready().await
-            && self.gateways.ready().await
-            && self.routes.ready().await
-            && self.grants.ready().await
-            && self.namespaces.ready().await
-            && self.shared.ready().await
-    }
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -261,6 +183,9 @@ async fn pass(
     let secrets: Vec<KnownSecret> = (stores.shared.tls_secrets.state().iter())
         .map(|s| known(s))
         .collect();
+    let ca_bundles: Vec<KnownCaBundle> = (stores.config_maps.state().iter())
+        .map(|c| known_ca(c))
+        .collect();
     let crd_version = release.get(client).await;
     let translation = translate(&Inputs {
         controller_name: &settings.controller_name,
@@ -272,6 +197,7 @@ async fn pass(
         services: &services,
         namespaces: &namespaces,
         secrets: &secrets,
+        ca_bundles: &ca_bundles,
     });
     debug!(
         classes = translation.classes.len(),
@@ -442,30 +368,6 @@ struct Written<'a> {
     outcome: &'a Outcome,
 }
 
-fn owned<K>(watched: &Watched<K>) -> Vec<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    watched.state().iter().map(|k| (**k).clone()).collect()
-}
-
-/// A TLS Secret, and whether its certificate chain and key are PEM the fleet can serve
-/// (the same check the fleet makes before it serves them).
-pub fn known(secret: &Secret) -> KnownSecret {
-    KnownSecret {
-        namespace: secret.metadata.namespace.clone().unwrap_or_default(),
-        name: secret.metadata.name.clone().unwrap_or_default(),
-        valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
-            && crate::k8s::tls_secrets::tls_data(secret).is_ok(),
-    }
-}
-
 /// Hands every status of this pass to the status writer (which writes what differs from
 /// what the objects show).
 fn write_statuses(settings: &Settings, translation: &Translation, written: &Written<'_>) {
@@ -544,19 +446,19 @@ fn to_value<T: serde::Serialize>(status: &T) -> Value {
 
 /// How the Gateway API's statuses are written: merge patches (lists replaced whole), other
 /// controllers' fields left as they are; these conditions' changes first.
-static CLASS_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+pub(super) static CLASS_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::cluster::<GatewayClass>(
         Write::Merge,
         &["Accepted"],
     ))
 });
-static GATEWAY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+pub(super) static GATEWAY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<Gateway>(
         Write::Merge,
         &["Accepted", "Programmed"],
     ))
 });
-static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+pub(super) static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<HttpRoute>(
         Write::Merge,
         &["Accepted", "ResolvedRefs", SERVED],
@@ -599,6 +501,7 @@ const OWN_CONDITIONS: &[&str] = &[
     "ResolvedRefs",
     "Conflicted",
     "SupportedVersion",
+    "InsecureFrontendValidationMode",
 ];
 
 /// The conditions, each keeping the lastTransitionTime of the one it replaces while its

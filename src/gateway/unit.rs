@@ -81,6 +81,7 @@ fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedList
         probe_port: fleet - PROBE_PORT_OFFSET,
         tls,
         default_certificate,
+        client_validation: port.client_validation.clone().filter(|_| tls),
     }
 }
 
@@ -228,6 +229,7 @@ mod tests {
             port: 80,
             protocol: "HTTP".into(),
             certificates: Vec::new(),
+            client_validation: None,
             virtual_hosts: vec![
                 GatewayVirtualHost {
                     hostname: "*".into(),
@@ -286,6 +288,7 @@ mod tests {
             port: 80,
             protocol: "HTTP".into(),
             certificates: Vec::new(),
+            client_validation: None,
             virtual_hosts: Vec::new(),
         }]);
         assert_eq!(units(&[g], &BTreeMap::new()), []);
@@ -297,6 +300,7 @@ mod tests {
             port: 80,
             protocol: "HTTP".into(),
             certificates: Vec::new(),
+            client_validation: None,
             virtual_hosts: Vec::new(),
         };
         let key = ("infra".to_owned(), "edge".to_owned());

@@ -97,6 +97,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
         "Gateway API: listeners admitting routes from namespaces by label",
     ),
     (
+        "",
+        "configmaps",
+        &["list", "watch"],
+        "Gateway API: CA certificates (ca.crt) for client certificate validation",
+    ),
+    (
         "coordination.k8s.io",
         "leases",
         &["get", "list", "watch", "create", "patch", "update"],

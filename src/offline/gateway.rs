@@ -5,17 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 
 use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::gateway::api::gatewayclasses::GatewayClass;
 use crate::gateway::api::gateways::Gateway;
 use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::referencegrants::ReferenceGrant;
-use crate::gateway::controller::known;
+use crate::gateway::controller::{known, known_ca};
 use crate::gateway::service::FLEET_PORTS;
 use crate::gateway::translate::{
-    CONTROLLER_NAME, Cond, Inputs, KnownSecret, Translation, translate,
+    CONTROLLER_NAME, Cond, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
 };
 use crate::gateway::unit::units;
 use crate::rollout::spec::{live_name, proxy_config_spec};
@@ -29,6 +29,7 @@ pub struct Objects {
     pub services: Vec<Service>,
     pub namespaces: Vec<Namespace>,
     pub secrets: Vec<Secret>,
+    pub config_maps: Vec<ConfigMap>,
 }
 
 /// The live ProxyConfig of every unit of every Gateway of the GatewayClasses of
@@ -37,6 +38,7 @@ pub struct Objects {
 /// gave.
 pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) {
     let secrets: Vec<KnownSecret> = objects.secrets.iter().map(known).collect();
+    let ca_bundles: Vec<KnownCaBundle> = objects.config_maps.iter().map(known_ca).collect();
     let translation = translate(&Inputs {
         controller_name: CONTROLLER_NAME,
         crd_version: None,
@@ -47,6 +49,7 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         services: &objects.services,
         namespaces: &objects.namespaces,
         secrets: &secrets,
+        ca_bundles: &ca_bundles,
     });
     let mut fleet = FLEET_PORTS;
     let fleet_ports: BTreeMap<_, _> = (translation.gateways.iter())

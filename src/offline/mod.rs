@@ -140,6 +140,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
         services: services.clone(),
         namespaces: of_kind(path, &docs, "Namespace")?,
         secrets: secrets.clone(),
+        config_maps: of_kind(path, &docs, "ConfigMap")?,
     };
     let (mut live, mut problems) = gateway::live_proxy_configs(&gateway_api);
     for route in &routes {

@@ -218,6 +218,10 @@ pub fn gateway_listener(listener: &ResolvedListener) -> Option<GatewayListener> 
         tls: listener.tls,
         default_secret: (listener.default_certificate.as_ref())
             .map(|s| secret_name(&s.namespace, &s.name)),
+        client_validation: (listener.client_validation.as_ref()).map(|v| model::ClientValidation {
+            ca_certificates: v.ca_certificates.clone(),
+            insecure_fallback: v.insecure_fallback,
+        }),
     })
 }
 

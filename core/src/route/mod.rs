@@ -20,7 +20,7 @@ pub use assemble::{Checked, Rule, assemble};
 pub use check::{Checks, Draft, SpecError};
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
-    ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror, ResolvedRoute,
-    ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef,
+    ClientValidation, ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror,
+    ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef,
 };
 pub use spec::RouteSpec;

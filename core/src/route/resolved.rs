@@ -45,6 +45,25 @@ pub struct ResolvedListener {
     /// handshake succeeds and the request gets 404.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_certificate: Option<SecretRef>,
+    /// HTTPS: the client certificates its connections are checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
+}
+
+/// How an HTTPS port checks the certificates clients present (a Gateway's
+/// `tls.frontend.validation`).
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientValidation {
+    /// The certificates (PEM) of the authorities a client certificate must chain to.
+    #[schemars(length(min = 1))]
+    pub ca_certificates: String,
+    /// A client without a certificate, or with one that does not verify, is served too
+    /// (the Gateway API's `AllowInsecureFallback`); otherwise its handshake fails.
+    #[serde(default)]
+    pub insecure_fallback: bool,
 }
 
 /// A Secret, by namespace and name.

@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     Address, HeaderValue, HeaderValueOption, SocketAddress, TransportSocket, TypedExtensionConfig,
     address, header_value_option::HeaderAppendAction, socket_address, transport_socket,
 };
+use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
@@ -20,7 +21,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    certificate_validation_context::TrustChainVerification, common_tls_context,
 };
 
 use envoy_types::pb::envoy::config::accesslog::v3::AccessLog;
@@ -73,6 +75,7 @@ pub fn listeners(
             ROUTE_CONFIG_NAME,
             tls_hosts,
             None,
+            None,
         ));
     }
     let health_checks = probes
@@ -124,6 +127,7 @@ pub fn gateway_listeners(
             name,
             tls_hosts,
             default_secret,
+            gateway.client_validation.as_ref(),
         ));
     }
     out.push(plain_listener(
@@ -205,7 +209,8 @@ fn plain_listener(
 }
 
 /// An HTTPS listener: one filter chain per TLS host, chosen by SNI, and the default chain
-/// (for any other name) with `default_secret`.
+/// (for any other name) with `default_secret`; every chain checks client certificates
+/// as `client_validation` says.
 fn tls_listener(
     name: &str,
     settings: &model::ListenerSettings,
@@ -213,11 +218,12 @@ fn tls_listener(
     route_config: &str,
     tls_hosts: &[TlsHost<'_>],
     default_secret: Option<&str>,
+    client_validation: Option<&model::ClientValidation>,
 ) -> Listener {
     let extras = manager_extras(settings, Side::Public);
     let chains = tls_hosts
         .iter()
-        .map(|h| tls_filter_chain(name, route_config, h, &extras))
+        .map(|h| tls_filter_chain(name, route_config, h, client_validation, &extras))
         .collect();
     let mut https = listener(name, settings, port, chains);
     https.default_filter_chain = default_secret.map(|secret| {
@@ -229,7 +235,7 @@ fn tls_listener(
         };
         FilterChain {
             filter_chain_match: None,
-            ..tls_filter_chain(name, route_config, &any, &extras)
+            ..tls_filter_chain(name, route_config, &any, client_validation, &extras)
         }
     });
     // The PROXY header comes before the TLS handshake the inspector reads.
@@ -270,6 +276,7 @@ fn tls_filter_chain(
     listener: &str,
     route_config: &str,
     host: &TlsHost<'_>,
+    client_validation: Option<&model::ClientValidation>,
     extras: &ManagerExtras,
 ) -> FilterChain {
     let tls = DownstreamTlsContext {
@@ -279,8 +286,12 @@ fn tls_filter_chain(
                 sds_config: Some(proto::ads()),
             }],
             alpn_protocols: vec!["h2".to_owned(), "http/1.1".to_owned()],
+            validation_context_type: client_validation.map(validation_context),
             ..Default::default()
         }),
+        require_client_certificate: client_validation
+            .map(|v| proto::bool_value(!v.insecure_fallback))
+            .unwrap_or_default(),
         ..Default::default()
     };
     FilterChain {
@@ -305,6 +316,29 @@ fn tls_filter_chain(
         }),
         ..Default::default()
     }
+}
+
+/// The authorities a client certificate must chain to, inline. With the insecure
+/// fallback, a certificate that does not verify is let through as if none were sent
+/// (`ACCEPT_UNTRUSTED`); without it, the handshake fails.
+fn validation_context(
+    validation: &model::ClientValidation,
+) -> common_tls_context::ValidationContextType {
+    let verification = if validation.insecure_fallback {
+        TrustChainVerification::AcceptUntrusted
+    } else {
+        TrustChainVerification::VerifyTrustChain
+    };
+    common_tls_context::ValidationContextType::ValidationContext(CertificateValidationContext {
+        trusted_ca: Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(
+                validation.ca_certificates.clone(),
+            )),
+            ..Default::default()
+        }),
+        trust_chain_verification: verification as i32,
+        ..Default::default()
+    })
 }
 
 /// The HTTP connection manager: `filters` (health checks), the filters routes can turn on
@@ -492,6 +526,7 @@ mod tests {
             probe_port: 10001,
             tls: true,
             default_secret: Some("web/cert".into()),
+            client_validation: None,
         };
         let any = vec!["*".to_owned()];
         let hosts = [TlsHost {
@@ -524,6 +559,88 @@ mod tests {
         // Nothing tags the default chain's requests, nor the probe twin's.
         assert!(tags(ls[0].default_filter_chain.as_ref().unwrap()).is_empty());
         assert!(tags(&ls[1].filter_chains[0]).is_empty());
+    }
+
+    fn downstream_tls(chain: &FilterChain) -> DownstreamTlsContext {
+        let socket = chain.transport_socket.as_ref().unwrap();
+        let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+            panic!("{socket:?}")
+        };
+        DownstreamTlsContext::decode(any.value.as_slice()).unwrap()
+    }
+
+    #[test]
+    fn every_chain_of_a_port_checks_client_certificates_as_its_validation_says() {
+        let settings = model::ListenerSettings::default();
+        let host = vec!["a.example.com".to_owned()];
+        let hosts = [TlsHost {
+            virtual_host: "gw/web/a",
+            hosts: &host,
+            secret: "web/cert",
+            listener_hostname: None,
+        }];
+        for insecure_fallback in [false, true] {
+            let gateway = model::GatewayListener {
+                name: "gw/web/https".into(),
+                port: 20001,
+                probe_port: 10001,
+                tls: true,
+                default_secret: Some("web/cert".into()),
+                client_validation: Some(model::ClientValidation {
+                    ca_certificates: "CA PEM".into(),
+                    insecure_fallback,
+                }),
+            };
+            let ls = gateway_listeners(&settings, &gateway, &hosts, Some("web/cert"));
+            let chains = [
+                &ls[0].filter_chains[0],
+                ls[0].default_filter_chain.as_ref().unwrap(),
+            ];
+            for chain in chains {
+                let tls = downstream_tls(chain);
+                // Without the fallback a client must present a certificate that verifies.
+                assert_eq!(
+                    tls.require_client_certificate,
+                    proto::bool_value(!insecure_fallback)
+                );
+                let common = tls.common_tls_context.unwrap();
+                let Some(common_tls_context::ValidationContextType::ValidationContext(v)) =
+                    common.validation_context_type
+                else {
+                    panic!("no validation context")
+                };
+                let Some(data_source::Specifier::InlineString(ca)) =
+                    v.trusted_ca.unwrap().specifier
+                else {
+                    panic!("CA not inline")
+                };
+                assert_eq!(ca, "CA PEM");
+                let verification = if insecure_fallback {
+                    TrustChainVerification::AcceptUntrusted
+                } else {
+                    TrustChainVerification::VerifyTrustChain
+                };
+                assert_eq!(v.trust_chain_verification, verification as i32);
+            }
+        }
+        // Without one, no chain asks for a client certificate.
+        let gateway = model::GatewayListener {
+            name: "gw/web/https".into(),
+            port: 20001,
+            probe_port: 10001,
+            tls: true,
+            default_secret: Some("web/cert".into()),
+            client_validation: None,
+        };
+        let ls = gateway_listeners(&settings, &gateway, &hosts, Some("web/cert"));
+        let tls = downstream_tls(&ls[0].filter_chains[0]);
+        assert_eq!(tls.require_client_certificate, None);
+        assert!(
+            tls.common_tls_context
+                .unwrap()
+                .validation_context_type
+                .is_none()
+        );
     }
 
     #[test]

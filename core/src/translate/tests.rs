@@ -697,6 +697,7 @@ fn a_gateway_listeners_route_configuration_is_served_in_parts_whole() {
         probe_port: 9081,
         tls: false,
         default_secret: None,
+        client_validation: None,
     }];
     config.clusters = vec![cluster("a")];
     let mut vh = vhost("ns/web", &["web.test"], "a");

@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use switchyard_core::route::ClientValidation;
+
+use super::client_validation;
 use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, GatewayOutcome, Inputs, ListenerOutcome, PortConfig};
 use crate::gateway::api::gateways::{
@@ -34,6 +37,9 @@ pub struct Listener<'a> {
     pub attached_routes: i32,
     /// HTTPS: the (namespace, name) of its certificate Secrets.
     pub secrets: Vec<(String, String)>,
+    /// HTTPS: the client certificates its port checks (the Gateway's
+    /// `tls.frontend`, for its port or by default), with the authorities that resolved.
+    pub client_validation: Option<ClientValidation>,
 }
 
 /// Checks the Gateway's listeners; routes attach later ([`super::http_route`]).
@@ -45,9 +51,24 @@ pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a>
     let listeners: Vec<Listener<'a>> = specs
         .iter()
         .zip(conflicts)
-        .map(|(spec, conflict)| listener(inputs, namespace, spec, conflict))
+        .map(|(spec, conflict)| listener(inputs, gateway, spec, conflict))
         .collect();
-    let conditions = vec![accepted(gateway, &listeners)];
+    let mut conditions = vec![accepted(gateway, &listeners)];
+    let insecure = listeners
+        .iter()
+        .filter(|l| l.usable)
+        .find(|l| (l.client_validation.as_ref()).is_some_and(|v| v.insecure_fallback));
+    if let Some(l) = insecure {
+        conditions.push(Cond::yes(
+            "InsecureFrontendValidationMode",
+            "ConfigurationChanged",
+            format!(
+                "port {} serves clients without a valid certificate too \
+                 (AllowInsecureFallback)",
+                l.spec.port
+            ),
+        ));
+    }
     Listening {
         gateway,
         namespace,
@@ -156,10 +177,11 @@ fn conflicts(listeners: &[GatewayListeners]) -> Vec<Option<&'static str>> {
 
 fn listener<'a>(
     inputs: &Inputs<'a>,
-    namespace: &str,
+    gateway: &Gateway,
     spec: &'a GatewayListeners,
     conflict: Option<&'static str>,
 ) -> Listener<'a> {
+    let namespace = gateway.metadata.namespace.as_deref().unwrap_or_default();
     let mut out = Listener {
         spec,
         conditions: Vec::new(),
@@ -168,6 +190,7 @@ fn listener<'a>(
         usable: false,
         attached_routes: 0,
         secrets: Vec::new(),
+        client_validation: None,
     };
     let https = match spec.protocol.as_str() {
         "HTTP" => false,
@@ -192,16 +215,27 @@ fn listener<'a>(
     } else {
         None
     };
+    let validation = https
+        .then(|| client_validation::of_port(inputs, gateway, spec.port))
+        .flatten();
+    let no_valid_ca = validation.as_ref().is_some_and(|v| v.resolved.is_none());
     let accepted = match (https, spec.tls.as_ref().and_then(|t| t.mode.as_ref())) {
         (true, Some(GatewayListenersTlsMode::Passthrough)) => Some(Cond::no(
             "Accepted",
             "UnsupportedProtocol",
             "TLS passthrough is not supported on HTTPS listeners",
         )),
+        _ if no_valid_ca => Some(Cond::no(
+            "Accepted",
+            "NoValidCACertificate",
+            "none of the CA certificates for client validation resolved",
+        )),
         _ => None,
     };
     let certificates_ok = refs_problem.is_none();
-    let resolved = match refs_problem.or(kinds_problem) {
+    let ca_problem = validation.as_ref().and_then(|v| v.problem.clone());
+    out.client_validation = validation.and_then(|v| v.resolved);
+    let resolved = match refs_problem.or(ca_problem).or(kinds_problem) {
         Some((reason, message)) => Cond::no("ResolvedRefs", reason, message),
         None => Cond::yes("ResolvedRefs", "ResolvedRefs", "all references resolved"),
     };
@@ -222,7 +256,7 @@ fn listener<'a>(
     out
 }
 
-type Problem = (&'static str, String);
+pub type Problem = (&'static str, String);
 
 /// The kinds the listener admits that Switchyard supports, and what it names that
 /// Switchyard does not.

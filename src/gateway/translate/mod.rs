@@ -36,6 +36,7 @@ macro_rules! header_edits {
 }
 
 pub mod backend_ref;
+pub mod client_validation;
 pub mod duration;
 pub mod gateway;
 pub mod gateway_class;
@@ -51,7 +52,8 @@ use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
-use switchyard_core::route::Rule;
+pub use client_validation::KnownCaBundle;
+use switchyard_core::route::{ClientValidation, Rule};
 
 /// The controllerName of the GatewayClasses Switchyard serves.
 pub const CONTROLLER_NAME: &str = "switchyard.dev/gateway-controller";
@@ -76,6 +78,8 @@ pub struct Inputs<'a> {
     /// For listeners that admit routes from namespaces by label.
     pub namespaces: &'a [Namespace],
     pub secrets: &'a [KnownSecret],
+    /// ConfigMaps, for the CA certificates of client validation.
+    pub ca_bundles: &'a [KnownCaBundle],
 }
 
 /// A Secret a listener may name, and whether it holds a usable certificate and key.
@@ -142,6 +146,9 @@ pub struct PortConfig {
     /// a listener without a hostname).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<ListenerCertificate>,
+    /// HTTPS: the client certificates every connection to the port is checked against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
     pub virtual_hosts: Vec<GatewayVirtualHost>,
 }
 

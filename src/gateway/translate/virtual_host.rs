@@ -38,6 +38,8 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
             port,
             protocol: listener.spec.protocol.clone(),
             certificates: Vec::new(),
+            // The same for every listener of the port: it is the port's.
+            client_validation: listener.client_validation.clone(),
             virtual_hosts: Vec::new(),
         });
         let own = listener.spec.hostname.as_deref();

@@ -1,0 +1,142 @@
+//! The stores the Gateway API controller reads: its own watches of the Gateway API's
+//! kinds, Namespaces and ConfigMaps, and the process's shared ones; and the echoes of its
+//! own writes, which are no change.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+
+use super::super::api::gatewayclasses::GatewayClass;
+use super::super::api::gateways::Gateway;
+use super::super::api::httproutes::HttpRoute;
+use super::super::api::referencegrants::ReferenceGrant;
+use super::super::service::GATEWAY_LABEL;
+use super::super::translate::client_validation::{CA_KEY, ca_certificates};
+use super::super::translate::{KnownCaBundle, KnownSecret};
+use super::services;
+use super::{CLASS_STATUS, GATEWAY_STATUS, ROUTE_STATUS};
+use crate::api::ProxyConfig;
+use crate::k8s::index::Watches;
+use crate::k8s::status::{StatusKind, StatusWriter};
+use crate::k8s::watched::{Filter, Watched};
+
+/// Every store the translation reads: the Gateway API's kinds, Namespaces and ConfigMaps,
+/// watched here; Services, TLS Secrets, ProxyConfigs and the fleet's EndpointSlices, the
+/// process's own watches (see [`Watches`]).
+pub(super) struct Stores {
+    pub classes: Watched<GatewayClass>,
+    pub gateways: Watched<Gateway>,
+    pub routes: Watched<HttpRoute>,
+    pub grants: Watched<ReferenceGrant>,
+    pub namespaces: Watched<Namespace>,
+    /// For the CA certificates of client validation (`ca.crt`).
+    pub config_maps: Watched<ConfigMap>,
+    pub shared: Watches,
+}
+
+/// Tells the echo of this controller's own writes from a change.
+pub(super) struct Echoes {
+    /// The ProxyConfigs the engine wrote.
+    pub proxy_configs: Filter<ProxyConfig>,
+    /// The statuses.
+    pub status: StatusWriter,
+}
+
+impl Echoes {
+    /// A status of `kind` the status writer wrote, heard back.
+    fn status<K: serde::Serialize>(&self, kind: &Arc<StatusKind>) -> Filter<K> {
+        let (status, kind) = (self.status.clone(), kind.clone());
+        Arc::new(move |object: &K| {
+            serde_json::to_value(object).is_ok_and(|object| status.is_echo(&kind, &object))
+        })
+    }
+}
+
+impl Stores {
+    /// Starts the Gateway API's watches (in the process's scope) and has every store the
+    /// translation reads bump `changes`, but for the `echoes` of this controller's writes.
+    pub fn start(
+        client: &Client,
+        shared: &Watches,
+        fleet_service: &(String, String),
+        changes: &Arc<watch::Sender<u64>>,
+        echoes: &Echoes,
+    ) -> Self {
+        let all = watcher::Config::default;
+        let stores = Self {
+            classes: Watched::start(vec![Api::all(client.clone())], all()),
+            gateways: Watched::start(shared.scope.apis(client), all()),
+            routes: Watched::start(shared.scope.apis(client), all()),
+            grants: Watched::start(shared.scope.apis(client), all()),
+            namespaces: Watched::start(vec![Api::all(client.clone())], all()),
+            config_maps: Watched::start(shared.scope.apis(client), all()),
+            shared: shared.clone(),
+        };
+        (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
+        (stores.gateways).notify_unless_echo(changes, None, echoes.status(&GATEWAY_STATUS));
+        (stores.routes).notify_unless_echo(changes, None, echoes.status(&ROUTE_STATUS));
+        stores.grants.notify(changes);
+        stores.namespaces.notify(changes);
+        stores.config_maps.notify(changes);
+        let services = services::read_by_translation(fleet_service, &stores.routes);
+        shared.services.notify_if(changes, services);
+        shared.tls_secrets.notify(changes);
+        shared.fleet.notify(changes);
+        // The Gateways' own: a TrafficRoute's rollout is no business of this controller.
+        shared.proxy_configs.notify_unless_echo(
+            changes,
+            Some(Arc::new(|pc: &ProxyConfig| {
+                pc.labels().contains_key(GATEWAY_LABEL)
+            })),
+            echoes.proxy_configs.clone(),
+        );
+        stores
+    }
+
+    pub async fn ready(&self) -> bool {
+        self.classes.ready().await
+            && self.gateways.ready().await
+            && self.routes.ready().await
+            && self.grants.ready().await
+            && self.namespaces.ready().await
+            && self.config_maps.ready().await
+            && self.shared.ready().await
+    }
+}
+
+pub(super) fn owned<K>(watched: &Watched<K>) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watched.state().iter().map(|k| (**k).clone()).collect()
+}
+
+/// A TLS Secret, and whether its certificate chain and key are PEM the fleet can serve
+/// (the same check the fleet makes before it serves them).
+pub fn known(secret: &Secret) -> KnownSecret {
+    KnownSecret {
+        namespace: secret.metadata.namespace.clone().unwrap_or_default(),
+        name: secret.metadata.name.clone().unwrap_or_default(),
+        valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
+            && crate::k8s::tls_secrets::tls_data(secret).is_ok(),
+    }
+}
+
+/// A ConfigMap as a CA certificate reference: its `ca.crt`, if that is PEM certificates.
+pub fn known_ca(config_map: &ConfigMap) -> KnownCaBundle {
+    let ca_crt = (config_map.data.as_ref()).and_then(|d| d.get(CA_KEY));
+    KnownCaBundle {
+        namespace: config_map.metadata.namespace.clone().unwrap_or_default(),
+        name: config_map.metadata.name.clone().unwrap_or_default(),
+        ca_certificates: ca_certificates(ca_crt.map(String::as_str)),
+    }
+}

@@ -1132,12 +1132,22 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
 
+    // Each change: when every Envoy answered as it says, then a second of traffic on it.
+    let mut took = Vec::new();
+    let mut settle = async |changed: tokio::time::Instant| {
+        took.push(changed.elapsed());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+
     // Validation against A's authority: a client without a certificate is refused.
+    let changed = tokio::time::Instant::now();
     apply(&rig, &gateway(&validation("AllowValidOnly"))).await;
     wait_clients("A only: anonymous", &targets, &anonymous, false).await;
     wait_clients("A only: B", &targets, &as_b, false).await;
+    settle(changed).await;
 
     // The insecure fallback: anyone is served again, and the Gateway says so.
+    let changed = tokio::time::Instant::now();
     apply(&rig, &gateway(&validation("AllowInsecureFallback"))).await;
     wait_clients("fallback: anonymous", &targets, &anonymous, true).await;
     let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
@@ -1146,8 +1156,10 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
             .is_some_and(|c| c["status"] == "True" && c["reason"] == "ConfigurationChanged")
     })
     .await;
+    settle(changed).await;
 
     // Both authorities, valid clients only: B is let in, the fallback's condition goes.
+    let changed = tokio::time::Instant::now();
     apply(
         &rig,
         &format!(
@@ -1166,14 +1178,18 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
         |s| condition(s, "/conditions", "InsecureFrontendValidationMode").is_none(),
     )
     .await;
+    settle(changed).await;
 
     // Validation removed: anyone is served.
+    let changed = tokio::time::Instant::now();
     apply(&rig, &gateway("")).await;
     wait_clients("no validation: anonymous", &targets, &anonymous, true).await;
+    settle(changed).await;
 
     let report = load.finish().await;
     eprintln!(
-        "client certificates: {} requests in {:.1}s over {} connections, non-2xx {}",
+        "client certificates: {} requests in {:.1}s over {} connections, non-2xx {}; \
+         change → every Envoy answers as it says: {took:?}",
         report.requests.sent,
         report.requests.elapsed.as_secs_f64(),
         report.connections,

@@ -136,14 +136,21 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     };
     let mut clusters: BTreeMap<String, (String, ResolvedCluster)> = BTreeMap::new();
     let mut secrets = BTreeSet::new();
+    // Listeners a Gateway port's own unit defines: their virtual hosts' definitions, the
+    // same but while a change rolls out, give way (two definitions of one listener serve
+    // neither: its port would close).
+    let defined: BTreeSet<&str> = (parts.iter())
+        .filter(|p| p.defines_listener)
+        .filter_map(|p| Some(p.gateway_listener.as_ref()?.name.as_str()))
+        .collect();
     for part in parts {
         for (name, namespace, cluster) in &part.clusters {
             clusters.insert(name.clone(), (namespace.clone(), cluster.clone()));
         }
         config.virtual_hosts.extend(part.virtual_host.clone());
-        config
-            .gateway_listeners
-            .extend(part.gateway_listener.clone());
+        let listener = (part.gateway_listener.as_ref())
+            .filter(|l| part.defines_listener || !defined.contains(l.name.as_str()));
+        config.gateway_listeners.extend(listener.cloned());
         config.version_probes.extend(part.version_probe.clone());
         config.endpoint_probes.extend(part.endpoint_probe.clone());
         secrets.extend(part.secret.clone());
@@ -448,5 +455,39 @@ mod tests {
                 .map(|t| t.secret.as_str()),
             Some("shop/cert")
         );
+    }
+
+    #[test]
+    fn a_gateway_ports_own_unit_defines_its_listener_while_a_change_rolls_out() {
+        use switchyard_core::route::{ClientValidation, ResolvedListener};
+        let listener = |validation: Option<&str>| ResolvedListener {
+            name: "shop/edge/443/https".into(),
+            port: 20000,
+            probe_port: 10000,
+            tls: true,
+            default_certificate: None,
+            client_validation: validation.map(|ca| ClientValidation {
+                ca_certificates: ca.into(),
+                insecure_fallback: false,
+            }),
+        };
+        // The port's unit has the new definition; its virtual host's unit the one before.
+        let mut port = live("gw-edge-443", "app");
+        if let Some(vh) = port.spec.virtual_host.as_mut() {
+            vh.hosts.clear();
+        }
+        port.spec.listener = Some(listener(Some("CA")));
+        let mut host = live("gw-edge-443-web", "app");
+        host.spec.listener = Some(listener(None));
+        let pcs = [port, host];
+        let secrets = BTreeMap::new();
+        let (config, problems) = build(&inputs(&pcs, &[], &secrets));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.gateway_listeners.len(), 1);
+        assert!(config.gateway_listeners[0].client_validation.is_some());
+        // Without the port's unit, the hosts' definitions are all there is: differing, the
+        // translator reports them.
+        let (config, _) = build(&inputs(&pcs[1..], &[], &secrets));
+        assert!(config.gateway_listeners[0].client_validation.is_none());
     }
 }

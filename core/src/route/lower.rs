@@ -33,6 +33,10 @@ pub struct Contribution {
     pub virtual_host: Option<VirtualHost>,
     /// The Gateway listener its virtual host is served on.
     pub gateway_listener: Option<model::GatewayListener>,
+    /// It is a Gateway port's own unit: its listener is the one that port defines. While
+    /// a change of the listener rolls out, the units of the port's virtual hosts still
+    /// carry the definition before; this one is served.
+    pub defines_listener: bool,
     pub version_probe: Option<VersionProbe>,
     pub endpoint_probe: Option<EndpointProbe>,
     /// (namespace, name) of the TLS secret its virtual host serves.
@@ -77,6 +81,7 @@ pub fn live(live: &Live<'_>) -> Contribution {
         // chain), and the version probe that proves every Envoy listens there, answering
         // through its route configuration.
         out.gateway_listener = Some(listener.clone());
+        out.defines_listener = true;
         out.secret = live
             .default_secret
             .map(|(ns, name)| (ns.to_owned(), name.to_owned()));

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use switchyard::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use switchyard::gateway::api::gatewayclasses::GatewayClass;
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
@@ -39,6 +40,7 @@ fn translated(case: &str) -> Translation {
         .iter()
         .map(known_ca)
         .collect();
+    let backend_tls_policies: Vec<BackendTlsPolicy> = golden::of_kind(&docs, "BackendTLSPolicy");
     translate(&Inputs {
         controller_name: CONTROLLER_NAME,
         crd_version: None,
@@ -50,6 +52,7 @@ fn translated(case: &str) -> Translation {
         namespaces: &namespaces,
         secrets: &secrets,
         ca_bundles: &ca_bundles,
+        backend_tls_policies: &backend_tls_policies,
     })
 }
 

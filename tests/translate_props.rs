@@ -113,29 +113,43 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
             proptest::option::of(0u32..100),
         )),
         proptest::collection::vec(endpoint(), 0..5),
+        // TLS to the endpoints, sometimes.
+        proptest::option::weighted(0.2, any::<bool>()),
     )
-        .prop_map(move |(connect_timeout, http2, cb, endpoints)| Cluster {
-            name: name.into(),
-            service: ServiceRef {
-                namespace: "ns".into(),
+        .prop_map(
+            move |(connect_timeout, http2, cb, endpoints, tls)| Cluster {
                 name: name.into(),
-                port: 80,
+                service: ServiceRef {
+                    namespace: "ns".into(),
+                    name: name.into(),
+                    port: 80,
+                },
+                settings: ClusterSettings {
+                    outlier_detection: None,
+                    health_check: None,
+                    tls: tls.map(|with_names| switchyard::model::UpstreamTls {
+                        sni: "backend.test".into(),
+                        ca_certificates:
+                            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                        subject_alt_names: if with_names {
+                            vec![switchyard::model::SubjectAltName::Uri("spiffe://b".into())]
+                        } else {
+                            Vec::new()
+                        },
+                    }),
+                    lb_policy: Default::default(),
+                    connect_timeout,
+                    http2,
+                    circuit_breakers: cb.map(|(max_connections, max_requests)| CircuitBreakers {
+                        max_connections,
+                        max_pending_requests: None,
+                        max_requests,
+                        max_retries: Some(3),
+                    }),
+                },
+                endpoints,
             },
-            settings: ClusterSettings {
-                outlier_detection: None,
-                health_check: None,
-                lb_policy: Default::default(),
-                connect_timeout,
-                http2,
-                circuit_breakers: cb.map(|(max_connections, max_requests)| CircuitBreakers {
-                    max_connections,
-                    max_pending_requests: None,
-                    max_requests,
-                    max_retries: Some(3),
-                }),
-            },
-            endpoints,
-        })
+        )
 }
 
 /// Mostly one definition per name; sometimes a name twice, the same or different.

@@ -456,6 +456,29 @@ pub struct ClusterSettings {
     pub outlier_detection: Option<OutlierDetection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    /// TLS to the endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// TLS from Envoy to a cluster's endpoints.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UpstreamTls {
+    /// The server name sent (SNI), and the name the certificate must be for when
+    /// `subject_alt_names` is empty.
+    pub sni: String,
+    /// PEM certificates of the authorities the endpoint's certificate must chain to.
+    pub ca_certificates: String,
+    /// Names of which the endpoint's certificate must hold one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// A name a certificate holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SubjectAltName {
+    Dns(String),
+    Uri(String),
 }
 
 /// How Envoy picks an endpoint of a cluster.
@@ -496,6 +519,7 @@ impl Default for ClusterSettings {
             lb_policy: LbPolicy::RoundRobin,
             outlier_detection: None,
             health_check: None,
+            tls: None,
         }
     }
 }

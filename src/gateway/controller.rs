@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::api::backendtlspolicies::BackendTlsPolicy;
 use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
@@ -39,6 +40,7 @@ use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, conditio
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
+mod policies;
 mod services;
 mod stores;
 
@@ -107,7 +109,8 @@ pub async fn run(client: Client, settings: Settings) {
         &settings.fleet_service,
         &changes,
         &echoes,
-    );
+    )
+    .await;
     if !stores.ready().await {
         warn!("a Gateway API watch stopped before its initial list; not reconciling");
         return;
@@ -183,6 +186,11 @@ async fn pass(
     let secrets: Vec<KnownSecret> = (stores.shared.tls_secrets.state().iter())
         .map(|s| known(s))
         .collect();
+    let policies = stores
+        .backend_tls_policies
+        .as_ref()
+        .map(owned)
+        .unwrap_or_default();
     let ca_bundles: Vec<KnownCaBundle> = (stores.config_maps.state().iter())
         .map(|c| known_ca(c))
         .collect();
@@ -198,6 +206,7 @@ async fn pass(
         namespaces: &namespaces,
         secrets: &secrets,
         ca_bundles: &ca_bundles,
+        backend_tls_policies: &policies,
     });
     debug!(
         classes = translation.classes.len(),
@@ -213,6 +222,7 @@ async fn pass(
         classes: &classes,
         gateways: &gateways,
         routes: &routes,
+        policies: &policies,
         addresses: &addresses,
         units: &units,
         outcome: &outcome,
@@ -363,6 +373,7 @@ struct Written<'a> {
     classes: &'a [GatewayClass],
     gateways: &'a [Gateway],
     routes: &'a [HttpRoute],
+    policies: &'a [BackendTlsPolicy],
     addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
     units: &'a [Unit],
     outcome: &'a Outcome,
@@ -375,6 +386,7 @@ fn write_statuses(settings: &Settings, translation: &Translation, written: &Writ
         classes,
         gateways,
         routes,
+        policies,
         addresses,
         units,
         outcome,
@@ -438,6 +450,17 @@ fn write_statuses(settings: &Settings, translation: &Translation, written: &Writ
         let object = (namespace, name, route.metadata.resource_version.clone());
         set(&settings.status, &ROUTE_STATUS, object, before, status);
     }
+    for policy in policies.iter() {
+        let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
+        let name = policy.metadata.name.as_deref().unwrap_or_default();
+        let ours =
+            (translation.policies.iter()).find(|p| p.namespace == namespace && p.name == name);
+        let before = policy.status.as_ref().map(to_value);
+        let status = policies::policy_status(&settings.controller_name, ours, before.as_ref());
+        let Some(status) = status else { continue };
+        let object = (namespace, name, policy.metadata.resource_version.clone());
+        set(&settings.status, &POLICY_STATUS, object, before, status);
+    }
 }
 
 fn to_value<T: serde::Serialize>(status: &T) -> Value {
@@ -462,6 +485,13 @@ pub(super) static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<HttpRoute>(
         Write::Merge,
         &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
+
+pub(super) static POLICY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<BackendTlsPolicy>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs"],
     ))
 });
 

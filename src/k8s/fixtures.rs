@@ -22,6 +22,7 @@ pub fn cluster(service: &str) -> ResolvedCluster {
         port_name: "http".into(),
         http2: false,
         lb_policy: None,
+        tls: None,
     }
 }
 

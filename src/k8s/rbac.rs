@@ -68,6 +68,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "backendtlspolicies",
+        &["get", "list", "watch"],
+        "Gateway API: TLS to backends",
+    ),
+    (
+        "gateway.networking.k8s.io",
         "gatewayclasses/status",
         &["patch"],
         "Gateway API status",
@@ -81,6 +87,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "gateway.networking.k8s.io",
         "httproutes/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "backendtlspolicies/status",
         &["patch"],
         "Gateway API status",
     ),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 
 use crate::api::{ProxyConfig, ProxyConfigRole};
+use crate::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use crate::gateway::api::gatewayclasses::GatewayClass;
 use crate::gateway::api::gateways::Gateway;
 use crate::gateway::api::httproutes::HttpRoute;
@@ -30,6 +31,7 @@ pub struct Objects {
     pub namespaces: Vec<Namespace>,
     pub secrets: Vec<Secret>,
     pub config_maps: Vec<ConfigMap>,
+    pub backend_tls_policies: Vec<BackendTlsPolicy>,
 }
 
 /// The live ProxyConfig of every unit of every Gateway of the GatewayClasses of
@@ -50,6 +52,7 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         namespaces: &objects.namespaces,
         secrets: &secrets,
         ca_bundles: &ca_bundles,
+        backend_tls_policies: &objects.backend_tls_policies,
     });
     let mut fleet = FLEET_PORTS;
     let fleet_ports: BTreeMap<_, _> = (translation.gateways.iter())

@@ -1,8 +1,8 @@
 //! `switchyard translate`: what Switchyard would serve for some files, with no cluster and
 //! no Envoy. The input is a standalone configuration (a directory or one file), or
 //! Kubernetes manifests, one file or a directory of them (TrafficRoutes, the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes and ReferenceGrants, Services, EndpointSlices,
-//! Namespaces, TLS Secrets; any other kind is ignored). Each goes through the same steps
+//! GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and BackendTLSPolicies, Services,
+//! EndpointSlices, Namespaces, TLS Secrets, ConfigMaps; any other kind is ignored). Each goes through the same steps
 //! as when it is served: resolution (for Gateway API kinds, translation into units),
 //! lowering, translation; the problems are those the status or the log would show.
 
@@ -141,6 +141,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
         namespaces: of_kind(path, &docs, "Namespace")?,
         secrets: secrets.clone(),
         config_maps: of_kind(path, &docs, "ConfigMap")?,
+        backend_tls_policies: of_kind(path, &docs, "BackendTLSPolicy")?,
     };
     let (mut live, mut problems) = gateway::live_proxy_configs(&gateway_api);
     for route in &routes {

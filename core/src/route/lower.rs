@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use super::resolved::{ResolvedCluster, ResolvedListener, ResolvedRule, ResolvedVirtualHost};
+use super::resolved::{
+    ResolvedCluster, ResolvedListener, ResolvedRule, ResolvedVirtualHost, SubjectAltName,
+    UpstreamTls,
+};
 use super::spec::{
     self, Affinity as SpecAffinity, Cors as SpecCors, DEFAULT_RETRY_ON,
     HeaderEdits as SpecHeaderEdits, HeaderMatch as SpecHeaderMatch,
@@ -261,7 +264,21 @@ fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
         circuit_breakers: cluster.circuit_breaker.as_ref().map(circuit_breakers),
         outlier_detection: cluster.outlier_detection.as_ref().map(outlier_detection),
         health_check: cluster.health_check.as_ref().map(health_check),
+        tls: cluster.tls.as_ref().map(upstream_tls),
         ..ClusterSettings::default()
+    }
+}
+
+fn upstream_tls(tls: &UpstreamTls) -> model::UpstreamTls {
+    model::UpstreamTls {
+        sni: tls.hostname.clone(),
+        ca_certificates: tls.ca_certificates.clone(),
+        subject_alt_names: (tls.subject_alt_names.iter())
+            .map(|n| match n {
+                SubjectAltName::Hostname(h) => model::SubjectAltName::Dns(h.clone()),
+                SubjectAltName::Uri(u) => model::SubjectAltName::Uri(u.clone()),
+            })
+            .collect(),
     }
 }
 

@@ -21,6 +21,7 @@ pub use check::{Checks, Draft, SpecError};
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
     ClientValidation, ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror,
-    ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef,
+    ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef, SubjectAltName,
+    UpstreamTls,
 };
 pub use spec::RouteSpec;

@@ -204,6 +204,39 @@ pub struct ResolvedCluster {
     /// The active health checking of the rule that sends here (a cluster of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    /// TLS to the backend (a Gateway API BackendTLSPolicy): a cluster of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
+}
+
+/// How a cluster's connections to its backend are encrypted and the backend's certificate
+/// checked.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamTls {
+    /// The server name sent (SNI); the backend's certificate must be for it, unless
+    /// `subjectAltNames` says what it must be for.
+    #[schemars(length(min = 1, max = 253))]
+    pub hostname: String,
+    /// The certificates (PEM) of the authorities the backend's certificate must chain to.
+    #[schemars(length(min = 1))]
+    pub ca_certificates: String,
+    /// Names of which the backend's certificate must hold one (instead of `hostname`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// A name a certificate holds: a DNS name or a URI.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum SubjectAltName {
+    Hostname(String),
+    Uri(String),
 }
 
 fn is_zero(n: &i32) -> bool {

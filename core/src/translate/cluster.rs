@@ -6,14 +6,19 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::LbPolicy,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    HealthCheck, Http2ProtocolOptions, RoutingPriority, health_check::HealthChecker,
-    health_check::HttpHealthCheck,
+    DataSource, HealthCheck, Http2ProtocolOptions, RoutingPriority, TransportSocket, data_source,
+    health_check::HealthChecker, health_check::HttpHealthCheck, transport_socket,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, UpstreamTlsContext,
+    common_tls_context::ValidationContextType, subject_alt_name_matcher::SanType,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::ExplicitHttpConfig,
     http_protocol_options::UpstreamProtocolOptions,
     http_protocol_options::explicit_http_config::ProtocolConfig,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use envoy_types::pb::envoy::r#type::v3::Int64Range;
 use envoy_types::pb::google::protobuf::Any;
 
@@ -44,6 +49,14 @@ pub fn validate(c: &model::Cluster) -> Result<(), String> {
                 "outlier detection: max ejection percent {} is more than 100",
                 od.max_ejection_percent
             ));
+        }
+    }
+    if let Some(tls) = &c.settings.tls {
+        if tls.sni.is_empty() {
+            return Err("upstream TLS needs a server name".to_owned());
+        }
+        if tls.ca_certificates.trim().is_empty() {
+            return Err("upstream TLS needs CA certificates".to_owned());
         }
     }
     if let Some(hc) = &c.settings.health_check {
@@ -92,6 +105,7 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             }),
         outlier_detection: settings.outlier_detection.as_ref().map(outlier_detection),
         health_checks: settings.health_check.iter().map(health_check).collect(),
+        transport_socket: settings.tls.as_ref().map(upstream_tls),
         ..Default::default()
     };
     if settings.http2 {
@@ -110,6 +124,54 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             .insert(HTTP_PROTOCOL_OPTIONS.to_owned(), proto::pack(&options));
     }
     cluster
+}
+
+/// TLS to the endpoints: SNI, the authorities their certificate must chain to, and the
+/// names it must hold one of (the SNI when none are given).
+fn upstream_tls(tls: &model::UpstreamTls) -> TransportSocket {
+    let exact = |san_type: SanType, name: &str| SubjectAltNameMatcher {
+        san_type: san_type as i32,
+        matcher: Some(StringMatcher {
+            match_pattern: Some(MatchPattern::Exact(name.to_owned())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let names = if tls.subject_alt_names.is_empty() {
+        vec![exact(SanType::Dns, &tls.sni)]
+    } else {
+        (tls.subject_alt_names.iter())
+            .map(|n| match n {
+                model::SubjectAltName::Dns(name) => exact(SanType::Dns, name),
+                model::SubjectAltName::Uri(uri) => exact(SanType::Uri, uri),
+            })
+            .collect()
+    };
+    let context = UpstreamTlsContext {
+        sni: tls.sni.clone(),
+        common_tls_context: Some(CommonTlsContext {
+            validation_context_type: Some(ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: Some(DataSource {
+                        specifier: Some(data_source::Specifier::InlineString(
+                            tls.ca_certificates.clone(),
+                        )),
+                        ..Default::default()
+                    }),
+                    match_typed_subject_alt_names: names,
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: super::listener::TLS_TRANSPORT_SOCKET.to_owned(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(proto::pack(
+            &context,
+        ))),
+    }
 }
 
 fn outlier_detection(od: &model::OutlierDetection) -> OutlierDetection {
@@ -197,6 +259,82 @@ mod tests {
             settings,
             endpoints: vec![],
         }
+    }
+
+    #[test]
+    fn upstream_tls_sends_the_sni_and_checks_the_certificate_names() {
+        let tls = |names: Vec<model::SubjectAltName>| model::ClusterSettings {
+            tls: Some(model::UpstreamTls {
+                sni: "abc.example.com".into(),
+                ca_certificates: "CA PEM".into(),
+                subject_alt_names: names,
+            }),
+            ..Default::default()
+        };
+        let context = |settings| {
+            let c = cluster(&model_cluster(settings));
+            let socket = c.transport_socket.expect("a transport socket");
+            assert_eq!(socket.name, "envoy.transport_sockets.tls");
+            let Some(transport_socket::ConfigType::TypedConfig(any)) = socket.config_type else {
+                panic!("not typed")
+            };
+            UpstreamTlsContext::decode(any.value.as_slice()).unwrap()
+        };
+        let names = |ctx: &UpstreamTlsContext| -> Vec<(i32, String)> {
+            let Some(ValidationContextType::ValidationContext(v)) = ctx
+                .common_tls_context
+                .as_ref()
+                .and_then(|c| c.validation_context_type.clone())
+            else {
+                panic!("no validation context")
+            };
+            let Some(data_source::Specifier::InlineString(ca)) =
+                v.trusted_ca.and_then(|t| t.specifier)
+            else {
+                panic!("CA not inline")
+            };
+            assert_eq!(ca, "CA PEM");
+            (v.match_typed_subject_alt_names.iter())
+                .map(|m| {
+                    let Some(MatchPattern::Exact(name)) =
+                        m.matcher.as_ref().and_then(|m| m.match_pattern.clone())
+                    else {
+                        panic!("not exact")
+                    };
+                    (m.san_type, name)
+                })
+                .collect()
+        };
+        // Without names given, the certificate must be for the server name.
+        let ctx = context(tls(Vec::new()));
+        assert_eq!(ctx.sni, "abc.example.com");
+        assert_eq!(
+            names(&ctx),
+            [(SanType::Dns as i32, "abc.example.com".into())]
+        );
+        // With names, one of them instead.
+        let ctx = context(tls(vec![
+            model::SubjectAltName::Dns("other.example.com".into()),
+            model::SubjectAltName::Uri("spiffe://cluster/web".into()),
+        ]));
+        assert_eq!(
+            names(&ctx),
+            [
+                (SanType::Dns as i32, "other.example.com".into()),
+                (SanType::Uri as i32, "spiffe://cluster/web".into())
+            ]
+        );
+        // Plain clusters have no transport socket.
+        assert!(
+            cluster(&model_cluster(Default::default()))
+                .transport_socket
+                .is_none()
+        );
+        let mut bad = tls(Vec::new());
+        if let Some(t) = bad.tls.as_mut() {
+            t.ca_certificates.clear();
+        }
+        assert!(validate(&model_cluster(bad)).is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! that regenerating changes nothing.
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
+pub mod backendtlspolicies;
 pub mod gatewayclasses;
 pub mod gateways;
 pub mod httproutes;

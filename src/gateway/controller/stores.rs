@@ -5,10 +5,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
+use tracing::info;
 
+use super::super::api::backendtlspolicies::BackendTlsPolicy;
 use super::super::api::gatewayclasses::GatewayClass;
 use super::super::api::gateways::Gateway;
 use super::super::api::httproutes::HttpRoute;
@@ -17,7 +20,7 @@ use super::super::service::GATEWAY_LABEL;
 use super::super::translate::client_validation::{CA_KEY, ca_certificates};
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
-use super::{CLASS_STATUS, GATEWAY_STATUS, ROUTE_STATUS};
+use super::{CLASS_STATUS, GATEWAY_STATUS, POLICY_STATUS, ROUTE_STATUS};
 use crate::api::ProxyConfig;
 use crate::k8s::index::Watches;
 use crate::k8s::status::{StatusKind, StatusWriter};
@@ -32,8 +35,10 @@ pub(super) struct Stores {
     pub routes: Watched<HttpRoute>,
     pub grants: Watched<ReferenceGrant>,
     pub namespaces: Watched<Namespace>,
-    /// For the CA certificates of client validation (`ca.crt`).
+    /// For the CA certificates of client validation and backend TLS (`ca.crt`).
     pub config_maps: Watched<ConfigMap>,
+    /// None when the BackendTLSPolicy CRD was not installed when the controller started.
+    pub backend_tls_policies: Option<Watched<BackendTlsPolicy>>,
     pub shared: Watches,
 }
 
@@ -58,7 +63,7 @@ impl Echoes {
 impl Stores {
     /// Starts the Gateway API's watches (in the process's scope) and has every store the
     /// translation reads bump `changes`, but for the `echoes` of this controller's writes.
-    pub fn start(
+    pub async fn start(
         client: &Client,
         shared: &Watches,
         fleet_service: &(String, String),
@@ -66,6 +71,9 @@ impl Stores {
         echoes: &Echoes,
     ) -> Self {
         let all = watcher::Config::default;
+        let backend_tls_policies = crd_installed(client, BACKEND_TLS_POLICY_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
             gateways: Watched::start(shared.scope.apis(client), all()),
@@ -73,6 +81,7 @@ impl Stores {
             grants: Watched::start(shared.scope.apis(client), all()),
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             config_maps: Watched::start(shared.scope.apis(client), all()),
+            backend_tls_policies,
             shared: shared.clone(),
         };
         (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
@@ -81,6 +90,9 @@ impl Stores {
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
         stores.config_maps.notify(changes);
+        if let Some(policies) = &stores.backend_tls_policies {
+            policies.notify_unless_echo(changes, None, echoes.status(&POLICY_STATUS));
+        }
         let services = services::read_by_translation(fleet_service, &stores.routes);
         shared.services.notify_if(changes, services);
         shared.tls_secrets.notify(changes);
@@ -103,6 +115,10 @@ impl Stores {
             && self.grants.ready().await
             && self.namespaces.ready().await
             && self.config_maps.ready().await
+            && match &self.backend_tls_policies {
+                Some(policies) => policies.ready().await,
+                None => true,
+            }
             && self.shared.ready().await
     }
 }
@@ -128,6 +144,30 @@ pub fn known(secret: &Secret) -> KnownSecret {
         name: secret.metadata.name.clone().unwrap_or_default(),
         valid_tls: secret.type_.as_deref() == Some("kubernetes.io/tls")
             && crate::k8s::tls_secrets::tls_data(secret).is_ok(),
+    }
+}
+
+/// The CRD of BackendTLSPolicy: in the standard channel since v1.4, but a cluster may
+/// have installed the Gateway API without it.
+const BACKEND_TLS_POLICY_CRD: &str = "backendtlspolicies.gateway.networking.k8s.io";
+
+/// Whether the CRD `name` is installed (an error reading it counts as not: its kind is
+/// then not watched, and says so).
+async fn crd_installed(client: &Client, name: &str) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.get_opt(name).await {
+        Ok(Some(_)) => true,
+        Ok(None) => {
+            info!(
+                crd = name,
+                "not installed: its kind is not served (restart the operator once it is)"
+            );
+            false
+        }
+        Err(error) => {
+            info!(crd = name, %error, "cannot read the CRD: its kind is not served");
+            false
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 use k8s_openapi::api::core::v1::Service;
 
+use super::backend_tls::{self, BackendTls};
 use super::gateway::HTTP_ROUTE;
 use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, Inputs};
@@ -73,7 +74,8 @@ pub fn mirrors(
         let at = format!("{at}.filters[{fi}].requestMirror");
         let per_million = share(mirror).map_err(|e| format!("{at}: {e}"))?;
         match backend_cluster(inputs, namespace, &Reference::mirror(mirror)) {
-            Ok(cluster) => usable.push(ResolvedMirror {
+            Ok(None) => {}
+            Ok(Some(cluster)) => usable.push(ResolvedMirror {
                 cluster,
                 per_million,
             }),
@@ -177,7 +179,9 @@ pub fn backends(
             continue;
         }
         match backend_cluster(inputs, namespace, &Reference::backend(backend)) {
-            Ok(cluster) => out.usable.push(ResolvedBackend {
+            // Its BackendTLSPolicy's status says why: the route's references resolved.
+            Ok(None) => out.unavailable += weight,
+            Ok(Some(cluster)) => out.usable.push(ResolvedBackend {
                 cluster,
                 weight,
                 request_headers,
@@ -208,12 +212,14 @@ fn url_rewrite(r: &HttpRouteRulesBackendRefsFiltersUrlRewrite) -> UrlRewrite {
     }
 }
 
-/// The cluster of a backendRef, or the ResolvedRefs reason and message saying why not.
+/// The cluster of a backendRef, with the TLS its BackendTLSPolicy asks for; None when that
+/// policy cannot be used (sending plain text instead would leak what it protects); or the
+/// ResolvedRefs reason and message saying why the reference does not resolve.
 fn backend_cluster(
     inputs: &Inputs<'_>,
     namespace: &str,
     backend: &Reference<'_>,
-) -> Result<ResolvedCluster, (&'static str, String)> {
+) -> Result<Option<ResolvedCluster>, (&'static str, String)> {
     let group = backend.group.unwrap_or("");
     let kind = backend.kind.unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
@@ -266,7 +272,12 @@ fn backend_cluster(
     if target_ns != namespace {
         cluster.namespace = Some(target_ns.to_owned());
     }
-    Ok(cluster)
+    match backend_tls::for_backend(inputs, target_ns, backend.name, &cluster.port_name) {
+        BackendTls::None => {}
+        BackendTls::Tls(tls) => cluster.tls = Some(tls),
+        BackendTls::Unusable(..) => return Ok(None),
+    }
+    Ok(Some(cluster))
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ macro_rules! header_edits {
 }
 
 pub mod backend_ref;
+pub mod backend_tls;
 pub mod client_validation;
 pub mod duration;
 pub mod gateway;
@@ -45,9 +46,12 @@ pub mod http_route;
 pub mod reference_grant;
 pub mod virtual_host;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use serde::Serialize;
 
+use super::api::backendtlspolicies::BackendTlsPolicy;
 use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
@@ -78,8 +82,9 @@ pub struct Inputs<'a> {
     /// For listeners that admit routes from namespaces by label.
     pub namespaces: &'a [Namespace],
     pub secrets: &'a [KnownSecret],
-    /// ConfigMaps, for the CA certificates of client validation.
+    /// ConfigMaps, for the CA certificates of client validation and of backends' TLS.
     pub ca_bundles: &'a [KnownCaBundle],
+    pub backend_tls_policies: &'a [BackendTlsPolicy],
 }
 
 /// A Secret a listener may name, and whether it holds a usable certificate and key.
@@ -99,6 +104,8 @@ pub struct Translation {
     pub classes: Vec<ClassOutcome>,
     pub gateways: Vec<GatewayOutcome>,
     pub routes: Vec<RouteOutcome>,
+    /// The BackendTLSPolicies of Services the Gateways send to.
+    pub policies: Vec<backend_tls::PolicyOutcome>,
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -275,11 +282,71 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
             g.into_outcome(ports)
         })
         .collect();
+    let senders = senders(inputs.routes, &routes);
+    let ancestors = |namespace: &str, service: &str| {
+        (senders.get(&(namespace.to_owned(), service.to_owned())))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let policies = backend_tls::outcomes(inputs, &ancestors);
     Translation {
         classes,
         gateways,
         routes,
+        policies,
     }
+}
+
+/// The Gateways that send to each Service (namespace, name): those an HTTPRoute is
+/// accepted by, for every Service its backendRefs and mirrors name.
+fn senders(
+    routes: &[HttpRoute],
+    outcomes: &[RouteOutcome],
+) -> BTreeMap<(String, String), BTreeSet<(String, String)>> {
+    let mut out: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
+    for route in routes {
+        let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
+        let name = route.metadata.name.as_deref().unwrap_or_default();
+        let Some(outcome) = outcomes
+            .iter()
+            .find(|o| o.namespace == namespace && o.name == name)
+        else {
+            continue;
+        };
+        let gateways: BTreeSet<(String, String)> = (outcome.parents.iter())
+            .filter(|p| p.conditions.first().is_some_and(Cond::is_true))
+            .map(|p| (p.gateway_namespace.clone(), p.gateway.clone()))
+            .collect();
+        for rule in route.spec.rules.iter().flatten() {
+            let backends = (rule.backend_refs.iter().flatten()).map(|b| {
+                (
+                    b.group.as_deref(),
+                    b.kind.as_deref(),
+                    &b.name,
+                    b.namespace.as_deref(),
+                )
+            });
+            let mirrors = (rule.filters.iter().flatten())
+                .filter_map(|f| f.request_mirror.as_ref())
+                .map(|m| &m.backend_ref)
+                .map(|b| {
+                    (
+                        b.group.as_deref(),
+                        b.kind.as_deref(),
+                        &b.name,
+                        b.namespace.as_deref(),
+                    )
+                });
+            for (group, kind, service, service_ns) in backends.chain(mirrors) {
+                if !group.unwrap_or("").is_empty() || kind.unwrap_or("Service") != "Service" {
+                    continue;
+                }
+                let key = (service_ns.unwrap_or(namespace).to_owned(), service.clone());
+                out.entry(key).or_default().extend(gateways.iter().cloned());
+            }
+        }
+    }
+    out
 }
 
 /// Routes oldest first, then by namespace and name: the Gateway API's tie-break between

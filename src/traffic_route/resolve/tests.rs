@@ -131,6 +131,7 @@ fn cluster(service: &str, port: i32, port_name: &str, http2: bool) -> ResolvedCl
         port_name: port_name.to_owned(),
         http2,
         lb_policy: None,
+        tls: None,
     }
 }
 

@@ -6,8 +6,11 @@
 //! namespace, selecting the fleet, its address in the Gateway's status; two Gateways on
 //! one port get different fleet ports; a deleted Gateway's Service goes. Through 3 real
 //! Envoys, an HTTPRoute moved between Services drops nothing (and a backendRef that cannot
-//! be used keeps its share, answered 500), nor do its mirrors added, moved and removed, and the same moves without the two phases and the xDS ordering do
-//! drop requests (the test can see what the rollout guards against).
+//! be used keeps its share, answered 500), nor do its mirrors added, moved and removed,
+//! listeners added and removed, client certificate validation added, changed and removed
+//! (over HTTPS), or TLS to backends (BackendTLSPolicy) added, changed and removed; and
+//! the same moves without the two phases and the xDS ordering do drop requests (the test
+//! can see what the rollout guards against).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -1202,4 +1205,161 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
         "failures: {:#?}",
         report.requests.failures
     );
+}
+
+/// The names of the clusters of Service `service` that every Envoy's routes send to.
+async fn routed_clusters(rig: &Rig, service: &str) -> Vec<std::collections::BTreeSet<String>> {
+    fn strings(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        match value {
+            Value::String(s) if s.starts_with(prefix) => {
+                out.insert(s.clone());
+            }
+            Value::Array(items) => items.iter().for_each(|v| strings(v, prefix, out)),
+            Value::Object(fields) => fields.values().for_each(|v| strings(v, prefix, out)),
+            _ => {}
+        }
+    }
+    let prefix = format!("{}/{service}/", rig.namespace);
+    let mut out = Vec::new();
+    for envoy in &rig.envoys {
+        let dump = envoy
+            .admin("/config_dump?resource=dynamic_route_configs")
+            .await;
+        let json: Value = serde_json::from_str(&dump).unwrap_or_default();
+        let mut found = std::collections::BTreeSet::new();
+        strings(&json, &prefix, &mut found);
+        out.push(found);
+    }
+    out
+}
+
+#[tokio::test]
+async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("web").await;
+    // Two HTTPS backends, each with a certificate of an authority of its own.
+    let issue = |name: &str| switchyard::certgen::generate(&[name.to_owned()], 1).expect("certgen");
+    let (a, b) = (issue("a.backend.test"), issue("b.backend.test"));
+    for (name, bundle) in [("secure-a", &a), ("secure-b", &b)] {
+        let identity = (
+            bundle.server.cert_pem.as_str(),
+            bundle.server.key_pem.as_str(),
+        );
+        rig.add_tls_backend(name, identity).await;
+    }
+    let (controller, class) = start_gateway_controller(&mut rig, "backend-tls", &[]);
+    let ns = rig.namespace.clone();
+    let config_map = |name: &str, pem: &str| {
+        let pem = pem.trim_end().replace('\n', "\n    ");
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: {name}, namespace: {ns} }}\n\
+             data:\n  ca.crt: |\n    {pem}\n---\n"
+        )
+    };
+    let policy = |service: &str, hostname: &str, ca: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\n\
+             metadata: {{ name: {service}, namespace: {ns} }}\nspec:\n  \
+             targetRefs: [ {{ group: '', kind: Service, name: {service} }} ]\n  \
+             validation: {{ hostname: {hostname}, caCertificateRefs: \
+             [ {{ group: '', kind: ConfigMap, name: {ca} }} ] }}\n---\n"
+        )
+    };
+    // A route to both HTTPS backends first: their policies get a status once a Gateway
+    // sends to them, so the test knows the controller has them before `web` moves.
+    let check = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+         metadata: {{ name: check, namespace: {ns} }}\nspec:\n  parentRefs: [ {{ name: edge }} ]\n  \
+         hostnames: [ check.test ]\n  rules: [ {{ backendRefs: [ {{ name: secure-a, port: 80 }}, \
+         {{ name: secure-b, port: 80 }} ] }} ]\n---\n"
+    );
+    apply(
+        &rig,
+        &format!(
+            "{}{}---\n{}{}{}{}{check}",
+            edge_gateway(&class, &controller, &ns),
+            web_route(&ns, "web"),
+            config_map("ca-a", &a.ca.cert_pem),
+            config_map("ca-b", &b.ca.cert_pem),
+            policy("secure-a", "a.backend.test", "ca-a"),
+            policy("secure-b", "b.backend.test", "ca-b"),
+        ),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    wait_served(&routes, "check", 1).await;
+    let policies: Api<switchyard::gateway::api::backendtlspolicies::BackendTlsPolicy> =
+        Api::namespaced(rig.client.clone(), &ns);
+    for name in ["secure-a", "secure-b"] {
+        wait_status(&policies, name, "Accepted", |s| {
+            condition(s, "/ancestors/0/conditions", "Accepted")
+                .is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+    }
+    let targets = edge_targets(&rig).await;
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+    let seen = |name: &str| rig.backends[name].requests_seen();
+    wait_more("web", 0, || seen("web")).await;
+
+    // `web` moves to the HTTPS backend A: its cluster speaks TLS, checked against A's CA.
+    apply(&rig, &web_route(&ns, "secure-a")).await;
+    wait_served(&routes, "web", 2).await;
+    wait_more("secure-a", seen("secure-a"), || seen("secure-a")).await;
+    // A second of traffic on each setting, not only across the changes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A's policy trusts both authorities now: a cluster of its own, rolled out as any.
+    let before = routed_clusters(&rig, "secure-a").await;
+    apply(
+        &rig,
+        &config_map("ca-a", &format!("{}{}", a.ca.cert_pem, b.ca.cert_pem)),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let now = routed_clusters(&rig, "secure-a").await;
+        if now
+            .iter()
+            .zip(&before)
+            .all(|(n, b)| !n.is_empty() && n != b)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new CA not routed to within {WITHIN:?}: {now:?} (before {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // To B, then back to the plain backend with the policies gone.
+    apply(&rig, &web_route(&ns, "secure-b")).await;
+    wait_served(&routes, "web", 3).await;
+    wait_more("secure-b", seen("secure-b"), || seen("secure-b")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    apply(&rig, &web_route(&ns, "web")).await;
+    wait_served(&routes, "web", 4).await;
+    for name in ["secure-a", "secure-b"] {
+        policies
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete a BackendTLSPolicy");
+    }
+    wait_more("web", seen("web"), || seen("web")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let report = finished_without_a_drop(load, "backend TLS").await;
+    for backend in ["web", "secure-a", "secure-b"] {
+        assert!(
+            report.by_backend.contains_key(backend),
+            "{:?}",
+            report.by_backend
+        );
+    }
 }

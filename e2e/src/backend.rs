@@ -47,6 +47,21 @@ impl Backend {
 
     /// A backend on `address` (port 0: any free one).
     pub async fn start_on(name: &str, address: SocketAddr) -> Backend {
+        Self::serve(name, address, None).await
+    }
+
+    /// [`Backend::start`] over TLS, with the certificate chain and key `identity` (PEM):
+    /// HTTP/1.1 inside.
+    pub async fn start_tls(name: &str, ip: &str, identity: (&str, &str)) -> Backend {
+        let ip: std::net::IpAddr = ip.parse().expect("a backend IP");
+        Self::serve(name, SocketAddr::new(ip, 0), Some(tls_acceptor(identity))).await
+    }
+
+    async fn serve(
+        name: &str,
+        address: SocketAddr,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Backend {
         let listener = std::net::TcpListener::bind(address)
             .unwrap_or_else(|e| panic!("bind backend {name} on {address}: {e}"));
         listener.set_nonblocking(true).expect("nonblocking backend");
@@ -56,69 +71,14 @@ impl Backend {
         };
         let address = listener.local_addr().expect("backend address");
         let behaviour = Arc::new(Behaviour::default());
-        let body = name.to_string();
-        // Which Pod answered, when the Pods of a Service share its name.
-        let at = address.to_string();
-        let state = behaviour.clone();
-        let health = behaviour.clone();
-        let app = axum::Router::new().route(
-            HEALTH_PATH,
-            axum::routing::get(move || {
-                let health = health.clone();
-                async move {
-                    use std::sync::atomic::Ordering::SeqCst;
-                    health.health_checks.fetch_add(1, SeqCst);
-                    if health.unhealthy.load(SeqCst) {
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        axum::http::StatusCode::OK
-                    }
-                }
-            }),
-        );
-        let ws_name = name.to_string();
         let (stopped, stopping) = tokio::sync::watch::channel(false);
-        let app =
-            app.route(
-                WEBSOCKET_PATH,
-                axum::routing::get(move |upgrade: axum::extract::ws::WebSocketUpgrade| {
-                    let (name, stopping) = (ws_name.clone(), stopping.clone());
-                    async move {
-                        upgrade.on_upgrade(move |socket| echo_with_name(socket, name, stopping))
-                    }
-                }),
-            );
-        let app = app.fallback(move || {
-            let body = body.clone();
-            let at = at.clone();
-            let state = state.clone();
-            async move {
-                use std::sync::atomic::Ordering::SeqCst;
-                state.requests.fetch_add(1, SeqCst);
-                let delay = state.delay_ms.load(SeqCst);
-                if delay > 0 {
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                }
-                let failing = state
-                    .fail_next
-                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
-                let status = if failing {
-                    axum::http::StatusCode::from_u16(state.fail_status.load(SeqCst))
-                        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
-                } else {
-                    axum::http::StatusCode::OK
-                };
-                let headers = [
-                    ("x-backend", body.clone()),
-                    ("x-backend-address", at.clone()),
-                ];
-                (status, headers, body)
-            }
-        });
-        let task = traffic_runtime().spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let app = app(name, address, &behaviour, stopping);
+        let task = match tls {
+            None => traffic_runtime().spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            }),
+            Some(acceptor) => traffic_runtime().spawn(serve_tls(listener, acceptor, app)),
+        };
         Backend {
             name: name.to_string(),
             address,
@@ -165,6 +125,71 @@ impl Backend {
     }
 }
 
+/// The backend's routes: its health, its WebSocket echo, and its name for anything else.
+fn app(
+    name: &str,
+    address: SocketAddr,
+    behaviour: &Arc<Behaviour>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> axum::Router {
+    let body = name.to_string();
+    // Which Pod answered, when the Pods of a Service share its name.
+    let at = address.to_string();
+    let state = behaviour.clone();
+    let health = behaviour.clone();
+    let app = axum::Router::new().route(
+        HEALTH_PATH,
+        axum::routing::get(move || {
+            let health = health.clone();
+            async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                health.health_checks.fetch_add(1, SeqCst);
+                if health.unhealthy.load(SeqCst) {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    let ws_name = name.to_string();
+    let app = app.route(
+        WEBSOCKET_PATH,
+        axum::routing::get(move |upgrade: axum::extract::ws::WebSocketUpgrade| {
+            let (name, stopping) = (ws_name.clone(), stopping.clone());
+            async move { upgrade.on_upgrade(move |socket| echo_with_name(socket, name, stopping)) }
+        }),
+    );
+    app.fallback(move || {
+        let body = body.clone();
+        let at = at.clone();
+        let state = state.clone();
+        async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            state.requests.fetch_add(1, SeqCst);
+            let delay = state.delay_ms.load(SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            let failing = state
+                .fail_next
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            let status = if failing {
+                axum::http::StatusCode::from_u16(state.fail_status.load(SeqCst))
+                    .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+            } else {
+                axum::http::StatusCode::OK
+            };
+            let headers = [
+                ("x-backend", body.clone()),
+                ("x-backend-address", at.clone()),
+            ];
+            (status, headers, body)
+        }
+    })
+}
+
 /// Answers each text message with "name: message" until the client closes or the backend
 /// stops (then the connection just ends, as when a process exits).
 async fn echo_with_name(
@@ -197,5 +222,49 @@ impl Drop for Backend {
     fn drop(&mut self) {
         self.stopped.send_replace(true);
         self.task.abort();
+    }
+}
+
+/// A TLS server configuration with the certificate chain and key `identity` (PEM),
+/// HTTP/1.1 by ALPN.
+fn tls_acceptor((chain, key): (&str, &str)) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("PEM certificates");
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a PEM key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("a certificate and its key");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// Serves `app` over TLS on `listener`: a task per connection, a failed handshake ends
+/// only its own.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: axum::Router,
+) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .with_upgrades()
+                .await;
+        });
     }
 }

@@ -373,6 +373,24 @@ impl Rig {
         &self.backends[name]
     }
 
+    /// [`Rig::add_backend`] serving HTTPS with the certificate chain and key `identity`
+    /// (PEM), on the Service's port 80 all the same.
+    pub async fn add_tls_backend(&mut self, name: &str, identity: (&str, &str)) -> &Backend {
+        let ip = self.next_backend_ip();
+        let backend = Backend::start_tls(name, &ip, identity).await;
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        let address = backend.address.ip().to_string();
+        k::apply_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(&address, backend.address.port(), true, true, false)],
+        )
+        .await;
+        self.backends.insert(name.to_string(), backend);
+        &self.backends[name]
+    }
+
     /// A Service `name` of `n` Pods at fixed addresses, none of them started or ready yet:
     /// its EndpointSlice lists them not ready, and nothing listens there, as for Pods
     /// still starting. [`Rig::start_pod`] starts one.

@@ -56,6 +56,10 @@ const FEATURES: &[&str] = &[
     "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayAddressEmpty",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

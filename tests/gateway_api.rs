@@ -1006,6 +1006,8 @@ spec:
     // The rig's operators watch the test's namespace; the fleet's namespace too for
     // Services (each Gateway's is there) and EndpointSlices (the fleet's).
     let expected: BTreeMap<(String, String), u32> = [
+        once("backendtlspolicies", &ns),
+        once("configmaps", &ns),
         once("endpointslices", &ns),
         once("endpointslices", FLEET_NAMESPACE),
         once("gatewayclasses", "*"),

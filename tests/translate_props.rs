@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::cluster::v3::Cluster as EnvoyCluster;
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::{
@@ -14,7 +15,9 @@ use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthC
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_filter,
 };
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, UpstreamTlsContext,
+};
 use proptest::prelude::*;
 use proptest::sample::select;
 use prost::{Message, Name};
@@ -131,6 +134,8 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
                         sni: "backend.test".into(),
                         ca_certificates:
                             "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                        // Presenting a client certificate, which the config may not have.
+                        client_certificate: with_names.then(|| SECRETS[0].to_owned()),
                         subject_alt_names: if with_names {
                             vec![switchyard::model::SubjectAltName::Uri("spiffe://b".into())]
                         } else {
@@ -569,7 +574,9 @@ fn names(t: &Translation, type_url: &str) -> BTreeSet<String> {
 }
 
 /// What the listeners and routes of a snapshot refer to: (clusters, secrets).
-fn references(t: &Translation) -> (BTreeSet<String>, BTreeSet<String>) {
+/// The clusters and secrets the served routes, probes, TLS chains and clusters reference;
+/// `defined`: the secrets of the config that can be served.
+fn references(t: &Translation, defined: &BTreeSet<String>) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut clusters = BTreeSet::new();
     let mut secrets = BTreeSet::new();
     for r in t.snapshot.resources(ROUTE).unwrap().values() {
@@ -619,6 +626,22 @@ fn references(t: &Translation) -> (BTreeSet<String>, BTreeSet<String>) {
             }
         }
     }
+    // The secrets served clusters present to their backends, those the config can serve
+    // (one it lacks is reported, and the cluster never warms: no switch reaches it).
+    for r in t.snapshot.resources(CLUSTER).unwrap().values() {
+        let c: EnvoyCluster = decode(&r.body.value);
+        if let Some(socket) = &c.transport_socket
+            && let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type
+        {
+            let tls: UpstreamTlsContext = decode(&any.value);
+            secrets.extend(
+                (tls.common_tls_context.into_iter())
+                    .flat_map(|c| c.tls_certificate_sds_secret_configs)
+                    .map(|s| s.name)
+                    .filter(|name| defined.contains(name)),
+            );
+        }
+    }
     (clusters, secrets)
 }
 
@@ -666,7 +689,12 @@ proptest! {
         // Every cluster has its load assignment, and nothing else does.
         prop_assert_eq!(names(&t, CLUSTER), names(&t, ENDPOINT));
         // Only what a served route, probe or TLS chain references is served.
-        let (clusters, secrets) = references(&t);
+        // A secret without a certificate or key is never served.
+        let defined: BTreeSet<String> = (config.secrets.iter())
+            .filter(|s| !s.certificate_chain.trim().is_empty() && !s.private_key.trim().is_empty())
+            .map(|s| s.name.clone())
+            .collect();
+        let (clusters, secrets) = references(&t, &defined);
         prop_assert_eq!(names(&t, CLUSTER), clusters);
         prop_assert_eq!(names(&t, SECRET), secrets);
     }

@@ -472,6 +472,9 @@ pub struct UpstreamTls {
     /// Names of which the endpoint's certificate must hold one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject_alt_names: Vec<SubjectAltName>,
+    /// Name of a [`TlsSecret`] whose certificate Envoy presents to the endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<String>,
 }
 
 /// A name a certificate holds.

@@ -53,8 +53,9 @@ pub fn units(
             };
             let listener = listener(&key, port, *fleet);
             out.push(port_unit(&key, port, &listener));
+            let presenting = g.backend_client_certificate.as_ref();
             for vh in &port.virtual_hosts {
-                out.push(host_unit(&key, port, &listener, vh));
+                out.push(host_unit(&key, port, &listener, vh, presenting));
             }
         }
     }
@@ -109,11 +110,14 @@ fn port_unit(gateway: &GatewayKey, port: &PortConfig, listener: &ResolvedListene
     }
 }
 
+/// A hostname's unit; its TLS backends are sent the certificate `presenting`, the
+/// Gateway's client certificate, when it has one.
 fn host_unit(
     gateway: &GatewayKey,
     port: &PortConfig,
     listener: &ResolvedListener,
     vh: &GatewayVirtualHost,
+    presenting: Option<&SecretRef>,
 ) -> Unit {
     let namespace = &gateway.0;
     // The unit's ProxyConfigs are in the Gateway's namespace: a cluster's namespace is
@@ -123,7 +127,11 @@ fn host_unit(
         .iter()
         .map(|r| {
             let route_ns = r.route.split_once('/').map_or("", |(ns, _)| ns);
-            r.rule.clone().moved(route_ns, namespace)
+            let rule = r.rule.clone().moved(route_ns, namespace);
+            match presenting {
+                Some(secret) => rule.presenting(secret),
+                None => rule,
+            }
         })
         .collect();
     // A tagged virtual host needs a filter chain of its own to tag its requests: for a
@@ -218,6 +226,7 @@ mod tests {
             name: "edge".into(),
             generation: 1,
             conditions: Vec::new(),
+            backend_client_certificate: None,
             listeners: Vec::new(),
             ports,
         }

@@ -387,7 +387,8 @@ impl Last {
         let touches_secrets = pc_changes.iter().any(|c| {
             let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
             let now = c.now.as_ref().map(|(_, p)| p);
-            before.into_iter().chain(now).any(|p| p.secret.is_some())
+            (before.into_iter().chain(now))
+                .any(|p| p.secret.is_some() || !p.client_secrets.is_empty())
         });
         // The Gateway listeners are handed to the translator whole: one that a ProxyConfig
         // brings, drops or changes takes a full build (Gateway virtual hosts come and go

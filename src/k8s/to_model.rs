@@ -154,6 +154,7 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
         config.version_probes.extend(part.version_probe.clone());
         config.endpoint_probes.extend(part.endpoint_probe.clone());
         secrets.extend(part.secret.clone());
+        secrets.extend(part.client_secrets.iter().cloned());
         problems.extend(part.problems.iter().cloned());
     }
     // One entry per listener, in one order: the translator compares the list as a whole.

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::check::{self, Checks, Draft, SpecError};
 use super::resolved::{
     ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror, ResolvedRoute,
-    ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+    ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef,
 };
 use super::spec::LoadBalancer;
 use crate::hash;
@@ -111,6 +111,17 @@ impl Rule {
             && r.port.is_none()
         {
             r.port = Some(port);
+        }
+        self
+    }
+
+    /// The rule, its TLS backends' connections presenting the certificate of `secret`
+    /// (a Gateway's client certificate: the clusters are then the Gateway's own).
+    pub fn presenting(mut self, secret: &SecretRef) -> Self {
+        let clusters = (self.0.backends.iter_mut().map(|b| &mut b.cluster))
+            .chain(self.0.mirrors.iter_mut().map(|m| &mut m.cluster));
+        for tls in clusters.filter_map(|c| c.tls.as_mut()) {
+            tls.client_certificate = Some(secret.clone());
         }
         self
     }

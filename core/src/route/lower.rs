@@ -44,6 +44,8 @@ pub struct Contribution {
     pub endpoint_probe: Option<EndpointProbe>,
     /// (namespace, name) of the TLS secret its virtual host serves.
     pub secret: Option<(String, String)>,
+    /// (namespace, name) of the TLS secrets its clusters present to their backends.
+    pub client_secrets: Vec<(String, String)>,
     pub problems: Vec<Problem>,
 }
 
@@ -74,6 +76,7 @@ pub fn live(live: &Live<'_>) -> Contribution {
     let id = route_id(namespace, live.route);
     let mut out = Contribution {
         clusters: named_clusters(namespace, live.clusters),
+        client_secrets: client_secrets(live.clusters),
         ..Contribution::default()
     };
     let vh = live.virtual_host;
@@ -148,6 +151,7 @@ pub fn probe(probe: &Probe<'_>) -> Contribution {
     let id = route_id(namespace, probe.route);
     let mut out = Contribution {
         clusters: named_clusters(namespace, probe.clusters),
+        client_secrets: client_secrets(probe.clusters),
         ..Contribution::default()
     };
     if let Some(vh) = probe.trial {
@@ -195,6 +199,17 @@ pub fn named_clusters(
             (cluster_name(namespace, c), namespace.to_owned(), c.clone())
         })
         .collect()
+}
+
+/// (namespace, name) of the TLS secrets `clusters` present to their backends, sorted.
+fn client_secrets(clusters: &[ResolvedCluster]) -> Vec<(String, String)> {
+    let mut secrets: Vec<(String, String)> = (clusters.iter())
+        .filter_map(|c| c.tls.as_ref()?.client_certificate.as_ref())
+        .map(|s| (s.namespace.clone(), s.name.clone()))
+        .collect();
+    secrets.sort();
+    secrets.dedup();
+    secrets
 }
 
 /// The model's name of a resolved cluster in `namespace`.
@@ -271,6 +286,8 @@ fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
 
 fn upstream_tls(tls: &UpstreamTls) -> model::UpstreamTls {
     model::UpstreamTls {
+        client_certificate: (tls.client_certificate.as_ref())
+            .map(|s| secret_name(&s.namespace, &s.name)),
         sni: tls.hostname.clone(),
         ca_certificates: tls.ca_certificates.clone(),
         subject_alt_names: (tls.subject_alt_names.iter())

@@ -68,7 +68,7 @@ pub struct ClientValidation {
 
 /// A Secret, by namespace and name.
 #[derive(
-    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default,
+    JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
@@ -227,6 +227,10 @@ pub struct UpstreamTls {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub subject_alt_names: Vec<SubjectAltName>,
+    /// The TLS Secret whose certificate the fleet presents to the backend (a Gateway's
+    /// `tls.backend.clientCertificateRef`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<SecretRef>,
 }
 
 /// A name a certificate holds: a DNS name or a URI.

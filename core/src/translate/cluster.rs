@@ -10,8 +10,9 @@ use envoy_types::pb::envoy::config::core::v3::{
     health_check::HealthChecker, health_check::HttpHealthCheck, transport_socket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, UpstreamTlsContext,
-    common_tls_context::ValidationContextType, subject_alt_name_matcher::SanType,
+    CertificateValidationContext, CommonTlsContext, SdsSecretConfig, SubjectAltNameMatcher,
+    UpstreamTlsContext, common_tls_context::ValidationContextType,
+    subject_alt_name_matcher::SanType,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::ExplicitHttpConfig,
@@ -150,6 +151,13 @@ fn upstream_tls(tls: &model::UpstreamTls) -> TransportSocket {
     let context = UpstreamTlsContext {
         sni: tls.sni.clone(),
         common_tls_context: Some(CommonTlsContext {
+            // Presented when the backend asks for a client certificate, from SDS.
+            tls_certificate_sds_secret_configs: (tls.client_certificate.iter())
+                .map(|name| SdsSecretConfig {
+                    name: name.clone(),
+                    sds_config: Some(proto::ads()),
+                })
+                .collect(),
             validation_context_type: Some(ValidationContextType::ValidationContext(
                 CertificateValidationContext {
                     trusted_ca: Some(DataSource {
@@ -268,6 +276,7 @@ mod tests {
                 sni: "abc.example.com".into(),
                 ca_certificates: "CA PEM".into(),
                 subject_alt_names: names,
+                client_certificate: None,
             }),
             ..Default::default()
         };
@@ -324,6 +333,23 @@ mod tests {
                 (SanType::Uri as i32, "spiffe://cluster/web".into())
             ]
         );
+        // A client certificate is presented from SDS.
+        assert!(
+            (ctx.common_tls_context.as_ref())
+                .is_some_and(|c| c.tls_certificate_sds_secret_configs.is_empty())
+        );
+        let mut presenting = tls(Vec::new());
+        if let Some(t) = presenting.tls.as_mut() {
+            t.client_certificate = Some("infra/client".into());
+        }
+        let ctx = context(presenting);
+        let sds = &ctx
+            .common_tls_context
+            .unwrap()
+            .tls_certificate_sds_secret_configs;
+        assert_eq!(sds.len(), 1);
+        assert_eq!(sds[0].name, "infra/client");
+        assert!(sds[0].sds_config.is_some());
         // Plain clusters have no transport socket.
         assert!(
             cluster(&model_cluster(Default::default()))

@@ -364,6 +364,32 @@ fn tls_resources_follow_the_served_virtual_hosts() {
 }
 
 #[test]
+fn a_served_cluster_that_presents_a_client_certificate_has_it_served() {
+    let mut c = config();
+    let mut presenting = cluster("a");
+    presenting.settings.tls = Some(model::UpstreamTls {
+        sni: "a.backend".into(),
+        ca_certificates: "CA".into(),
+        subject_alt_names: Vec::new(),
+        client_certificate: Some("client".into()),
+    });
+    c.clusters = vec![presenting, cluster("b")];
+    c.secrets = vec![secret("client")];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "a")];
+    let mut translator = Translator::new();
+    let t = translator.update(&c);
+    assert!(t.problems.is_empty(), "{:?}", t.problems);
+    assert_eq!(names(&t, SECRET), ["client"]);
+    // No plain-text virtual host needs an HTTPS listener for it.
+    assert_eq!(names(&t, LISTENER), ["http", "probe"]);
+    // The cluster no longer served, nor is its secret (the same translator, incrementally).
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "b")];
+    let t = translator.update(&c);
+    assert_eq!(names(&t, CLUSTER), ["b"]);
+    assert!(names(&t, SECRET).is_empty());
+}
+
+#[test]
 fn every_listener_uses_the_shared_route_configuration() {
     let mut c = config();
     c.clusters = vec![cluster("a")];

@@ -161,6 +161,8 @@ fn resolve(
         hostname: validation.hostname.clone(),
         ca_certificates: pems.join("\n"),
         subject_alt_names,
+        // A Gateway's own, set on its units (`spec.tls.backend`).
+        client_certificate: None,
     })
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use switchyard_core::route::ClientValidation;
+use switchyard_core::route::{ClientValidation, SecretRef};
 
 use super::client_validation;
 use super::reference_grant::{self, Side};
@@ -23,6 +23,8 @@ pub struct Listening<'a> {
     pub name: &'a str,
     pub conditions: Vec<Cond>,
     pub listeners: Vec<Listener<'a>>,
+    /// The certificate its connections to TLS backends present, when it names a usable one.
+    pub client_certificate: Option<SecretRef>,
 }
 
 pub struct Listener<'a> {
@@ -54,6 +56,18 @@ pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a>
         .map(|(spec, conflict)| listener(inputs, gateway, spec, conflict))
         .collect();
     let mut conditions = vec![accepted(gateway, &listeners)];
+    let client_certificate = backend_client_certificate(inputs, gateway);
+    match &client_certificate {
+        None => {}
+        Some(Ok(_)) => conditions.push(Cond::yes(
+            "ResolvedRefs",
+            "ResolvedRefs",
+            "all references resolved",
+        )),
+        Some(Err((reason, message))) => {
+            conditions.push(Cond::no("ResolvedRefs", reason, message.clone()));
+        }
+    }
     let insecure = listeners
         .iter()
         .filter(|l| l.usable)
@@ -75,7 +89,79 @@ pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a>
         name,
         conditions,
         listeners,
+        client_certificate: client_certificate.and_then(Result::ok),
     }
+}
+
+/// The TLS Secret the Gateway's `tls.backend.clientCertificateRef` names, when it has one:
+/// of kind Secret, permitted (a ReferenceGrant for another namespace's), present and
+/// holding a certificate and key; or the ResolvedRefs reason and message saying why not.
+fn backend_client_certificate(
+    inputs: &Inputs<'_>,
+    gateway: &Gateway,
+) -> Option<Result<SecretRef, Problem>> {
+    let r = gateway
+        .spec
+        .tls
+        .as_ref()?
+        .backend
+        .as_ref()?
+        .client_certificate_ref
+        .as_ref()?;
+    let namespace = gateway.metadata.namespace.as_deref().unwrap_or_default();
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Secret");
+    let target_ns = r.namespace.as_deref().unwrap_or(namespace);
+    let resolved = if !group.is_empty() || kind != "Secret" {
+        Err((
+            "InvalidClientCertificateRef",
+            format!(
+                "clientCertificateRef {group}/{kind} {:?} is not a Secret",
+                r.name
+            ),
+        ))
+    } else if !reference_grant::permits(
+        inputs.grants,
+        Side {
+            group: GROUP,
+            kind: "Gateway",
+            namespace,
+        },
+        Side {
+            group: "",
+            kind: "Secret",
+            namespace: target_ns,
+        },
+        &r.name,
+    ) {
+        Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in namespace {target_ns} lets this Gateway use Secret {:?}",
+                r.name
+            ),
+        ))
+    } else {
+        let found = (inputs.secrets.iter()).find(|s| s.namespace == target_ns && s.name == r.name);
+        match found {
+            Some(s) if s.valid_tls => Ok(SecretRef {
+                namespace: target_ns.to_owned(),
+                name: r.name.clone(),
+            }),
+            Some(_) => Err((
+                "InvalidClientCertificateRef",
+                format!(
+                    "Secret {target_ns}/{} holds no valid tls.crt and tls.key",
+                    r.name
+                ),
+            )),
+            None => Err((
+                "InvalidClientCertificateRef",
+                format!("Secret {target_ns}/{} does not exist", r.name),
+            )),
+        }
+    };
+    Some(resolved)
 }
 
 impl Listening<'_> {
@@ -90,6 +176,7 @@ impl Listening<'_> {
             name: self.name.to_owned(),
             generation: self.gateway.metadata.generation.unwrap_or(0),
             conditions: self.conditions,
+            backend_client_certificate: self.client_certificate,
             listeners: self
                 .listeners
                 .into_iter()

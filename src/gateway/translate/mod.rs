@@ -57,7 +57,7 @@ use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
 use super::api::referencegrants::ReferenceGrant;
 pub use client_validation::KnownCaBundle;
-use switchyard_core::route::{ClientValidation, Rule};
+use switchyard_core::route::{ClientValidation, Rule, SecretRef};
 
 /// The controllerName of the GatewayClasses Switchyard serves.
 pub const CONTROLLER_NAME: &str = "switchyard.dev/gateway-controller";
@@ -122,8 +122,12 @@ pub struct GatewayOutcome {
     pub namespace: String,
     pub name: String,
     pub generation: i64,
-    /// Accepted (Programmed is the controller's: it needs the fleet).
+    /// Accepted, and ResolvedRefs with a backend client certificate (Programmed is the
+    /// controller's: it needs the fleet).
     pub conditions: Vec<Cond>,
+    /// The certificate its connections to TLS backends present (`tls.backend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_client_certificate: Option<SecretRef>,
     pub listeners: Vec<ListenerOutcome>,
     /// What the Gateway serves, by port; empty when it is not Accepted.
     pub ports: Vec<PortConfig>,

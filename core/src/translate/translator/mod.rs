@@ -122,6 +122,8 @@ pub struct Translator {
     /// How many served virtual hosts and endpoint probes use a cluster or secret.
     cluster_uses: HashMap<String, usize>,
     secret_uses: HashMap<String, usize>,
+    /// Served cluster → the secret it presents to its backends (one use each).
+    cluster_secrets: HashMap<String, String>,
     served_uses: HashMap<String, Uses>,
     /// Served TLS virtual hosts: Gateway listener, hosts and secret, by virtual host name.
     tls_hosts: BTreeMap<String, TlsServed>,
@@ -182,6 +184,7 @@ impl Translator {
             endpoint_probe_clusters: Vec::new(),
             cluster_uses: HashMap::new(),
             secret_uses: HashMap::new(),
+            cluster_secrets: HashMap::new(),
             served_uses: HashMap::new(),
             tls_hosts: BTreeMap::new(),
             route_entries: BTreeMap::new(),

@@ -266,9 +266,21 @@ impl Translator {
         let mut used = Vec::new();
         for name in names {
             self.problems.remove(&Found::Cluster(name.clone()));
-            match self.clusters.get(name) {
-                Some(c) if self.cluster_uses.contains_key(name) => used.push(c),
-                _ => {
+            let served = (self.clusters.get(name)).filter(|_| self.cluster_uses.contains_key(name));
+            // The secret a served cluster presents to its backends is served with it.
+            let presents = served.and_then(|c| c.settings.tls.as_ref()?.client_certificate.clone());
+            if let Some(old) = self.cluster_secrets.remove(name) {
+                decrement(&mut self.secret_uses, &old);
+                out.touched_secrets.insert(old);
+            }
+            if let Some(secret) = presents {
+                *self.secret_uses.entry(secret.clone()).or_default() += 1;
+                out.touched_secrets.insert(secret.clone());
+                self.cluster_secrets.insert(name.clone(), secret);
+            }
+            match served {
+                Some(c) => used.push(c),
+                None => {
                     out.removes.push((CLUSTER, name.clone()));
                     out.removes.push((ENDPOINT, name.clone()));
                 }
@@ -291,7 +303,8 @@ impl Translator {
         }
     }
 
-    /// SDS: a secret is served while a served TLS virtual host uses it.
+    /// SDS: a secret is served while a served TLS virtual host, Gateway listener or
+    /// cluster uses it.
     pub(super) fn place_secrets(&mut self, names: &BTreeSet<String>, out: &mut Output) {
         for name in names {
             let used = self.secret_uses.contains_key(name);

@@ -6,16 +6,16 @@
 //! envoy_descriptors`, then review and commit.
 //!
 //! The subset: the files that define `envoy_json::root_types()`, and every file they import,
-//! transitively (a descriptor pool needs them all), without their source code info
-//! (comments and line numbers: most of the bytes, and nothing the printer uses).
+//! transitively (a descriptor pool needs them all), with their options (the printer finds
+//! the sensitive fields there), without their source code info (comments and line numbers,
+//! which the printer does not use).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prost::Message;
-use prost_reflect::DescriptorPool;
-use prost_reflect::prost_types::FileDescriptorSet;
+use prost_reflect::{DescriptorPool, DynamicMessage};
 use switchyard_core::translate::envoy_json;
 
 /// The envoy-types this workspace builds with: its directory, from `cargo metadata` (the
@@ -72,17 +72,21 @@ fn subset(full: &DescriptorPool) -> Vec<u8> {
             todo.extend(file.dependencies());
         }
     }
+    // Each file as the pool encodes it, with its options' extensions (the printer reads
+    // `(udpa.annotations.sensitive)`; prost-types' FileDescriptorProto would drop them),
+    // and without its source code info, through a dynamic message that keeps them.
+    let file_proto = full
+        .get_message_by_name("google.protobuf.FileDescriptorProto")
+        .expect("descriptor.proto is among envoy-types' files");
+    let mut set = Vec::new();
     // The pool's order, in which every file comes after the files it imports.
-    let file = full
-        .files()
-        .filter(|f| keep.contains(f.name()))
-        .map(|f| {
-            let mut proto = f.file_descriptor_proto().clone();
-            proto.source_code_info = None;
-            proto
-        })
-        .collect();
-    FileDescriptorSet { file }.encode_to_vec()
+    for file in full.files().filter(|f| keep.contains(f.name())) {
+        let mut proto = DynamicMessage::decode(file_proto.clone(), file.encode_to_vec().as_slice())
+            .expect("a file descriptor decodes");
+        proto.clear_field_by_name("source_code_info");
+        prost::encoding::bytes::encode(1, &proto.encode_to_vec(), &mut set);
+    }
+    set
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //!   values, enums by name, 64-bit integers as strings.
 //! - Fields at their default are left out (config_dump does the same): a cluster with the
 //!   default `lb_policy` (ROUND_ROBIN) shows none.
-//! - Private keys are redacted to `"[redacted]"`, the text Envoy puts in their place.
+//! - Sensitive fields are redacted as Envoy redacts them (its `MessageUtil::redact`): every
+//!   field marked `(udpa.annotations.sensitive)` (a Secret's private key, among others), and
+//!   everything inside one, is `"[redacted]"` if a string or bytes, left out otherwise.
 //!
 //! The document is a list, one entry per resource, by type (in the order xDS sends them:
 //! clusters, endpoints, listeners, routes, secrets) then name:
@@ -25,10 +27,10 @@
 //! descriptor set that the resources below need; `tests/envoy_descriptors.rs` generates it
 //! and fails when it is stale.
 
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
@@ -43,18 +45,24 @@ use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::Tl
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    DownstreamTlsContext, Secret, secret,
+    DownstreamTlsContext, Secret,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
-use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, ReflectMessage, SerializeOptions, Value as ReflectValue,
+};
 use serde_json::{Map, Value, json};
 
 use crate::xds::{Resource, Snapshot};
 
 /// What Envoy prints in place of a sensitive field (`[redacted]`, its MessageUtil::redact).
 pub const REDACTED: &str = "[redacted]";
+
+/// The field option that marks a field sensitive.
+const SENSITIVE: &str = "udpa.annotations.sensitive";
+const ANY: &str = "google.protobuf.Any";
 
 /// The types the descriptor set is made for: the resources the translator emits, and every
 /// message it packs into an `Any` (the resource builders' `proto::pack`). A type missing
@@ -105,6 +113,24 @@ pub fn pool() -> &'static DescriptorPool {
     })
 }
 
+/// The full names of the fields marked sensitive, found once in the pool's options.
+pub fn sensitive_fields() -> &'static HashSet<String> {
+    static FIELDS: OnceLock<HashSet<String>> = OnceLock::new();
+    FIELDS.get_or_init(|| {
+        let Some(sensitive) = pool().get_extension_by_name(SENSITIVE) else {
+            // Not in the pool: no field is found sensitive, and a test fails (the private
+            // key of a Secret must be among them).
+            return HashSet::new();
+        };
+        pool()
+            .all_messages()
+            .flat_map(|m| m.fields().collect::<Vec<_>>())
+            .filter(|f| f.options().get_extension(&sensitive).as_bool() == Some(true))
+            .map(|f| f.full_name().to_owned())
+            .collect()
+    })
+}
+
 /// Every resource of the snapshot, by type then name, as described in the module doc.
 pub fn snapshot_json(snapshot: &Snapshot) -> Result<Value, Error> {
     let mut out = Vec::new();
@@ -121,22 +147,17 @@ pub fn resource_json(resource: &Resource) -> Result<Value, Error> {
     Ok(json!({
         "name": resource.name,
         "version": resource.version,
-        "resource": any_json(&redacted(&resource.body))?,
+        "resource": any_json(&resource.body)?,
     }))
 }
 
 /// An `Any` expanded: `"@type"` and the fields of its message, nested `Any`s expanded
 /// (prost-reflect finds their types in the same pool). Keys sorted.
 pub fn any_json(any: &Any) -> Result<Value, Error> {
-    let name = any.type_url.rsplit('/').next().unwrap_or_default();
-    let descriptor = pool()
-        .get_message_by_name(name)
-        .ok_or_else(|| Error::UnknownType(any.type_url.clone()))?;
-    let message =
-        DynamicMessage::decode(descriptor, any.value.as_slice()).map_err(|e| Error::Decode {
-            type_url: any.type_url.clone(),
-            message: e.to_string(),
-        })?;
+    let mut message = unpack(&any.type_url, &any.value)?;
+    // Before anything is printed: the printed configuration goes to terminals, logs and
+    // bug reports, a key must never.
+    redact(&mut message, false)?;
     let options = SerializeOptions::new()
         .use_proto_field_name(true)
         .skip_default_fields(true);
@@ -168,29 +189,73 @@ fn sorted(value: Value) -> Value {
     }
 }
 
-/// A Secret with its private key replaced by [`REDACTED`]; any other `Any` as it is. The
-/// printed configuration goes to terminals, logs and bug reports: a key must never.
-fn redacted(any: &Any) -> Any {
-    if any.type_url != Secret::type_url() {
-        return any.clone();
+/// The message an `Any` holds, by its type URL.
+fn unpack(type_url: &str, bytes: &[u8]) -> Result<DynamicMessage, Error> {
+    let name = type_url.rsplit('/').next().unwrap_or_default();
+    let descriptor = pool()
+        .get_message_by_name(name)
+        .ok_or_else(|| Error::UnknownType(type_url.to_owned()))?;
+    DynamicMessage::decode(descriptor, bytes).map_err(|e| Error::Decode {
+        type_url: type_url.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Envoy's redaction: the sensitive fields, and every field under one (`inside`), strings
+/// and bytes `"[redacted]"`, other values removed; the messages in `Any`s too.
+fn redact(message: &mut DynamicMessage, inside: bool) -> Result<(), Error> {
+    if message.descriptor().full_name() == ANY {
+        return redact_any(message, inside);
     }
-    let Ok(mut s) = Secret::decode(any.value.as_slice()) else {
-        // Printed as the bytes are: the printer then fails to decode them and says so,
-        // with no key in the message.
-        return any.clone();
-    };
-    if let Some(secret::Type::TlsCertificate(cert)) = &mut s.r#type
-        && let Some(key) = &mut cert.private_key
-    {
-        *key = DataSource {
-            specifier: Some(Specifier::InlineString(REDACTED.to_owned())),
-            ..Default::default()
-        };
+    let set: Vec<_> = message.fields().map(|(field, _)| field).collect();
+    for field in set {
+        let sensitive = inside || sensitive_fields().contains(field.full_name());
+        if !redact_value(message.get_field_mut(&field), sensitive)? {
+            message.clear_field(&field);
+        }
     }
-    Any {
-        type_url: any.type_url.clone(),
-        value: s.encode_to_vec(),
+    Ok(())
+}
+
+/// Redacts the value in place; false when it must go instead (a number, a bool or an enum
+/// under a sensitive field: Envoy clears those).
+fn redact_value(value: &mut ReflectValue, inside: bool) -> Result<bool, Error> {
+    match value {
+        ReflectValue::Message(m) => redact(m, inside)?,
+        ReflectValue::List(items) => {
+            for item in items {
+                if !redact_value(item, inside)? {
+                    return Ok(false);
+                }
+            }
+        }
+        ReflectValue::Map(map) => {
+            for item in map.values_mut() {
+                if !redact_value(item, inside)? {
+                    return Ok(false);
+                }
+            }
+        }
+        ReflectValue::String(s) if inside => *s = REDACTED.to_owned(),
+        ReflectValue::Bytes(b) if inside => *b = REDACTED.as_bytes().to_vec().into(),
+        _ => return Ok(!inside),
     }
+    Ok(true)
+}
+
+/// The message an `Any` holds, decoded, redacted and encoded back in its place.
+fn redact_any(any: &mut DynamicMessage, inside: bool) -> Result<(), Error> {
+    let packed: Any = any.transcode_to().map_err(|e| Error::Decode {
+        type_url: ANY.to_owned(),
+        message: e.to_string(),
+    })?;
+    if packed.type_url.is_empty() {
+        return Ok(());
+    }
+    let mut message = unpack(&packed.type_url, &packed.value)?;
+    redact(&mut message, inside)?;
+    any.set_field_by_name("value", ReflectValue::Bytes(message.encode_to_vec().into()));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -218,6 +218,72 @@ fn maps_print_in_key_order() {
 }
 
 #[test]
+fn sensitive_fields_are_found_in_the_descriptors() {
+    let fields = sensitive_fields();
+    for name in [
+        "envoy.extensions.transport_sockets.tls.v3.TlsCertificate.private_key",
+        "envoy.extensions.transport_sockets.tls.v3.TlsCertificate.password",
+        "envoy.extensions.transport_sockets.tls.v3.TlsSessionTicketKeys.keys",
+    ] {
+        assert!(fields.contains(name), "{name}: {fields:?}");
+    }
+}
+
+#[test]
+fn sensitive_fields_are_redacted_inside_anys_and_everything_under_them() {
+    use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        CommonTlsContext, TlsCertificate, TlsSessionTicketKeys, downstream_tls_context,
+    };
+    let inline = |text: &str| DataSource {
+        specifier: Some(Specifier::InlineString(text.into())),
+        ..Default::default()
+    };
+    let tls = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: vec![TlsCertificate {
+                certificate_chain: Some(inline("CERT")),
+                private_key: Some(inline("KEY-IN-CONTEXT")),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        session_ticket_keys_type: Some(
+            downstream_tls_context::SessionTicketKeysType::SessionTicketKeys(
+                TlsSessionTicketKeys {
+                    keys: vec![inline("TICKET-KEY")],
+                },
+            ),
+        ),
+        ..Default::default()
+    };
+    // Nested in an Any, as in a listener's transport socket.
+    let listener = Listener {
+        name: "l".into(),
+        listener_filters: vec![
+            envoy_types::pb::envoy::config::listener::v3::ListenerFilter {
+                name: "not-really-a-filter".into(),
+                config_type: Some(
+                    envoy_types::pb::envoy::config::listener::v3::listener_filter::ConfigType::TypedConfig(
+                        proto::pack(&tls),
+                    ),
+                ),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let json = any_json(&proto::pack(&listener))
+        .expect("prints")
+        .to_string();
+    for secret in ["KEY-IN-CONTEXT", "TICKET-KEY"] {
+        assert!(!json.contains(secret), "{secret}: {json}");
+    }
+    assert!(json.contains("CERT"), "{json}");
+    assert_eq!(json.matches(REDACTED).count(), 2, "{json}");
+}
+
+#[test]
 fn an_unknown_type_is_an_error() {
     let any = Any {
         type_url: "type.googleapis.com/example.Unknown".into(),

@@ -53,7 +53,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Standalone(args) => run_standalone(args).await,
         Command::Operator(args) => run_operator(*args).await,
         Command::Crdgen { out } => crdgen(&out),
-        Command::Translate { path, stage } => translate_offline(&path, stage),
+        Command::Translate {
+            path,
+            stage,
+            output,
+        } => translate_offline(&path, stage, output),
         Command::Certgen(args) => certgen(args),
         Command::Bootstrap(args) => {
             print!("{}", bootstrap(&args)?);

@@ -104,8 +104,9 @@ pub(crate) fn certgen(args: CertgenArgs) -> anyhow::Result<()> {
 pub(crate) fn translate_offline(
     path: &std::path::Path,
     stage: switchyard::offline::Stage,
+    format: switchyard::offline::Format,
 ) -> anyhow::Result<()> {
-    let output = switchyard::offline::run(path, stage)?;
+    let output = switchyard::offline::run(path, stage, format)?;
     print!("{}", output.text);
     for problem in &output.problems {
         eprintln!("problem: {problem}");

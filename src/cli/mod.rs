@@ -73,6 +73,9 @@ pub(crate) enum Command {
         /// What to print: the Envoy resources, or the routing model.
         #[arg(long, value_enum, default_value = "xds")]
         stage: switchyard::offline::Stage,
+        /// How to print it: YAML, or JSON (`jq`, and what Envoy's /config_dump gives).
+        #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+        output: switchyard::offline::Format,
     },
     /// Write the CustomResourceDefinitions (crds/*.yaml) from the code.
     Crdgen {

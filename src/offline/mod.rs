@@ -22,16 +22,24 @@ use crate::k8s::to_model::{self, Inputs, TlsData};
 use crate::model::{Config, ListenerSettings};
 use crate::standalone;
 use crate::traffic_route::resolve::{live_proxy_config, resolve_route};
-use crate::translate::{Subject, render, translate};
+use crate::translate::{Subject, envoy_json, translate};
 
 /// What `translate` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Stage {
     /// The Envoy resources (Listeners, RouteConfigurations, Clusters,
-    /// ClusterLoadAssignments, Secrets with keys redacted).
+    /// ClusterLoadAssignments, Secrets with keys redacted), as Envoy's /config_dump
+    /// prints them: see [`envoy_json`].
     Xds,
     /// The routing model the translator gets, as YAML.
     Model,
+}
+
+/// How `translate` prints what it shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Yaml,
+    Json,
 }
 
 /// The rendering, and every problem found on the way (the input's, then the
@@ -52,9 +60,13 @@ pub enum Error {
     },
     #[error("{path}: {message}")]
     Manifest { path: PathBuf, message: String },
+    #[error(transparent)]
+    Envoy(#[from] envoy_json::Error),
+    #[error("cannot print: {0}")]
+    Print(String),
 }
 
-pub fn run(path: &Path, stage: Stage) -> Result<Output, Error> {
+pub fn run(path: &Path, stage: Stage, format: Format) -> Result<Output, Error> {
     let (config, mut problems) = if is_manifests(path)? {
         from_manifests(path)?
     } else {
@@ -63,10 +75,31 @@ pub fn run(path: &Path, stage: Stage) -> Result<Output, Error> {
     let translation = translate(&config);
     problems.extend(translation.problems.iter().map(|p| p.to_string()));
     let text = match stage {
-        Stage::Xds => render::render_snapshot(&translation.snapshot),
-        Stage::Model => serde_saphyr::to_string(&config).unwrap_or_else(|e| format!("# {e}\n")),
+        Stage::Xds => {
+            // Every string on its one line, as Envoy and jq print them: a long type URL
+            // folded over two lines would not diff or grep.
+            let mut one_line = serde_saphyr::SerializerOptions::default();
+            one_line.prefer_block_scalars = false;
+            let json = envoy_json::snapshot_json(&translation.snapshot)?;
+            print(&json, format, one_line)?
+        }
+        Stage::Model => print(&config, format, serde_saphyr::SerializerOptions::default())?,
     };
     Ok(Output { text, problems })
+}
+
+fn print<T: serde::Serialize>(
+    value: &T,
+    format: Format,
+    yaml: serde_saphyr::SerializerOptions,
+) -> Result<String, Error> {
+    match format {
+        Format::Yaml => serde_saphyr::to_string_with_options(value, yaml)
+            .map_err(|e| Error::Print(e.to_string())),
+        Format::Json => serde_json::to_string_pretty(value)
+            .map(|json| json + "\n")
+            .map_err(|e| Error::Print(e.to_string())),
+    }
 }
 
 /// Kubernetes manifests, where a document names its `kind` or `apiVersion`: in the file,

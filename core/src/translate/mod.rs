@@ -21,6 +21,7 @@ mod access_log;
 mod check;
 mod cluster;
 mod endpoint;
+pub mod envoy_json;
 mod http_filters;
 mod listener;
 mod probe;

@@ -45,7 +45,7 @@ use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::Tl
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    DownstreamTlsContext, Secret,
+    DownstreamTlsContext, Secret, UpstreamTlsContext,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use envoy_types::pb::google::protobuf::Any;
@@ -90,6 +90,7 @@ pub fn root_types() -> Vec<String> {
         ProxyProtocol::full_name(),
         HttpProtocolOptions::full_name(),
         DownstreamTlsContext::full_name(),
+        UpstreamTlsContext::full_name(),
     ]
 }
 

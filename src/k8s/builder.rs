@@ -15,7 +15,7 @@ use super::departed::{Departed, DepartedConfigs};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
-use super::tls_secrets::{TlsSecrets, tls_secret_of};
+use super::tls_secrets::{TlsSecrets, tls_secrets_of};
 use super::to_model::Inputs;
 use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
@@ -154,13 +154,13 @@ impl Builder {
         slices_touched.keys.extend(released);
         let secrets_touched = self.index.tls_secrets.take_touched();
         // A ProxyConfig that stopped serving a Secret leaves it unused in the map (the model
-        // takes only Secrets a virtual host names), with its last good content, until the
+        // takes only Secrets a ProxyConfig names), with its last good content, until the
         // next refresh; only one that serves one now may need its content.
         let tls_may_differ = secrets_touched.any()
             || proxy_configs_touched.all
             || proxy_configs_touched.keys.iter().any(|key| {
                 let pc = self.index.proxy_configs.get(key);
-                pc.is_some_and(|pc| tls_secret_of(&pc).is_some())
+                pc.is_some_and(|pc| !tls_secrets_of(&pc).is_empty())
             });
         if tls_may_differ {
             secrets.refresh(&self.index);

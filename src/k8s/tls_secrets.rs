@@ -72,10 +72,10 @@ pub struct TlsSecrets {
 impl TlsSecrets {
     /// Reads again every Secret a live ProxyConfig serves.
     pub fn refresh(&mut self, index: &Index) {
-        let users = index.proxy_configs.state().into_iter().filter_map(|pc| {
-            let key = tls_secret_of(&pc)?;
-            let route = format!("{}/{}", key.0, pc.spec.route);
-            Some((key, route))
+        let users = index.proxy_configs.state().into_iter().flat_map(|pc| {
+            let namespace = pc.namespace().unwrap_or_default();
+            let route = format!("{namespace}/{}", pc.spec.route);
+            (tls_secrets_of(&pc).into_iter()).map(move |key| (key, route.clone()))
         });
         self.update(users, |key| index.tls_secrets.get(key));
     }
@@ -131,14 +131,28 @@ impl TlsSecrets {
     }
 }
 
-/// (namespace, name) of the TLS Secret a live ProxyConfig serves.
-pub fn tls_secret_of(pc: &ProxyConfig) -> Option<(String, String)> {
-    if pc.spec.role != ProxyConfigRole::Live {
-        return None;
+/// (namespace, name) of the TLS Secrets a ProxyConfig needs: the one its live virtual
+/// host serves, the default certificate of its live Gateway listener, and those its
+/// clusters present to their backends (a probe's too: its clusters must warm on every
+/// Envoy before a switch).
+pub fn tls_secrets_of(pc: &ProxyConfig) -> Vec<(String, String)> {
+    let own = pc.namespace().unwrap_or_default();
+    let mut keys = Vec::new();
+    if pc.spec.role == ProxyConfigRole::Live {
+        if let Some(tls) = pc.spec.virtual_host.as_ref().and_then(|v| v.tls.as_ref()) {
+            let namespace = tls.namespace.clone().unwrap_or_else(|| own.clone());
+            keys.push((namespace, tls.secret_name.clone()));
+        }
+        let default = (pc.spec.listener.as_ref()).and_then(|l| l.default_certificate.as_ref());
+        keys.extend(default.map(|s| (s.namespace.clone(), s.name.clone())));
     }
-    let tls = pc.spec.virtual_host.as_ref()?.tls.as_ref()?;
-    let namespace = tls.namespace.clone().or_else(|| pc.namespace());
-    Some((namespace.unwrap_or_default(), tls.secret_name.clone()))
+    let presented = (pc.spec.clusters.iter())
+        .filter_map(|c| c.tls.as_ref()?.client_certificate.as_ref())
+        .map(|s| (s.namespace.clone(), s.name.clone()));
+    keys.extend(presented);
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// A TLS Secret's certificate chain and key, or why they cannot serve. Only the PEM form is
@@ -321,5 +335,49 @@ mod tests {
             .as_mut()
             .map(|d| d.remove("tls.key"));
         assert_eq!(tls_data(&no_key).map(|_| ()), Err("no tls.key".to_string()));
+    }
+
+    #[test]
+    fn a_proxy_config_needs_its_virtual_hosts_its_listeners_and_its_clusters_secrets() {
+        use crate::api::ProxyConfigSpec;
+        use switchyard_core::route::{ResolvedListener, SecretRef, UpstreamTls};
+        let secret = |name: &str| SecretRef {
+            namespace: "infra".into(),
+            name: name.into(),
+        };
+        let mut cluster = crate::k8s::fixtures::cluster("secure");
+        cluster.tls = Some(UpstreamTls {
+            hostname: "secure.test".into(),
+            ca_certificates: "CA".into(),
+            client_certificate: Some(secret("client")),
+            ..Default::default()
+        });
+        let mut pc = ProxyConfig::new(
+            "gw-edge-443-live",
+            ProxyConfigSpec {
+                role: ProxyConfigRole::Live,
+                route: "gw-edge-443".into(),
+                listener: Some(ResolvedListener {
+                    default_certificate: Some(secret("default")),
+                    ..Default::default()
+                }),
+                clusters: vec![cluster],
+                route_created: None,
+                generation: 1,
+                version: "v1".into(),
+                virtual_host: None,
+                kept_clusters: Vec::new(),
+            },
+        );
+        pc.metadata.namespace = Some("shop".into());
+        let keys = |pc: &ProxyConfig| -> Vec<String> {
+            (tls_secrets_of(pc).into_iter())
+                .map(|(ns, name)| format!("{ns}/{name}"))
+                .collect()
+        };
+        assert_eq!(keys(&pc), ["infra/client", "infra/default"]);
+        // A probe's clusters must warm before the switch: their secret is needed already.
+        pc.spec.role = ProxyConfigRole::Probe;
+        assert_eq!(keys(&pc), ["infra/client"]);
     }
 }

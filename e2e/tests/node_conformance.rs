@@ -60,6 +60,7 @@ const FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
+    "GatewayBackendClientCertificate",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

@@ -360,17 +360,7 @@ impl Rig {
     pub async fn add_backend(&mut self, name: &str) -> &Backend {
         let ip = self.next_backend_ip();
         let backend = Backend::start(name, &ip).await;
-        k::apply_service(&self.client, &self.namespace, name, 80).await;
-        let address = backend.address.ip().to_string();
-        k::apply_endpoint_slice(
-            &self.client,
-            &self.namespace,
-            name,
-            &[(&address, backend.address.port(), true, true, false)],
-        )
-        .await;
-        self.backends.insert(name.to_string(), backend);
-        &self.backends[name]
+        self.register_backend(name, backend).await
     }
 
     /// [`Rig::add_backend`] serving HTTPS with the certificate chain and key `identity`
@@ -378,6 +368,11 @@ impl Rig {
     pub async fn add_tls_backend(&mut self, name: &str, identity: (&str, &str)) -> &Backend {
         let ip = self.next_backend_ip();
         let backend = Backend::start_tls(name, &ip, identity).await;
+        self.register_backend(name, backend).await
+    }
+
+    /// Service `name` on port 80, its one ready endpoint `backend`.
+    async fn register_backend(&mut self, name: &str, backend: Backend) -> &Backend {
         k::apply_service(&self.client, &self.namespace, name, 80).await;
         let address = backend.address.ip().to_string();
         k::apply_endpoint_slice(

@@ -1235,22 +1235,48 @@ async fn routed_clusters(rig: &Rig, service: &str) -> Vec<std::collections::BTre
     out
 }
 
+/// Until every Envoy routes to other clusters of `service` than `before`, or panics
+/// naming `what` after [`WITHIN`].
+async fn wait_rerouted(
+    rig: &Rig,
+    service: &str,
+    before: &[std::collections::BTreeSet<String>],
+    what: &str,
+) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let now = routed_clusters(rig, service).await;
+        if now.iter().zip(before).all(|(n, b)| !n.is_empty() && n != b) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} not routed to within {WITHIN:?}: {now:?} (before {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
     let mut rig = Rig::start(3).await;
     install_crds(&rig).await;
     select_fleet(&rig).await;
     rig.add_backend("web").await;
-    // Two HTTPS backends, each with a certificate of an authority of its own.
+    // Two HTTPS backends, each with a certificate of an authority of its own; B serves only
+    // clients with a certificate of its authority.
     let issue = |name: &str| switchyard::certgen::generate(&[name.to_owned()], 1).expect("certgen");
     let (a, b) = (issue("a.backend.test"), issue("b.backend.test"));
-    for (name, bundle) in [("secure-a", &a), ("secure-b", &b)] {
-        let identity = (
-            bundle.server.cert_pem.as_str(),
-            bundle.server.key_pem.as_str(),
-        );
-        rig.add_tls_backend(name, identity).await;
-    }
+    let (a_id, b_id) = (
+        (a.server.cert_pem.as_str(), a.server.key_pem.as_str()),
+        (b.server.cert_pem.as_str(), b.server.key_pem.as_str()),
+    );
+    rig.add_tls_backend("secure-a", a_id, None).await;
+    rig.add_tls_backend("secure-b", b_id, Some(&b.ca.cert_pem))
+        .await;
+    // The certificate the fleet presents to B, once the Gateway names it.
+    rig.apply_tls_secret("fleet-client", &b.client.cert_pem, &b.client.key_pem)
+        .await;
     let (controller, class) = start_gateway_controller(&mut rig, "backend-tls", &[]);
     let ns = rig.namespace.clone();
     let config_map = |name: &str, pem: &str| {
@@ -1322,25 +1348,27 @@ async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
         &config_map("ca-a", &format!("{}{}", a.ca.cert_pem, b.ca.cert_pem)),
     )
     .await;
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let now = routed_clusters(&rig, "secure-a").await;
-        if now
-            .iter()
-            .zip(&before)
-            .all(|(n, b)| !n.is_empty() && n != b)
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the new CA not routed to within {WITHIN:?}: {now:?} (before {before:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_rerouted(&rig, "secure-a", &before, "the new CA").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // To B, then back to the plain backend with the policies gone.
+    // The Gateway presents a client certificate to its TLS backends: its clusters are its
+    // own now, rolled out as any (A does not ask for one, B will).
+    let presenting = edge_gateway(&class, &controller, &ns).replace(
+        "  listeners:",
+        "  tls: { backend: { clientCertificateRef: { name: fleet-client } } }\n  listeners:",
+    );
+    let before = routed_clusters(&rig, "secure-a").await;
+    apply(&rig, &presenting).await;
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    wait_status(&gateways, "edge", "ResolvedRefs", |s| {
+        condition(s, "/conditions", "ResolvedRefs").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    wait_rerouted(&rig, "secure-a", &before, "the presenting cluster").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // To B (which asks for the certificate), then back to the plain backend with the
+    // policies gone.
     apply(&rig, &web_route(&ns, "secure-b")).await;
     wait_served(&routes, "web", 3).await;
     wait_more("secure-b", seen("secure-b"), || seen("secure-b")).await;

@@ -689,10 +689,19 @@ proptest! {
         // Every cluster has its load assignment, and nothing else does.
         prop_assert_eq!(names(&t, CLUSTER), names(&t, ENDPOINT));
         // Only what a served route, probe or TLS chain references is served.
-        // A secret without a certificate or key is never served.
-        let defined: BTreeSet<String> = (config.secrets.iter())
-            .filter(|s| !s.certificate_chain.trim().is_empty() && !s.private_key.trim().is_empty())
-            .map(|s| s.name.clone())
+        // A secret is served when it has a certificate and a key, and is not defined twice
+        // with different contents (the translator leaves both out).
+        let mut by_name: BTreeMap<&str, Vec<&switchyard::model::TlsSecret>> = BTreeMap::new();
+        for s in &config.secrets {
+            by_name.entry(s.name.as_str()).or_default().push(s);
+        }
+        let defined: BTreeSet<String> = by_name
+            .into_iter()
+            .filter(|(_, all)| all.iter().all(|s| *s == all[0]))
+            .filter(|(_, all)| {
+                !all[0].certificate_chain.trim().is_empty() && !all[0].private_key.trim().is_empty()
+            })
+            .map(|(name, _)| name.to_owned())
             .collect();
         let (clusters, secrets) = references(&t, &defined);
         prop_assert_eq!(names(&t, CLUSTER), clusters);

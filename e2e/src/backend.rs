@@ -52,9 +52,17 @@ impl Backend {
 
     /// [`Backend::start`] over TLS, with the certificate chain and key `identity` (PEM):
     /// HTTP/1.1 inside.
-    pub async fn start_tls(name: &str, ip: &str, identity: (&str, &str)) -> Backend {
+    /// With `client_ca` (PEM), only a client presenting a certificate of that authority
+    /// completes the handshake.
+    pub async fn start_tls(
+        name: &str,
+        ip: &str,
+        identity: (&str, &str),
+        client_ca: Option<&str>,
+    ) -> Backend {
         let ip: std::net::IpAddr = ip.parse().expect("a backend IP");
-        Self::serve(name, SocketAddr::new(ip, 0), Some(tls_acceptor(identity))).await
+        let acceptor = tls_acceptor(identity, client_ca);
+        Self::serve(name, SocketAddr::new(ip, 0), Some(acceptor)).await
     }
 
     async fn serve(
@@ -226,19 +234,37 @@ impl Drop for Backend {
 }
 
 /// A TLS server configuration with the certificate chain and key `identity` (PEM),
-/// HTTP/1.1 by ALPN.
-fn tls_acceptor((chain, key): (&str, &str)) -> tokio_rustls::TlsAcceptor {
+/// HTTP/1.1 by ALPN; with `client_ca`, requiring a client certificate it issued.
+fn tls_acceptor((chain, key): (&str, &str), client_ca: Option<&str>) -> tokio_rustls::TlsAcceptor {
     use rustls::pki_types::pem::PemObject;
-    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(chain.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .expect("PEM certificates");
+    let certificates = |pem: &str| {
+        rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("PEM certificates")
+    };
     let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("a PEM key");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
+        .expect("TLS versions");
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in certificates(ca) {
+                roots.add(certificate).expect("a CA certificate");
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .expect("a client certificate verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certificates(chain), key)
         .expect("a certificate and its key");
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     tokio_rustls::TlsAcceptor::from(Arc::new(config))

@@ -364,10 +364,16 @@ impl Rig {
     }
 
     /// [`Rig::add_backend`] serving HTTPS with the certificate chain and key `identity`
-    /// (PEM), on the Service's port 80 all the same.
-    pub async fn add_tls_backend(&mut self, name: &str, identity: (&str, &str)) -> &Backend {
+    /// (PEM), on the Service's port 80 all the same; with `client_ca`, to clients presenting
+    /// a certificate of that authority only.
+    pub async fn add_tls_backend(
+        &mut self,
+        name: &str,
+        identity: (&str, &str),
+        client_ca: Option<&str>,
+    ) -> &Backend {
         let ip = self.next_backend_ip();
-        let backend = Backend::start_tls(name, &ip, identity).await;
+        let backend = Backend::start_tls(name, &ip, identity, client_ca).await;
         self.register_backend(name, backend).await
     }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use switchyard_core::route::{SubjectAltName, UpstreamTls};
 
-use super::client_validation::KnownCaBundle;
+use super::client_validation::{KnownCaBundle, ca_bundle};
 use super::{Cond, Inputs};
 use crate::gateway::api::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType as SanType,
@@ -123,19 +123,9 @@ fn resolve(
             ));
             continue;
         }
-        let found = ca_bundles
-            .iter()
-            .find(|c| c.namespace == namespace && c.name == r.name);
-        match found.map(|c| &c.ca_certificates) {
-            Some(Ok(pem)) => pems.push(pem.clone()),
-            Some(Err(why)) => problems.push((
-                "InvalidCACertificateRef",
-                format!("ConfigMap {namespace}/{}: {why}", r.name),
-            )),
-            None => problems.push((
-                "InvalidCACertificateRef",
-                format!("ConfigMap {namespace}/{} does not exist", r.name),
-            )),
+        match ca_bundle(ca_bundles, namespace, &r.name) {
+            Ok(pem) => pems.push(pem),
+            Err(why) => problems.push(("InvalidCACertificateRef", why)),
         }
     }
     if pems.is_empty() {

@@ -4,9 +4,8 @@
 
 use switchyard_core::route::ClientValidation;
 
-use super::gateway::Problem;
-use super::reference_grant::{self, Side};
-use super::{GROUP, Inputs};
+use super::Inputs;
+use super::gateway::{Problem, gateway_may_use};
 use crate::gateway::api::gateways::{
     Gateway, GatewayTlsFrontendDefaultValidationMode as DefaultMode,
     GatewayTlsFrontendPerPortTlsValidationMode as PortMode,
@@ -46,33 +45,30 @@ struct CaRef<'a> {
 /// The client validation of `gateway`'s HTTPS `port`, when it asks for one.
 pub fn of_port(inputs: &Inputs<'_>, gateway: &Gateway, port: i32) -> Option<PortValidation> {
     let frontend = gateway.spec.tls.as_ref()?.frontend.as_ref()?;
+    // The CA references of a validation (the generated types of the default and of a
+    // port differ, with the same fields), and whether it falls back.
+    macro_rules! validation {
+        ($v:expr, $fallback:expr) => {{
+            let v = $v.as_ref()?;
+            let refs = (v.ca_certificate_refs.iter())
+                .map(|r| CaRef {
+                    group: &r.group,
+                    kind: &r.kind,
+                    name: &r.name,
+                    namespace: r.namespace.as_deref(),
+                })
+                .collect::<Vec<_>>();
+            (refs, v.mode == Some($fallback))
+        }};
+    }
     // A port's own entry replaces the default whole, even without a validation.
     let (refs, insecure_fallback) =
         match frontend.per_port.iter().flatten().find(|p| p.port == port) {
-            Some(entry) => {
-                let v = entry.tls.validation.as_ref()?;
-                let refs = (v.ca_certificate_refs.iter())
-                    .map(|r| CaRef {
-                        group: &r.group,
-                        kind: &r.kind,
-                        name: &r.name,
-                        namespace: r.namespace.as_deref(),
-                    })
-                    .collect::<Vec<_>>();
-                (refs, v.mode == Some(PortMode::AllowInsecureFallback))
-            }
-            None => {
-                let v = frontend.default.validation.as_ref()?;
-                let refs = (v.ca_certificate_refs.iter())
-                    .map(|r| CaRef {
-                        group: &r.group,
-                        kind: &r.kind,
-                        name: &r.name,
-                        namespace: r.namespace.as_deref(),
-                    })
-                    .collect::<Vec<_>>();
-                (refs, v.mode == Some(DefaultMode::AllowInsecureFallback))
-            }
+            Some(entry) => validation!(entry.tls.validation, PortMode::AllowInsecureFallback),
+            None => validation!(
+                frontend.default.validation,
+                DefaultMode::AllowInsecureFallback
+            ),
         };
     let namespace = gateway.metadata.namespace.as_deref().unwrap_or_default();
     let mut pems = Vec::new();
@@ -111,36 +107,17 @@ fn resolve(inputs: &Inputs<'_>, namespace: &str, r: &CaRef<'_>) -> Result<String
         ));
     }
     let target_ns = r.namespace.unwrap_or(namespace);
-    let from = Side {
-        group: GROUP,
-        kind: "Gateway",
-        namespace,
-    };
-    let to = Side {
-        group: "",
-        kind: "ConfigMap",
-        namespace: target_ns,
-    };
-    if !reference_grant::permits(inputs.grants, from, to, r.name) {
-        return Err((
-            "RefNotPermitted",
-            format!(
-                "no ReferenceGrant in namespace {target_ns} lets this Gateway use ConfigMap {:?}",
-                r.name
-            ),
-        ));
-    }
-    let found = (inputs.ca_bundles.iter()).find(|c| c.namespace == target_ns && c.name == r.name);
+    gateway_may_use(inputs, namespace, "ConfigMap", target_ns, r.name)?;
+    ca_bundle(inputs.ca_bundles, target_ns, r.name).map_err(|why| ("InvalidCACertificateRef", why))
+}
+
+/// The CA certificates of ConfigMap `namespace/name`, or why it has none to give.
+pub fn ca_bundle(bundles: &[KnownCaBundle], namespace: &str, name: &str) -> Result<String, String> {
+    let found = (bundles.iter()).find(|c| c.namespace == namespace && c.name == name);
     match found.map(|c| &c.ca_certificates) {
         Some(Ok(pem)) => Ok(pem.clone()),
-        Some(Err(why)) => Err((
-            "InvalidCACertificateRef",
-            format!("ConfigMap {target_ns}/{}: {why}", r.name),
-        )),
-        None => Err((
-            "InvalidCACertificateRef",
-            format!("ConfigMap {target_ns}/{} does not exist", r.name),
-        )),
+        Some(Err(why)) => Err(format!("ConfigMap {namespace}/{name}: {why}")),
+        None => Err(format!("ConfigMap {namespace}/{name} does not exist")),
     }
 }
 

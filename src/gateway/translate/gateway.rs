@@ -120,48 +120,65 @@ fn backend_client_certificate(
                 r.name
             ),
         ))
-    } else if !reference_grant::permits(
-        inputs.grants,
-        Side {
-            group: GROUP,
-            kind: "Gateway",
-            namespace,
-        },
-        Side {
-            group: "",
-            kind: "Secret",
-            namespace: target_ns,
-        },
-        &r.name,
-    ) {
+    } else {
+        gateway_may_use(inputs, namespace, "Secret", target_ns, &r.name)
+            .and_then(|()| tls_secret(inputs, target_ns, &r.name, "InvalidClientCertificateRef"))
+            .map(|()| SecretRef {
+                namespace: target_ns.to_owned(),
+                name: r.name.clone(),
+            })
+    };
+    Some(resolved)
+}
+
+/// Whether a Gateway of `namespace` may use the `kind` object `name` of `target_ns` (a
+/// ReferenceGrant there lets it), else RefNotPermitted.
+pub fn gateway_may_use(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    kind: &str,
+    target_ns: &str,
+    name: &str,
+) -> Result<(), Problem> {
+    let from = Side {
+        group: GROUP,
+        kind: "Gateway",
+        namespace,
+    };
+    let to = Side {
+        group: "",
+        kind,
+        namespace: target_ns,
+    };
+    if reference_grant::permits(inputs.grants, from, to, name) {
+        Ok(())
+    } else {
         Err((
             "RefNotPermitted",
             format!(
-                "no ReferenceGrant in namespace {target_ns} lets this Gateway use Secret {:?}",
-                r.name
+                "no ReferenceGrant in namespace {target_ns} lets this Gateway use {kind} {name:?}"
             ),
         ))
-    } else {
-        let found = (inputs.secrets.iter()).find(|s| s.namespace == target_ns && s.name == r.name);
-        match found {
-            Some(s) if s.valid_tls => Ok(SecretRef {
-                namespace: target_ns.to_owned(),
-                name: r.name.clone(),
-            }),
-            Some(_) => Err((
-                "InvalidClientCertificateRef",
-                format!(
-                    "Secret {target_ns}/{} holds no valid tls.crt and tls.key",
-                    r.name
-                ),
-            )),
-            None => Err((
-                "InvalidClientCertificateRef",
-                format!("Secret {target_ns}/{} does not exist", r.name),
-            )),
-        }
-    };
-    Some(resolved)
+    }
+}
+
+/// Whether Secret `target_ns/name` is there and holds a certificate and key the fleet can
+/// serve; else `reason` and why not.
+fn tls_secret(
+    inputs: &Inputs<'_>,
+    target_ns: &str,
+    name: &str,
+    reason: &'static str,
+) -> Result<(), Problem> {
+    let found = (inputs.secrets.iter()).find(|s| s.namespace == target_ns && s.name == name);
+    match found {
+        Some(s) if s.valid_tls => Ok(()),
+        Some(_) => Err((
+            reason,
+            format!("Secret {target_ns}/{name} holds no valid tls.crt and tls.key"),
+        )),
+        None => Err((reason, format!("Secret {target_ns}/{name} does not exist"))),
+    }
 }
 
 impl Listening<'_> {
@@ -400,47 +417,9 @@ fn certificates(
                 format!("certificateRef {group}/{kind} {:?} is not a Secret", r.name),
             ));
         }
-        let from = Side {
-            group: GROUP,
-            kind: "Gateway",
-            namespace,
-        };
-        let to = Side {
-            group: "",
-            kind: "Secret",
-            namespace: target_ns,
-        };
-        if !reference_grant::permits(inputs.grants, from, to, &r.name) {
-            return Err((
-                "RefNotPermitted",
-                format!(
-                    "no ReferenceGrant in namespace {target_ns} lets this Gateway use Secret {:?}",
-                    r.name
-                ),
-            ));
-        }
-        let found = inputs
-            .secrets
-            .iter()
-            .find(|s| s.namespace == target_ns && s.name == r.name);
-        match found {
-            Some(s) if s.valid_tls => secrets.push((target_ns.to_owned(), r.name.clone())),
-            Some(_) => {
-                return Err((
-                    "InvalidCertificateRef",
-                    format!(
-                        "Secret {target_ns}/{} holds no valid tls.crt and tls.key",
-                        r.name
-                    ),
-                ));
-            }
-            None => {
-                return Err((
-                    "InvalidCertificateRef",
-                    format!("Secret {target_ns}/{} does not exist", r.name),
-                ));
-            }
-        }
+        gateway_may_use(inputs, namespace, "Secret", target_ns, &r.name)?;
+        tls_secret(inputs, target_ns, &r.name, "InvalidCertificateRef")?;
+        secrets.push((target_ns.to_owned(), r.name.clone()));
     }
     Ok(())
 }

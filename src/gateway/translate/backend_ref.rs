@@ -275,7 +275,7 @@ fn backend_cluster(
     match backend_tls::for_backend(inputs, target_ns, backend.name, &cluster.port_name) {
         BackendTls::None => {}
         BackendTls::Tls(tls) => cluster.tls = Some(tls),
-        BackendTls::Unusable(..) => return Ok(None),
+        BackendTls::Unusable => return Ok(None),
     }
     Ok(Some(cluster))
 }

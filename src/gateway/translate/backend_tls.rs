@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use switchyard_core::route::{SubjectAltName, UpstreamTls};
 
 use super::client_validation::{KnownCaBundle, ca_bundle};
-use super::{Cond, Inputs};
+use super::{Cond, Inputs, seniority};
 use crate::gateway::api::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyValidationSubjectAltNamesType as SanType,
 };
@@ -38,56 +38,48 @@ pub enum BackendTls {
     /// No policy targets it: plain text.
     None,
     Tls(UpstreamTls),
-    /// Its policy cannot be used: the policy's name and why.
-    Unusable(String, String),
+    /// Its policy cannot be used (its status says why).
+    Unusable,
 }
 
-/// The TLS for port `port_name` of Service `namespace/service`.
+/// The TLS for port `port_name` of Service `namespace/service`: its port's policy, else
+/// the whole Service's.
 pub fn for_backend(
     inputs: &Inputs<'_>,
     namespace: &str,
     service: &str,
     port_name: &str,
 ) -> BackendTls {
-    let winner = |section: Option<&str>| {
-        (inputs.backend_tls_policies.iter())
-            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|p| targets(p, service, section))
-            .min_by_key(|p| seniority(p))
-    };
     let policy = (!port_name.is_empty())
-        .then(|| winner(Some(port_name)))
+        .then(|| winner(inputs, namespace, service, Some(port_name)))
         .flatten()
-        .or_else(|| winner(None));
-    let Some(policy) = policy else {
-        return BackendTls::None;
-    };
-    let name = policy.metadata.name.clone().unwrap_or_default();
-    match resolve(inputs.ca_bundles, namespace, policy) {
-        Ok(tls) => BackendTls::Tls(tls),
-        Err((_, _, why)) => BackendTls::Unusable(name, why),
+        .or_else(|| winner(inputs, namespace, service, None));
+    match policy.map(|p| resolve(inputs.ca_bundles, namespace, p)) {
+        None => BackendTls::None,
+        Some(Ok(tls)) => BackendTls::Tls(tls),
+        Some(Err(_)) => BackendTls::Unusable,
     }
 }
 
-/// Whether `policy` has a targetRef to `service` with exactly `section` (None: the whole
-/// Service).
-fn targets(policy: &BackendTlsPolicy, service: &str, section: Option<&str>) -> bool {
-    policy.spec.target_refs.iter().any(|t| {
-        t.group.is_empty()
-            && t.kind == "Service"
-            && t.name == service
-            && t.section_name.as_deref() == section
-    })
-}
-
-/// Oldest first, then by name: the order in which policies with one target win.
-fn seniority(policy: &BackendTlsPolicy) -> (bool, Option<String>, String) {
-    let created = (policy.metadata.creation_timestamp.as_ref()).map(|t| t.0.to_string());
-    (
-        created.is_none(),
-        created,
-        policy.metadata.name.clone().unwrap_or_default(),
-    )
+/// The policy of `namespace` that wins target `service` with exactly `section` (None: the
+/// whole Service): the oldest, then the first by name.
+fn winner<'a>(
+    inputs: &Inputs<'a>,
+    namespace: &str,
+    service: &str,
+    section: Option<&str>,
+) -> Option<&'a BackendTlsPolicy> {
+    (inputs.backend_tls_policies.iter())
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|p| {
+            p.spec.target_refs.iter().any(|t| {
+                t.group.is_empty()
+                    && t.kind == "Service"
+                    && t.name == service
+                    && t.section_name.as_deref() == section
+            })
+        })
+        .min_by_key(|p| seniority(&p.metadata))
 }
 
 /// Why a policy cannot be used: the reason of its Accepted condition, that of its
@@ -198,10 +190,7 @@ fn conditions(inputs: &Inputs<'_>, namespace: &str, policy: &BackendTlsPolicy) -
     // A target another policy had first.
     let beaten = policy.spec.target_refs.iter().find_map(|t| {
         let section = t.section_name.as_deref();
-        let winner = (inputs.backend_tls_policies.iter())
-            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|p| targets(p, &t.name, section))
-            .min_by_key(|p| seniority(p))?;
+        let winner = winner(inputs, namespace, &t.name, section)?;
         (winner.metadata.name != policy.metadata.name).then(|| {
             let target = match section {
                 Some(s) => format!("port {s} of Service {}", t.name),

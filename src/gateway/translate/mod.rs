@@ -49,6 +49,7 @@ pub mod virtual_host;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use super::api::backendtlspolicies::BackendTlsPolicy;
@@ -362,15 +363,17 @@ fn sorted_routes(routes: &[HttpRoute]) -> Vec<&HttpRoute> {
 }
 
 pub(crate) fn route_seniority(route: &HttpRoute) -> (bool, Option<String>, String, String) {
-    let created = route
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string());
+    seniority(&route.metadata)
+}
+
+/// Oldest first (an object without a creation time last), then by namespace and name: the
+/// Gateway API's order between objects that claim the same thing.
+pub(crate) fn seniority(meta: &ObjectMeta) -> (bool, Option<String>, String, String) {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0.to_string());
     (
         created.is_none(),
         created,
-        route.metadata.namespace.clone().unwrap_or_default(),
-        route.metadata.name.clone().unwrap_or_default(),
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
     )
 }

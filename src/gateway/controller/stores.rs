@@ -17,7 +17,7 @@ use super::super::api::gateways::Gateway;
 use super::super::api::httproutes::HttpRoute;
 use super::super::api::referencegrants::ReferenceGrant;
 use super::super::service::GATEWAY_LABEL;
-use super::super::translate::client_validation::{CA_KEY, ca_certificates};
+use super::super::translate::client_validation::CA_KEY;
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
 use super::{CLASS_STATUS, GATEWAY_STATUS, POLICY_STATUS, ROUTE_STATUS};
@@ -171,12 +171,11 @@ async fn crd_installed(client: &Client, name: &str) -> bool {
     }
 }
 
-/// A ConfigMap as a CA certificate reference: its `ca.crt`, if that is PEM certificates.
+/// A ConfigMap as a CA certificate reference: its `ca.crt`.
 pub fn known_ca(config_map: &ConfigMap) -> KnownCaBundle {
-    let ca_crt = (config_map.data.as_ref()).and_then(|d| d.get(CA_KEY));
     KnownCaBundle {
         namespace: config_map.metadata.namespace.clone().unwrap_or_default(),
         name: config_map.metadata.name.clone().unwrap_or_default(),
-        ca_certificates: ca_certificates(ca_crt.map(String::as_str)),
+        ca_crt: (config_map.data.as_ref()).and_then(|d| d.get(CA_KEY).cloned()),
     }
 }

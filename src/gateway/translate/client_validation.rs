@@ -19,8 +19,9 @@ pub const CA_KEY: &str = "ca.crt";
 pub struct KnownCaBundle {
     pub namespace: String,
     pub name: String,
-    /// Its `ca.crt`, when that holds PEM certificates only (at least one); else why not.
-    pub ca_certificates: Result<String, String>,
+    /// Its `ca.crt`, as it is: checked only when a reference names it ([`ca_bundle`]), as
+    /// every namespace has a ConfigMap with one (`kube-root-ca.crt`).
+    pub ca_crt: Option<String>,
 }
 
 /// What a port's client validation resolved to.
@@ -114,11 +115,11 @@ fn resolve(inputs: &Inputs<'_>, namespace: &str, r: &CaRef<'_>) -> Result<String
 /// The CA certificates of ConfigMap `namespace/name`, or why it has none to give.
 pub fn ca_bundle(bundles: &[KnownCaBundle], namespace: &str, name: &str) -> Result<String, String> {
     let found = (bundles.iter()).find(|c| c.namespace == namespace && c.name == name);
-    match found.map(|c| &c.ca_certificates) {
-        Some(Ok(pem)) => Ok(pem.clone()),
-        Some(Err(why)) => Err(format!("ConfigMap {namespace}/{name}: {why}")),
-        None => Err(format!("ConfigMap {namespace}/{name} does not exist")),
-    }
+    let Some(bundle) = found else {
+        return Err(format!("ConfigMap {namespace}/{name} does not exist"));
+    };
+    ca_certificates(bundle.ca_crt.as_deref())
+        .map_err(|why| format!("ConfigMap {namespace}/{name}: {why}"))
 }
 
 /// A ConfigMap's `ca.crt` (None: the key is missing) as CA certificates: PEM with at

@@ -6,13 +6,12 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::LbPolicy,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    DataSource, HealthCheck, Http2ProtocolOptions, RoutingPriority, TransportSocket, data_source,
+    HealthCheck, Http2ProtocolOptions, RoutingPriority, TransportSocket,
     health_check::HealthChecker, health_check::HttpHealthCheck, transport_socket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, SdsSecretConfig, SubjectAltNameMatcher,
-    UpstreamTlsContext, common_tls_context::ValidationContextType,
-    subject_alt_name_matcher::SanType,
+    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, UpstreamTlsContext,
+    common_tls_context::ValidationContextType, subject_alt_name_matcher::SanType,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::ExplicitHttpConfig,
@@ -153,19 +152,11 @@ fn upstream_tls(tls: &model::UpstreamTls) -> TransportSocket {
         common_tls_context: Some(CommonTlsContext {
             // Presented when the backend asks for a client certificate, from SDS.
             tls_certificate_sds_secret_configs: (tls.client_certificate.iter())
-                .map(|name| SdsSecretConfig {
-                    name: name.clone(),
-                    sds_config: Some(proto::ads()),
-                })
+                .map(|name| proto::sds(name))
                 .collect(),
             validation_context_type: Some(ValidationContextType::ValidationContext(
                 CertificateValidationContext {
-                    trusted_ca: Some(DataSource {
-                        specifier: Some(data_source::Specifier::InlineString(
-                            tls.ca_certificates.clone(),
-                        )),
-                        ..Default::default()
-                    }),
+                    trusted_ca: Some(proto::inline(&tls.ca_certificates)),
                     match_typed_subject_alt_names: names,
                     ..Default::default()
                 },
@@ -248,6 +239,7 @@ pub fn eds_name(cluster: &Cluster) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     use std::time::Duration;
 
     use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
@@ -297,9 +289,7 @@ mod tests {
             else {
                 panic!("no validation context")
             };
-            let Some(data_source::Specifier::InlineString(ca)) =
-                v.trusted_ca.and_then(|t| t.specifier)
-            else {
+            let Some(Specifier::InlineString(ca)) = v.trusted_ca.and_then(|t| t.specifier) else {
                 panic!("CA not inline")
             };
             assert_eq!(ca, "CA PEM");

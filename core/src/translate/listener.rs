@@ -8,7 +8,6 @@ use envoy_types::pb::envoy::config::core::v3::{
     Address, HeaderValue, HeaderValueOption, SocketAddress, TransportSocket, TypedExtensionConfig,
     address, header_value_option::HeaderAppendAction, socket_address, transport_socket,
 };
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
@@ -21,7 +20,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext,
     certificate_validation_context::TrustChainVerification, common_tls_context,
 };
 
@@ -281,10 +280,7 @@ fn tls_filter_chain(
 ) -> FilterChain {
     let tls = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
-            tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
-                name: host.secret.to_owned(),
-                sds_config: Some(proto::ads()),
-            }],
+            tls_certificate_sds_secret_configs: vec![proto::sds(host.secret)],
             alpn_protocols: vec!["h2".to_owned(), "http/1.1".to_owned()],
             validation_context_type: client_validation.map(validation_context),
             ..Default::default()
@@ -330,12 +326,7 @@ fn validation_context(
         TrustChainVerification::VerifyTrustChain
     };
     common_tls_context::ValidationContextType::ValidationContext(CertificateValidationContext {
-        trusted_ca: Some(DataSource {
-            specifier: Some(data_source::Specifier::InlineString(
-                validation.ca_certificates.clone(),
-            )),
-            ..Default::default()
-        }),
+        trusted_ca: Some(proto::inline(&validation.ca_certificates)),
         trust_chain_verification: verification as i32,
         ..Default::default()
     })
@@ -411,6 +402,7 @@ fn listener_tag(listener_hostname: &str) -> TypedExtensionConfig {
 
 #[cfg(test)]
 mod tests {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     use std::collections::BTreeMap;
 
     use envoy_types::pb::envoy::extensions::filters::http::buffer::v3::Buffer;
@@ -517,17 +509,22 @@ mod tests {
         assert!(sds.sds_config.is_some());
     }
 
-    #[test]
-    fn a_gateway_chain_of_one_listener_tags_its_requests_before_routing() {
-        let settings = model::ListenerSettings::default();
-        let gateway = model::GatewayListener {
+    /// Gateway listener `gw/web/https` on 20001, default secret `web/cert`.
+    fn https_gateway(client_validation: Option<model::ClientValidation>) -> model::GatewayListener {
+        model::GatewayListener {
             name: "gw/web/https".into(),
             port: 20001,
             probe_port: 10001,
             tls: true,
             default_secret: Some("web/cert".into()),
-            client_validation: None,
-        };
+            client_validation,
+        }
+    }
+
+    #[test]
+    fn a_gateway_chain_of_one_listener_tags_its_requests_before_routing() {
+        let settings = model::ListenerSettings::default();
+        let gateway = https_gateway(None);
         let any = vec!["*".to_owned()];
         let hosts = [TlsHost {
             virtual_host: "gw/web/any",
@@ -580,17 +577,10 @@ mod tests {
             listener_hostname: None,
         }];
         for insecure_fallback in [false, true] {
-            let gateway = model::GatewayListener {
-                name: "gw/web/https".into(),
-                port: 20001,
-                probe_port: 10001,
-                tls: true,
-                default_secret: Some("web/cert".into()),
-                client_validation: Some(model::ClientValidation {
-                    ca_certificates: "CA PEM".into(),
-                    insecure_fallback,
-                }),
-            };
+            let gateway = https_gateway(Some(model::ClientValidation {
+                ca_certificates: "CA PEM".into(),
+                insecure_fallback,
+            }));
             let ls = gateway_listeners(&settings, &gateway, &hosts, Some("web/cert"));
             let chains = [
                 &ls[0].filter_chains[0],
@@ -609,9 +599,7 @@ mod tests {
                 else {
                     panic!("no validation context")
                 };
-                let Some(data_source::Specifier::InlineString(ca)) =
-                    v.trusted_ca.unwrap().specifier
-                else {
+                let Some(Specifier::InlineString(ca)) = v.trusted_ca.unwrap().specifier else {
                     panic!("CA not inline")
                 };
                 assert_eq!(ca, "CA PEM");
@@ -624,14 +612,7 @@ mod tests {
             }
         }
         // Without one, no chain asks for a client certificate.
-        let gateway = model::GatewayListener {
-            name: "gw/web/https".into(),
-            port: 20001,
-            probe_port: 10001,
-            tls: true,
-            default_secret: Some("web/cert".into()),
-            client_validation: None,
-        };
+        let gateway = https_gateway(None);
         let ls = gateway_listeners(&settings, &gateway, &hosts, Some("web/cert"));
         let tls = downstream_tls(&ls[0].filter_chains[0]);
         assert_eq!(tls.require_client_certificate, None);

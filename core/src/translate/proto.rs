@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    AggregatedConfigSource, ApiVersion, ConfigSource, HeaderValue, HeaderValueOption,
-    config_source::ConfigSourceSpecifier, header_value_option::HeaderAppendAction,
+    AggregatedConfigSource, ApiVersion, ConfigSource, DataSource, HeaderValue, HeaderValueOption,
+    config_source::ConfigSourceSpecifier, data_source, header_value_option::HeaderAppendAction,
 };
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::SdsSecretConfig;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use prost::{Message, Name};
 
@@ -20,6 +21,22 @@ pub fn ads() -> ConfigSource {
     ConfigSource {
         resource_api_version: ApiVersion::V3 as i32,
         config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
+        ..Default::default()
+    }
+}
+
+/// The secret `name`, fetched over the ADS stream (SDS).
+pub fn sds(name: &str) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name: name.to_owned(),
+        sds_config: Some(ads()),
+    }
+}
+
+/// `text` itself as a data source (PEM certificates, keys).
+pub fn inline(text: &str) -> DataSource {
+    DataSource {
+        specifier: Some(data_source::Specifier::InlineString(text.to_owned())),
         ..Default::default()
     }
 }

@@ -1,10 +1,10 @@
 //! SDS secrets: the certificate and key of each TLS virtual host, inline.
 
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     Secret, TlsCertificate, secret::Type,
 };
 
+use super::proto;
 use crate::model;
 
 /// Why Envoy could not use this secret, if it could not. The PEM itself is not parsed:
@@ -20,15 +20,11 @@ pub fn validate(s: &model::TlsSecret) -> Result<(), String> {
 }
 
 pub fn secret(s: &model::TlsSecret) -> Secret {
-    let inline = |pem: &str| DataSource {
-        specifier: Some(Specifier::InlineString(pem.to_owned())),
-        ..Default::default()
-    };
     Secret {
         name: s.name.clone(),
         r#type: Some(Type::TlsCertificate(TlsCertificate {
-            certificate_chain: Some(inline(&s.certificate_chain)),
-            private_key: Some(inline(&s.private_key)),
+            certificate_chain: Some(proto::inline(&s.certificate_chain)),
+            private_key: Some(proto::inline(&s.private_key)),
             ..Default::default()
         })),
     }
@@ -36,6 +32,8 @@ pub fn secret(s: &model::TlsSecret) -> Secret {
 
 #[cfg(test)]
 mod tests {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+
     use super::*;
 
     fn tls_secret() -> model::TlsSecret {

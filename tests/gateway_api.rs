@@ -1014,6 +1014,7 @@ spec:
         once("gateways", &ns),
         once("httproutes", &ns),
         once("leases", "default"),
+        once("listenersets", &ns),
         once("namespaces", "*"),
         once("proxyconfigs", &ns),
         once("referencegrants", &ns),

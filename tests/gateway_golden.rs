@@ -1,5 +1,5 @@
 //! Golden tests of the Gateway API front-end: `tests/golden/gateway/<case>/input.yaml`
-//! (GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and the Services, Namespaces,
+//! (GatewayClasses, Gateways, ListenerSets, HTTPRoutes, ReferenceGrants and the Services, Namespaces,
 //! Secrets and ConfigMaps they name) gives exactly `expected.yaml`: the status of every object of
 //! Switchyard's and what each Gateway serves, in the route vocabulary; and `units.yaml`:
 //! the units the Gateways roll out, with the version and clusters each one's ProxyConfigs
@@ -13,6 +13,7 @@ use switchyard::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use switchyard::gateway::api::gatewayclasses::GatewayClass;
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard::gateway::api::listenersets::ListenerSet;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
 use switchyard::gateway::controller::{known, known_ca};
 use switchyard::gateway::translate::{
@@ -28,6 +29,7 @@ fn translated(case: &str) -> Translation {
     let docs = golden::documents(&golden::stage_dir(STAGE).join(case).join("input.yaml"));
     let classes: Vec<GatewayClass> = golden::of_kind(&docs, "GatewayClass");
     let gateways: Vec<Gateway> = golden::of_kind(&docs, "Gateway");
+    let listener_sets: Vec<ListenerSet> = golden::of_kind(&docs, "ListenerSet");
     let routes: Vec<HttpRoute> = golden::of_kind(&docs, "HTTPRoute");
     let grants: Vec<ReferenceGrant> = golden::of_kind(&docs, "ReferenceGrant");
     let services: Vec<Service> = golden::of_kind(&docs, "Service");
@@ -46,6 +48,7 @@ fn translated(case: &str) -> Translation {
         crd_version: None,
         classes: &classes,
         gateways: &gateways,
+        listener_sets: &listener_sets,
         routes: &routes,
         grants: &grants,
         services: &services,

@@ -61,6 +61,7 @@ const FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GatewayBackendClientCertificate",
+    "ListenerSet",
 ];
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each

@@ -11,39 +11,33 @@
 //! `switchyard.dev/Served` say when every Envoy serves what they ask for.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::api::backendtlspolicies::BackendTlsPolicy;
-use super::api::gatewayclasses::GatewayClass;
-use super::api::gateways::Gateway;
-use super::api::httproutes::HttpRoute;
-use super::rollout::{Outcome, Rollout, UnitState};
+use super::rollout::Rollout;
 use super::service::{self, GatewayKey, Wanted};
-use super::translate::{
-    Cond, GROUP, GatewayOutcome, Inputs, KnownCaBundle, KnownSecret, ParentOutcome, Translation,
-    translate,
-};
-use super::unit::{self, Unit};
+use super::translate::{Inputs, KnownCaBundle, KnownSecret, Translation, translate};
+use super::unit;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
-use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
+use crate::k8s::status::StatusWriter;
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 
 mod policies;
 mod services;
+mod status;
 mod stores;
 
+pub use status::SERVED;
+use status::{Written, write_statuses};
 use stores::{Echoes, Stores, owned};
 pub use stores::{known, known_ca};
 
@@ -191,6 +185,7 @@ async fn pass(
         .as_ref()
         .map(owned)
         .unwrap_or_default();
+    let listener_sets = stores.listener_sets.as_ref().map(owned).unwrap_or_default();
     let ca_bundles: Vec<KnownCaBundle> = (stores.config_maps.state().iter())
         .map(|c| known_ca(c))
         .collect();
@@ -200,6 +195,7 @@ async fn pass(
         crd_version: crd_version.as_deref(),
         classes: &classes,
         gateways: &gateways,
+        listener_sets: &listener_sets,
         routes: &routes,
         grants: &grants,
         services: &services,
@@ -221,6 +217,7 @@ async fn pass(
     let written = Written {
         classes: &classes,
         gateways: &gateways,
+        listener_sets: &listener_sets,
         routes: &routes,
         policies: &policies,
         addresses: &addresses,
@@ -367,366 +364,3 @@ fn same_service(current: &Service, desired: &Service) -> bool {
         && spec(current) == spec(desired)
         && current.metadata.labels == desired.metadata.labels
 }
-
-/// What the API server holds, to write only what changes.
-struct Written<'a> {
-    classes: &'a [GatewayClass],
-    gateways: &'a [Gateway],
-    routes: &'a [HttpRoute],
-    policies: &'a [BackendTlsPolicy],
-    addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
-    units: &'a [Unit],
-    outcome: &'a Outcome,
-}
-
-/// Hands every status of this pass to the status writer (which writes what differs from
-/// what the objects show).
-fn write_statuses(settings: &Settings, translation: &Translation, written: &Written<'_>) {
-    let Written {
-        classes,
-        gateways,
-        routes,
-        policies,
-        addresses,
-        units,
-        outcome,
-    } = written;
-    for outcome in &translation.classes {
-        let current = classes
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(outcome.name.as_str()));
-        let before = current.and_then(|c| c.status.as_ref()).map(to_value);
-        let old = conditions_of(before.as_ref(), "conditions");
-        let status = json!({
-            "conditions": conditions(&outcome.conditions, outcome.generation, &old),
-        });
-        let read = current.and_then(|c| c.metadata.resource_version.clone());
-        let object = ("", outcome.name.as_str(), read);
-        set(&settings.status, &CLASS_STATUS, object, before, status);
-    }
-    for outcome in &translation.gateways {
-        let current = gateways.iter().find(|g| {
-            g.metadata.namespace.as_deref() == Some(outcome.namespace.as_str())
-                && g.metadata.name.as_deref() == Some(outcome.name.as_str())
-        });
-        let before = current.and_then(|g| g.status.as_ref()).map(to_value);
-        let key = (outcome.namespace.clone(), outcome.name.clone());
-        let found = addresses.get(&key).map(Vec::as_slice).unwrap_or_default();
-        let programmed = Programmed {
-            units,
-            outcome: written.outcome,
-            gateway: current,
-        };
-        let status = gateway_status(outcome, found, before.as_ref(), &programmed);
-        let read = current.and_then(|g| g.metadata.resource_version.clone());
-        let object = (outcome.namespace.as_str(), outcome.name.as_str(), read);
-        set(&settings.status, &GATEWAY_STATUS, object, before, status);
-    }
-    let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = translation
-        .routes
-        .iter()
-        .map(|r| {
-            (
-                (r.namespace.as_str(), r.name.as_str()),
-                r.parents.as_slice(),
-            )
-        })
-        .collect();
-    for route in routes.iter() {
-        let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
-        let name = route.metadata.name.as_deref().unwrap_or_default();
-        let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
-        let before = route.status.as_ref().map(to_value);
-        let route_id = format!("{namespace}/{name}");
-        let served = |p: &ParentOutcome| served(p, &route_id, units, outcome);
-        let status = route_status(
-            &settings.controller_name,
-            parents,
-            &served,
-            route.metadata.generation.unwrap_or(0),
-            before.as_ref(),
-        );
-        let Some(status) = status else { continue };
-        let object = (namespace, name, route.metadata.resource_version.clone());
-        set(&settings.status, &ROUTE_STATUS, object, before, status);
-    }
-    for policy in policies.iter() {
-        let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
-        let name = policy.metadata.name.as_deref().unwrap_or_default();
-        let ours =
-            (translation.policies.iter()).find(|p| p.namespace == namespace && p.name == name);
-        let before = policy.status.as_ref().map(to_value);
-        let status = policies::policy_status(&settings.controller_name, ours, before.as_ref());
-        let Some(status) = status else { continue };
-        let object = (namespace, name, policy.metadata.resource_version.clone());
-        set(&settings.status, &POLICY_STATUS, object, before, status);
-    }
-}
-
-fn to_value<T: serde::Serialize>(status: &T) -> Value {
-    serde_json::to_value(status).unwrap_or(Value::Null)
-}
-
-/// How the Gateway API's statuses are written: merge patches (lists replaced whole), other
-/// controllers' fields left as they are; these conditions' changes first.
-pub(super) static CLASS_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
-    Arc::new(StatusKind::cluster::<GatewayClass>(
-        Write::Merge,
-        &["Accepted"],
-    ))
-});
-pub(super) static GATEWAY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
-    Arc::new(StatusKind::namespaced::<Gateway>(
-        Write::Merge,
-        &["Accepted", "Programmed"],
-    ))
-});
-pub(super) static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
-    Arc::new(StatusKind::namespaced::<HttpRoute>(
-        Write::Merge,
-        &["Accepted", "ResolvedRefs", SERVED],
-    ))
-});
-
-pub(super) static POLICY_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
-    Arc::new(StatusKind::namespaced::<BackendTlsPolicy>(
-        Write::Merge,
-        &["Accepted", "ResolvedRefs"],
-    ))
-});
-
-/// Asks for `status` on the object (namespace, name, resourceVersion as read), which
-/// showed `before`.
-fn set(
-    writer: &StatusWriter,
-    kind: &Arc<StatusKind>,
-    (namespace, name, read): (&str, &str, Option<String>),
-    before: Option<Value>,
-    status: Value,
-) {
-    writer.set(StatusUpdate {
-        kind: kind.clone(),
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        status,
-        shown: before,
-        read,
-    });
-}
-
-/// The conditions found at `key` of a status, by type.
-fn conditions_of(status: Option<&Value>, key: &str) -> Vec<Condition> {
-    status
-        .and_then(|s| s.get(key))
-        .and_then(|c| serde_json::from_value(c.clone()).ok())
-        .unwrap_or_default()
-}
-
-/// Every condition type Switchyard writes on a GatewayClass, a Gateway or a listener. Any
-/// other type found there is another controller's, and stays as it is: an implementation
-/// must not remove or modify the conditions it is not responsible for.
-const OWN_CONDITIONS: &[&str] = &[
-    "Accepted",
-    "Programmed",
-    "ResolvedRefs",
-    "Conflicted",
-    "SupportedVersion",
-    "InsecureFrontendValidationMode",
-];
-
-/// The conditions, each keeping the lastTransitionTime of the one it replaces while its
-/// status stays (the rule every status Switchyard writes follows: [`condition_of`]), then
-/// the other controllers' conditions of `old` as they are.
-fn conditions(conds: &[Cond], generation: i64, old: &[Condition]) -> Vec<Condition> {
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let ours = conds.iter().map(|c| {
-        condition_of(
-            old, c.type_, c.status, c.reason, &c.message, generation, &now,
-        )
-    });
-    let foreign = old
-        .iter()
-        .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
-        .filter(|c| conds.iter().all(|own| own.type_ != c.type_))
-        .cloned();
-    ours.chain(foreign).collect()
-}
-
-/// The condition type Switchyard adds to each of its route parents: True when every Envoy
-/// serves the route's current generation there.
-pub const SERVED: &str = "switchyard.dev/Served";
-
-/// What Programmed is made of: the rollout of the Gateway's units.
-struct Programmed<'a> {
-    units: &'a [Unit],
-    outcome: &'a Outcome,
-    /// The Gateway as the API server holds it (its listeners' ports).
-    gateway: Option<&'a Gateway>,
-}
-
-impl Programmed<'_> {
-    /// Programmed of the Gateway, or of its listener on `port`.
-    fn condition(&self, outcome: &GatewayOutcome, port: Option<i32>, usable: bool) -> Cond {
-        let accepted = outcome.conditions.first().is_some_and(Cond::is_true);
-        if !accepted || !usable {
-            return Cond::no("Programmed", "Invalid", "not accepted: nothing to serve");
-        }
-        let key = (outcome.namespace.clone(), outcome.name.clone());
-        match self.outcome.listeners(self.units, &key, port) {
-            Some(UnitState::Served) => {
-                Cond::yes("Programmed", "Programmed", "every Envoy listens for it")
-            }
-            Some(UnitState::Waiting(why)) => Cond::no(
-                "Programmed",
-                "Pending",
-                format!("not on every Envoy yet: {why}"),
-            ),
-            Some(UnitState::Failed(why)) => Cond::no("Programmed", "Invalid", why.clone()),
-            None if outcome.ports.is_empty() => {
-                Cond::no("Programmed", "Invalid", "no listener can be served")
-            }
-            None => Cond::no(
-                "Programmed",
-                "Pending",
-                "no port of the fleet is left for this Gateway",
-            ),
-        }
-    }
-
-    fn listener_port(&self, name: &str) -> Option<i32> {
-        self.gateway?
-            .spec
-            .listeners
-            .iter()
-            .find(|l| l.name == name)
-            .map(|l| l.port)
-    }
-}
-
-/// Served of one route parent: the route's rules are in units of that Gateway, and every
-/// one of them is served by every Envoy.
-fn served(parent: &ParentOutcome, route: &str, units: &[Unit], outcome: &Outcome) -> Cond {
-    if !parent.conditions.first().is_some_and(Cond::is_true) {
-        return Cond::no(
-            SERVED,
-            "NotAccepted",
-            "the parent does not accept the route",
-        );
-    }
-    let gateway = (parent.gateway_namespace.clone(), parent.gateway.clone());
-    let states: Vec<&UnitState> = units
-        .iter()
-        .filter(|u| u.gateway == gateway && u.routes.contains(route))
-        .filter_map(|u| outcome.states.get(&(u.gateway.clone(), u.name.clone())))
-        .collect();
-    if states.is_empty() {
-        return Cond::no(SERVED, "Pending", "not rolled out to the fleet yet");
-    }
-    if let Some(UnitState::Failed(why)) = states.iter().find(|s| matches!(s, UnitState::Failed(_)))
-    {
-        return Cond::no(SERVED, "Refused", why.clone());
-    }
-    if let Some(UnitState::Waiting(why)) =
-        states.iter().find(|s| matches!(s, UnitState::Waiting(_)))
-    {
-        return Cond::no(SERVED, "RollingOut", why.clone());
-    }
-    Cond::yes(SERVED, "Served", "every Envoy serves this generation")
-}
-
-fn gateway_status(
-    outcome: &GatewayOutcome,
-    addresses: &[(String, String)],
-    before: Option<&Value>,
-    programmed: &Programmed<'_>,
-) -> Value {
-    let mut conds = outcome.conditions.clone();
-    conds.push(programmed.condition(outcome, None, true));
-    let old = conditions_of(before, "conditions");
-    let old_listeners: Vec<Value> = before
-        .and_then(|b| b.get("listeners"))
-        .and_then(|l| l.as_array().cloned())
-        .unwrap_or_default();
-    let listeners: Vec<Value> = outcome
-        .listeners
-        .iter()
-        .map(|l| {
-            let held = old_listeners
-                .iter()
-                .find(|o| o.get("name").and_then(Value::as_str) == Some(l.name.as_str()));
-            let mut conds = l.conditions.clone();
-            let port = programmed.listener_port(&l.name);
-            conds.push(programmed.condition(outcome, port, l.usable && port.is_some()));
-            json!({
-                "name": l.name,
-                "supportedKinds": l.supported_kinds.iter()
-                    .map(|k| json!({ "group": GROUP, "kind": k }))
-                    .collect::<Vec<_>>(),
-                "attachedRoutes": l.attached_routes,
-                "conditions": conditions(&conds, outcome.generation, &conditions_of(held, "conditions")),
-            })
-        })
-        .collect();
-    let addresses: Vec<Value> = addresses
-        .iter()
-        .map(|(type_, value)| json!({ "type": type_, "value": value }))
-        .collect();
-    json!({
-        "addresses": addresses,
-        "conditions": conditions(&conds, outcome.generation, &old),
-        "listeners": listeners,
-    })
-}
-
-/// The route's parents: those of other controllers as they are, and Switchyard's; `None`
-/// when Switchyard has nothing to say and said nothing before.
-fn route_status(
-    controller: &str,
-    ours: &[ParentOutcome],
-    served: &dyn Fn(&ParentOutcome) -> Cond,
-    generation: i64,
-    before: Option<&Value>,
-) -> Option<Value> {
-    let held: Vec<Value> = before
-        .and_then(|b| b.get("parents"))
-        .and_then(|p| p.as_array().cloned())
-        .unwrap_or_default();
-    let is_ours = |p: &Value| p.get("controllerName").and_then(Value::as_str) == Some(controller);
-    if ours.is_empty() && !held.iter().any(is_ours) {
-        return None;
-    }
-    let mut parents: Vec<Value> = held.iter().filter(|p| !is_ours(p)).cloned().collect();
-    for p in ours {
-        let old = held.iter().find(|h| {
-            is_ours(h)
-                && h.pointer("/parentRef/name").and_then(Value::as_str) == Some(p.gateway.as_str())
-                && h.pointer("/parentRef/namespace").and_then(Value::as_str)
-                    == Some(p.gateway_namespace.as_str())
-                && h.pointer("/parentRef/sectionName").and_then(Value::as_str)
-                    == p.section_name.as_deref()
-        });
-        let mut parent_ref = json!({
-            "group": GROUP,
-            "kind": "Gateway",
-            "namespace": p.gateway_namespace,
-            "name": p.gateway,
-        });
-        if let Some(section) = &p.section_name {
-            parent_ref["sectionName"] = json!(section);
-        }
-        if let Some(port) = p.port {
-            parent_ref["port"] = json!(port);
-        }
-        let mut conds = p.conditions.clone();
-        conds.push(served(p));
-        parents.push(json!({
-            "parentRef": parent_ref,
-            "controllerName": controller,
-            "conditions": conditions(&conds, generation, &conditions_of(old, "conditions")),
-        }));
-    }
-    Some(json!({ "parents": parents }))
-}
-
-#[cfg(test)]
-mod tests;

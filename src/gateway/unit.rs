@@ -228,6 +228,7 @@ mod tests {
             conditions: Vec::new(),
             backend_client_certificate: None,
             listeners: Vec::new(),
+            attached_listener_sets: 0,
             ports,
         }
     }

@@ -74,6 +74,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "listenersets",
+        &["get", "list", "watch"],
+        "Gateway API: more listeners for Gateways",
+    ),
+    (
+        "gateway.networking.k8s.io",
         "gatewayclasses/status",
         &["patch"],
         "Gateway API status",
@@ -93,6 +99,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "gateway.networking.k8s.io",
         "backendtlspolicies/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "listenersets/status",
         &["patch"],
         "Gateway API status",
     ),

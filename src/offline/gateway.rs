@@ -12,6 +12,7 @@ use crate::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use crate::gateway::api::gatewayclasses::GatewayClass;
 use crate::gateway::api::gateways::Gateway;
 use crate::gateway::api::httproutes::HttpRoute;
+use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::api::referencegrants::ReferenceGrant;
 use crate::gateway::controller::{known, known_ca};
 use crate::gateway::service::FLEET_PORTS;
@@ -25,6 +26,7 @@ use crate::rollout::spec::{live_name, proxy_config_spec};
 pub struct Objects {
     pub classes: Vec<GatewayClass>,
     pub gateways: Vec<Gateway>,
+    pub listener_sets: Vec<ListenerSet>,
     pub routes: Vec<HttpRoute>,
     pub grants: Vec<ReferenceGrant>,
     pub services: Vec<Service>,
@@ -46,6 +48,7 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         crd_version: None,
         classes: &objects.classes,
         gateways: &objects.gateways,
+        listener_sets: &objects.listener_sets,
         routes: &objects.routes,
         grants: &objects.grants,
         services: &objects.services,
@@ -106,12 +109,23 @@ fn problems(translation: &Translation) -> Vec<String> {
             );
         }
     }
+    for set in &translation.listener_sets {
+        let subject = format!("ListenerSet {}/{}", set.namespace, set.name);
+        add(subject.clone(), &set.conditions);
+        for listener in &set.listeners {
+            add(
+                format!("{subject} listener {}", listener.name),
+                &listener.conditions,
+            );
+        }
+    }
     for route in &translation.routes {
         for parent in &route.parents {
-            let subject = format!(
-                "HTTPRoute {}/{} on Gateway {}/{}",
-                route.namespace, route.name, parent.gateway_namespace, parent.gateway
-            );
+            let on = match &parent.listener_set {
+                Some((namespace, name)) => format!("ListenerSet {namespace}/{name}"),
+                None => format!("Gateway {}/{}", parent.gateway_namespace, parent.gateway),
+            };
+            let subject = format!("HTTPRoute {}/{} on {on}", route.namespace, route.name);
             add(subject, &parent.conditions);
         }
     }

@@ -1,10 +1,11 @@
 //! `switchyard translate`: what Switchyard would serve for some files, with no cluster and
 //! no Envoy. The input is a standalone configuration (a directory or one file), or
 //! Kubernetes manifests, one file or a directory of them (TrafficRoutes, the Gateway API's
-//! GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants and BackendTLSPolicies, Services,
-//! EndpointSlices, Namespaces, TLS Secrets, ConfigMaps; any other kind is ignored). Each goes through the same steps
-//! as when it is served: resolution (for Gateway API kinds, translation into units),
-//! lowering, translation; the problems are those the status or the log would show.
+//! GatewayClasses, Gateways, ListenerSets, HTTPRoutes, ReferenceGrants and
+//! BackendTLSPolicies, Services, EndpointSlices, Namespaces, TLS Secrets, ConfigMaps; any
+//! other kind is ignored). Each goes through the same steps as when it is served:
+//! resolution (for Gateway API kinds, translation into units), lowering, translation; the
+//! problems are those the status or the log would show.
 
 mod gateway;
 
@@ -168,6 +169,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
     let gateway_api = gateway::Objects {
         classes: of_kind(path, &docs, "GatewayClass")?,
         gateways: of_kind(path, &docs, "Gateway")?,
+        listener_sets: of_kind(path, &docs, "ListenerSet")?,
         routes: of_kind(path, &docs, "HTTPRoute")?,
         grants: of_kind(path, &docs, "ReferenceGrant")?,
         services: services.clone(),

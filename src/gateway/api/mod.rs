@@ -8,4 +8,5 @@ pub mod backendtlspolicies;
 pub mod gatewayclasses;
 pub mod gateways;
 pub mod httproutes;
+pub mod listenersets;
 pub mod referencegrants;

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{conditions, conditions_of};
+use super::status::{conditions, conditions_of};
 use crate::gateway::translate::GROUP;
 use crate::gateway::translate::backend_tls::PolicyOutcome;
 

@@ -15,12 +15,15 @@ use super::super::api::backendtlspolicies::BackendTlsPolicy;
 use super::super::api::gatewayclasses::GatewayClass;
 use super::super::api::gateways::Gateway;
 use super::super::api::httproutes::HttpRoute;
+use super::super::api::listenersets::ListenerSet;
 use super::super::api::referencegrants::ReferenceGrant;
 use super::super::service::GATEWAY_LABEL;
 use super::super::translate::client_validation::CA_KEY;
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
-use super::{CLASS_STATUS, GATEWAY_STATUS, POLICY_STATUS, ROUTE_STATUS};
+use super::status::{
+    CLASS_STATUS, GATEWAY_STATUS, LISTENER_SET_STATUS, POLICY_STATUS, ROUTE_STATUS,
+};
 use crate::api::ProxyConfig;
 use crate::k8s::index::Watches;
 use crate::k8s::status::{StatusKind, StatusWriter};
@@ -39,6 +42,9 @@ pub(super) struct Stores {
     pub config_maps: Watched<ConfigMap>,
     /// None when the BackendTLSPolicy CRD was not installed when the controller started.
     pub backend_tls_policies: Option<Watched<BackendTlsPolicy>>,
+    /// None when the ListenerSet CRD (standard since v1.5) was not installed when the
+    /// controller started.
+    pub listener_sets: Option<Watched<ListenerSet>>,
     pub shared: Watches,
 }
 
@@ -74,6 +80,9 @@ impl Stores {
         let backend_tls_policies = crd_installed(client, BACKEND_TLS_POLICY_CRD)
             .await
             .then(|| Watched::start(shared.scope.apis(client), all()));
+        let listener_sets = crd_installed(client, LISTENER_SET_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
             gateways: Watched::start(shared.scope.apis(client), all()),
@@ -82,6 +91,7 @@ impl Stores {
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             config_maps: Watched::start(shared.scope.apis(client), all()),
             backend_tls_policies,
+            listener_sets,
             shared: shared.clone(),
         };
         (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
@@ -92,6 +102,9 @@ impl Stores {
         stores.config_maps.notify(changes);
         if let Some(policies) = &stores.backend_tls_policies {
             policies.notify_unless_echo(changes, None, echoes.status(&POLICY_STATUS));
+        }
+        if let Some(sets) = &stores.listener_sets {
+            sets.notify_unless_echo(changes, None, echoes.status(&LISTENER_SET_STATUS));
         }
         let services = services::read_by_translation(fleet_service, &stores.routes);
         shared.services.notify_if(changes, services);
@@ -117,6 +130,10 @@ impl Stores {
             && self.config_maps.ready().await
             && match &self.backend_tls_policies {
                 Some(policies) => policies.ready().await,
+                None => true,
+            }
+            && match &self.listener_sets {
+                Some(sets) => sets.ready().await,
                 None => true,
             }
             && self.shared.ready().await
@@ -150,6 +167,9 @@ pub fn known(secret: &Secret) -> KnownSecret {
 /// The CRD of BackendTLSPolicy: in the standard channel since v1.4, but a cluster may
 /// have installed the Gateway API without it.
 const BACKEND_TLS_POLICY_CRD: &str = "backendtlspolicies.gateway.networking.k8s.io";
+
+/// The CRD of ListenerSet: in the standard channel since v1.5.
+const LISTENER_SET_CRD: &str = "listenersets.gateway.networking.k8s.io";
 
 /// Whether the CRD `name` is installed (an error reading it counts as not: its kind is
 /// then not watched, and says so).

@@ -1,16 +1,18 @@
 //! Gateways: each listener checked (protocol, conflicts with its siblings, route kinds,
-//! certificates), and which routes it admits.
+//! certificates), its own and those of the ListenerSets it lets attach
+//! ([`super::listener_set`]), and which routes it admits.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use switchyard_core::route::{ClientValidation, SecretRef};
 
-use super::client_validation;
+use super::listener_set::{self, ListenerSetOutcome};
 use super::reference_grant::{self, Side};
-use super::{Cond, GROUP, GatewayOutcome, Inputs, ListenerOutcome, PortConfig};
+use super::{Cond, GROUP, GatewayOutcome, Inputs, ListenerOutcome, PortConfig, client_validation};
 use crate::gateway::api::gateways::{
     Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From,
-    GatewayListenersAllowedRoutesNamespacesSelector as Selector, GatewayListenersTlsMode,
+    GatewayListenersTlsMode,
 };
 
 /// The only route kind Switchyard serves.
@@ -22,13 +24,29 @@ pub struct Listening<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub conditions: Vec<Cond>,
+    /// Its own, then those of the ListenerSets attached, in the order of precedence.
     pub listeners: Vec<Listener<'a>>,
+    /// The ListenerSets attached, in the order of precedence.
+    pub sets: Vec<listener_set::Attached<'a>>,
+    /// The ListenerSets that name it but may not attach.
+    pub refused_sets: Vec<ListenerSetOutcome>,
     /// The certificate its connections to TLS backends present, when it names a usable one.
     pub client_certificate: Option<SecretRef>,
 }
 
+/// Who declares a listener: the Gateway, or the `i`-th of its attached ListenerSets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Gateway,
+    ListenerSet(usize),
+}
+
 pub struct Listener<'a> {
-    pub spec: &'a GatewayListeners,
+    pub spec: Cow<'a, GatewayListeners>,
+    pub owner: Owner,
+    /// The namespace of its owner: routes of the `Same` namespace are of this one, and its
+    /// certificates are its owner's references.
+    pub namespace: &'a str,
     pub conditions: Vec<Cond>,
     pub supported_kinds: Vec<String>,
     /// Routes attach to it: accepted, no conflict, a kind it serves. Its references may
@@ -50,12 +68,30 @@ pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a>
     let name = gateway.metadata.name.as_deref().unwrap_or_default();
     let specs = &gateway.spec.listeners;
     let conflicts = conflicts(specs);
-    let listeners: Vec<Listener<'a>> = specs
+    let own = Declarer {
+        owner: Owner::Gateway,
+        kind: "Gateway",
+        namespace,
+    };
+    let mut listeners: Vec<Listener<'a>> = specs
         .iter()
         .zip(conflicts)
-        .map(|(spec, conflict)| listener(inputs, gateway, spec, conflict))
+        .map(|(spec, conflict)| listener(inputs, gateway, own, Cow::Borrowed(spec), conflict))
         .collect();
     let mut conditions = vec![accepted(gateway, &listeners)];
+    let (sets, refused_sets) = listener_set::of_gateway(inputs, gateway);
+    for (i, set) in sets.iter().enumerate() {
+        let declarer = Declarer {
+            owner: Owner::ListenerSet(i),
+            kind: "ListenerSet",
+            namespace: set.namespace,
+        };
+        for spec in listener_set::listeners(set.set) {
+            let conflict = conflict_with_precedent(&listeners, &spec);
+            let l = listener(inputs, gateway, declarer, Cow::Owned(spec), conflict);
+            listeners.push(l);
+        }
+    }
     let client_certificate = backend_client_certificate(inputs, gateway);
     match &client_certificate {
         None => {}
@@ -89,8 +125,18 @@ pub fn listening<'a>(inputs: &Inputs<'a>, gateway: &'a Gateway) -> Listening<'a>
         name,
         conditions,
         listeners,
+        sets,
+        refused_sets,
         client_certificate: client_certificate.and_then(Result::ok),
     }
+}
+
+/// Who declares the listeners being checked, and the kind a ReferenceGrant names it by.
+#[derive(Clone, Copy)]
+struct Declarer<'a> {
+    owner: Owner,
+    kind: &'static str,
+    namespace: &'a str,
 }
 
 /// The TLS Secret the Gateway's `tls.backend.clientCertificateRef` names, when it has one:
@@ -140,9 +186,21 @@ pub fn gateway_may_use(
     target_ns: &str,
     name: &str,
 ) -> Result<(), Problem> {
+    may_use(inputs, ("Gateway", namespace), kind, target_ns, name)
+}
+
+/// Whether an object of kind `from.0` in namespace `from.1` may use the `kind` object
+/// `name` of `target_ns` (a ReferenceGrant there lets it), else RefNotPermitted.
+fn may_use(
+    inputs: &Inputs<'_>,
+    (from_kind, namespace): (&str, &str),
+    kind: &str,
+    target_ns: &str,
+    name: &str,
+) -> Result<(), Problem> {
     let from = Side {
         group: GROUP,
-        kind: "Gateway",
+        kind: from_kind,
         namespace,
     };
     let to = Side {
@@ -156,7 +214,7 @@ pub fn gateway_may_use(
         Err((
             "RefNotPermitted",
             format!(
-                "no ReferenceGrant in namespace {target_ns} lets this Gateway use {kind} {name:?}"
+                "no ReferenceGrant in namespace {target_ns} lets this {from_kind} use {kind} {name:?}"
             ),
         ))
     }
@@ -181,31 +239,66 @@ fn tls_secret(
     }
 }
 
+impl Listener<'_> {
+    pub fn conflicted(&self) -> bool {
+        (self.conditions.iter()).any(|c| c.type_ == "Conflicted" && c.is_true())
+    }
+}
+
 impl Listening<'_> {
     pub fn accepted(&self) -> bool {
         self.conditions.first().is_some_and(Cond::is_true)
     }
 
-    pub fn into_outcome(self, ports: Vec<PortConfig>) -> GatewayOutcome {
-        let ports = if self.accepted() { ports } else { Vec::new() };
-        GatewayOutcome {
+    /// The Gateway's outcome, and those of the ListenerSets that name it.
+    pub fn into_outcome(self, ports: Vec<PortConfig>) -> (GatewayOutcome, Vec<ListenerSetOutcome>) {
+        let accepted = self.accepted();
+        let ports = if accepted { ports } else { Vec::new() };
+        let key = (self.namespace.to_owned(), self.name.to_owned());
+        let mut own = Vec::new();
+        let mut of_sets: Vec<Vec<ListenerOutcome>> = self.sets.iter().map(|_| Vec::new()).collect();
+        for l in self.listeners {
+            match l.owner {
+                Owner::Gateway => own.push(l.into_outcome()),
+                Owner::ListenerSet(i) => of_sets[i].push(l.into_outcome()),
+            }
+        }
+        let mut sets: Vec<ListenerSetOutcome> = (self.sets.iter())
+            .zip(of_sets)
+            .map(|(set, listeners)| {
+                if accepted {
+                    listener_set::attached_outcome(set, key.clone(), listeners)
+                } else {
+                    let message = format!("Gateway {}/{} is not accepted", key.0, key.1);
+                    listener_set::unattached(set.set, self.gateway, "ParentNotAccepted", message)
+                }
+            })
+            .collect();
+        let attached_listener_sets = sets.iter().filter(|s| s.accepted()).count() as i32;
+        sets.extend(self.refused_sets);
+        let outcome = GatewayOutcome {
             namespace: self.namespace.to_owned(),
             name: self.name.to_owned(),
             generation: self.gateway.metadata.generation.unwrap_or(0),
             conditions: self.conditions,
             backend_client_certificate: self.client_certificate,
-            listeners: self
-                .listeners
-                .into_iter()
-                .map(|l| ListenerOutcome {
-                    name: l.spec.name.clone(),
-                    conditions: l.conditions,
-                    supported_kinds: l.supported_kinds,
-                    attached_routes: l.attached_routes,
-                    usable: l.usable,
-                })
-                .collect(),
+            listeners: own,
+            attached_listener_sets,
             ports,
+        };
+        (outcome, sets)
+    }
+}
+
+impl Listener<'_> {
+    fn into_outcome(self) -> ListenerOutcome {
+        ListenerOutcome {
+            name: self.spec.name.clone(),
+            port: self.spec.port,
+            conditions: self.conditions,
+            supported_kinds: self.supported_kinds,
+            attached_routes: self.attached_routes,
+            usable: self.usable,
         }
     }
 }
@@ -231,9 +324,10 @@ fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
             ),
         );
     }
+    // Only its own listeners: a ListenerSet's say nothing of the Gateway.
     let invalid: Vec<&str> = listeners
         .iter()
-        .filter(|l| !l.usable)
+        .filter(|l| l.owner == Owner::Gateway && !l.usable)
         .map(|l| l.spec.name.as_str())
         .collect();
     if invalid.is_empty() {
@@ -248,6 +342,26 @@ fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
             Cond::yes("Accepted", "ListenersNotValid", message)
         }
     }
+}
+
+/// Why a ListenerSet's listener conflicts with one of higher precedence that is not
+/// itself in conflict, if it does: another protocol on its port, or the same hostname
+/// there. The one of higher precedence keeps its port.
+fn conflict_with_precedent(
+    precedent: &[Listener<'_>],
+    spec: &GatewayListeners,
+) -> Option<&'static str> {
+    let on_port: Vec<&GatewayListeners> = (precedent.iter())
+        .filter(|l| !l.conflicted() && l.spec.port == spec.port)
+        .map(|l| l.spec.as_ref())
+        .collect();
+    if on_port.iter().any(|l| l.protocol != spec.protocol) {
+        return Some("ProtocolConflict");
+    }
+    let hostname = spec.hostname.as_deref().map(str::to_ascii_lowercase);
+    (on_port.iter())
+        .any(|l| l.hostname.as_deref().map(str::to_ascii_lowercase) == hostname)
+        .then_some("HostnameConflict")
 }
 
 /// Why a listener conflicts with a sibling on its port, if it does: another protocol
@@ -279,15 +393,46 @@ fn conflicts(listeners: &[GatewayListeners]) -> Vec<Option<&'static str>> {
         .collect()
 }
 
+/// A listener of `declarer`'s, checked. A ListenerSet's that conflicts with one of higher
+/// precedence is not accepted (the reason of its conflict says why), whatever else it is.
 fn listener<'a>(
     inputs: &Inputs<'a>,
     gateway: &Gateway,
-    spec: &'a GatewayListeners,
+    declarer: Declarer<'a>,
+    spec: Cow<'a, GatewayListeners>,
     conflict: Option<&'static str>,
 ) -> Listener<'a> {
-    let namespace = gateway.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out = checked(inputs, gateway, declarer, spec, conflict);
+    if let (Owner::ListenerSet(_), Some(reason)) = (declarer.owner, conflict) {
+        let message = format!(
+            "a listener of higher precedence on port {} conflicts with it",
+            out.spec.port
+        );
+        out.conditions = vec![
+            Cond::no("Accepted", reason, message.clone()),
+            (out.conditions.iter())
+                .find(|c| c.type_ == "ResolvedRefs")
+                .cloned()
+                .unwrap_or_else(|| Cond::yes("ResolvedRefs", "ResolvedRefs", "not checked")),
+            Cond::yes("Conflicted", reason, message),
+        ];
+        out.attachable = false;
+        out.usable = false;
+    }
+    out
+}
+
+fn checked<'a>(
+    inputs: &Inputs<'a>,
+    gateway: &Gateway,
+    declarer: Declarer<'a>,
+    spec: Cow<'a, GatewayListeners>,
+    conflict: Option<&'static str>,
+) -> Listener<'a> {
     let mut out = Listener {
         spec,
+        owner: declarer.owner,
+        namespace: declarer.namespace,
         conditions: Vec::new(),
         supported_kinds: Vec::new(),
         attachable: false,
@@ -296,26 +441,42 @@ fn listener<'a>(
         secrets: Vec::new(),
         client_validation: None,
     };
-    let https = match spec.protocol.as_str() {
+    let https = match out.spec.protocol.as_str() {
         "HTTP" => false,
         "HTTPS" => true,
         other => {
+            // No route kind Switchyard serves goes on this protocol: one named is invalid.
+            let names_kinds = (out.spec.allowed_routes.as_ref())
+                .and_then(|a| a.kinds.as_ref())
+                .is_some_and(|k| !k.is_empty());
+            let resolved = if names_kinds {
+                Cond::no(
+                    "ResolvedRefs",
+                    "InvalidRouteKinds",
+                    format!("no route kind it names is served on protocol {other}"),
+                )
+            } else {
+                Cond::no("ResolvedRefs", "UnsupportedProtocol", "not checked")
+            };
             out.conditions = vec![
                 Cond::no(
                     "Accepted",
                     "UnsupportedProtocol",
                     format!("protocol {other} is not supported; use HTTP or HTTPS"),
                 ),
-                Cond::no("ResolvedRefs", "UnsupportedProtocol", "not checked"),
+                resolved,
                 Cond::no("Conflicted", "NoConflicts", "no conflict"),
             ];
             return out;
         }
     };
+    let spec = out.spec.clone();
+    let spec = spec.as_ref();
     let (kinds, kinds_problem) = route_kinds(spec);
     out.supported_kinds = kinds;
     let refs_problem = if https {
-        certificates(inputs, namespace, spec, &mut out.secrets).err()
+        let from = (declarer.kind, declarer.namespace);
+        certificates(inputs, from, spec, &mut out.secrets).err()
     } else {
         None
     };
@@ -392,7 +553,7 @@ fn route_kinds(spec: &GatewayListeners) -> (Vec<String>, Option<Problem>) {
 /// for another namespace's), present and holding a certificate and key.
 fn certificates(
     inputs: &Inputs<'_>,
-    namespace: &str,
+    (from_kind, namespace): (&str, &str),
     spec: &GatewayListeners,
     secrets: &mut Vec<(String, String)>,
 ) -> Result<(), Problem> {
@@ -417,26 +578,22 @@ fn certificates(
                 format!("certificateRef {group}/{kind} {:?} is not a Secret", r.name),
             ));
         }
-        gateway_may_use(inputs, namespace, "Secret", target_ns, &r.name)?;
+        may_use(inputs, (from_kind, namespace), "Secret", target_ns, &r.name)?;
         tls_secret(inputs, target_ns, &r.name, "InvalidCertificateRef")?;
         secrets.push((target_ns.to_owned(), r.name.clone()));
     }
     Ok(())
 }
 
-/// Whether the listener admits routes of `route_namespace`.
+/// Whether the listener admits routes of `route_namespace` (`Same`: its owner's).
 pub fn admits_namespace(
     inputs: &Inputs<'_>,
-    gateway_namespace: &str,
-    listener: &GatewayListeners,
+    listener: &Listener<'_>,
     route_namespace: &str,
 ) -> bool {
-    let namespaces = listener
-        .allowed_routes
-        .as_ref()
-        .and_then(|a| a.namespaces.as_ref());
+    let namespaces = (listener.spec.allowed_routes.as_ref()).and_then(|a| a.namespaces.as_ref());
     match namespaces.and_then(|n| n.from.as_ref()) {
-        None | Some(From::Same) => route_namespace == gateway_namespace,
+        None | Some(From::Same) => route_namespace == listener.namespace,
         Some(From::All) => true,
         Some(From::Selector) => {
             let labels = inputs
@@ -445,24 +602,36 @@ pub fn admits_namespace(
                 .find(|n| n.metadata.name.as_deref() == Some(route_namespace))
                 .and_then(|n| n.metadata.labels.clone())
                 .unwrap_or_default();
-            namespaces
-                .and_then(|n| n.selector.as_ref())
-                .is_some_and(|s| selects(s, &labels))
+            let Some(selector) = namespaces.and_then(|n| n.selector.as_ref()) else {
+                return false;
+            };
+            let match_labels = selector.match_labels.clone().unwrap_or_default();
+            let expressions: Vec<(&str, &str, &[String])> = (selector.match_expressions.iter())
+                .flatten()
+                .map(|e| {
+                    (
+                        e.key.as_str(),
+                        e.operator.as_str(),
+                        e.values.as_deref().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            selects(&match_labels, &expressions, &labels)
         }
     }
 }
 
-/// A label selector, as Kubernetes evaluates it.
-fn selects(selector: &Selector, labels: &BTreeMap<String, String>) -> bool {
-    let by_label = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
+/// A label selector (its matchLabels, and its matchExpressions as key, operator and
+/// values), as Kubernetes evaluates it.
+pub fn selects(
+    match_labels: &BTreeMap<String, String>,
+    expressions: &[(&str, &str, &[String])],
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let by_label = match_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let by_expression = expressions.iter().all(|&(key, operator, values)| {
+        let value = labels.get(key);
+        match operator {
             "In" => value.is_some_and(|v| values.contains(v)),
             "NotIn" => value.is_none_or(|v| !values.contains(v)),
             "Exists" => value.is_some(),

@@ -6,7 +6,7 @@
 
 use super::backend_ref::{Backends, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
-use super::gateway::{HTTP_ROUTE, Listening, admits_namespace};
+use super::gateway::{HTTP_ROUTE, Listening, Owner, admits_namespace};
 use super::hostname;
 use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
 use crate::gateway::api::httproutes::{
@@ -69,34 +69,38 @@ pub fn attach(
     let mut parents = Vec::new();
     let mut attached = Vec::new();
     for parent in route.spec.parent_refs.iter().flatten() {
-        if parent.group.as_deref().unwrap_or(GROUP) != GROUP
-            || parent.kind.as_deref().unwrap_or("Gateway") != "Gateway"
-        {
-            continue;
-        }
-        let gateway_ns = parent
-            .namespace
-            .clone()
-            .unwrap_or_else(|| namespace.clone());
-        let Some(gateway) = gateways
-            .iter_mut()
-            .find(|g| g.namespace == gateway_ns && g.name == parent.name)
-        else {
-            // Not a Gateway of Switchyard's: its own controller writes this parent's status.
+        let Some((index, owner)) = parent_of(gateways, parent, &namespace) else {
+            // Not a parent of Switchyard's: its own controller writes this parent's status.
             continue;
         };
-        let accepted = match &lowered {
-            Err(message) => Cond::no("Accepted", "UnsupportedValue", message.clone()),
-            Ok(l) => {
-                let found =
-                    matching_listeners(inputs, gateway, parent, &namespace, &route_hostnames);
+        let gateway = &mut gateways[index];
+        let gateway_key = (gateway.namespace.to_owned(), gateway.name.to_owned());
+        let accepted = match (&lowered, owner) {
+            (Err(message), _) => Cond::no("Accepted", "UnsupportedValue", message.clone()),
+            (Ok(_), None) => Cond::no(
+                "Accepted",
+                "NoMatchingParent",
+                format!(
+                    "ListenerSet {} is not attached to its Gateway",
+                    parent_name(parent, &namespace)
+                ),
+            ),
+            (Ok(l), Some(owner)) => {
+                let found = matching_listeners(
+                    inputs,
+                    gateway,
+                    owner,
+                    parent,
+                    &namespace,
+                    &route_hostnames,
+                );
                 match found {
                     Err(cond) => cond,
                     Ok(listeners) => {
                         for (index, hostnames) in listeners {
                             gateway.listeners[index].attached_routes += 1;
                             attached.push(Attached {
-                                gateway: (gateway_ns.clone(), parent.name.clone()),
+                                gateway: gateway_key.clone(),
                                 listener: index,
                                 hostnames,
                                 rules: l.rules.clone(),
@@ -111,9 +115,19 @@ pub fn attach(
             Ok(l) => l.resolved_refs.clone(),
             Err(_) => Cond::no("ResolvedRefs", "UnsupportedValue", "not resolved"),
         };
+        let listener_set = is_listener_set(parent).then(|| {
+            (
+                parent
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.clone()),
+                parent.name.clone(),
+            )
+        });
         parents.push(ParentOutcome {
-            gateway_namespace: gateway_ns,
-            gateway: parent.name.clone(),
+            gateway_namespace: gateway_key.0,
+            gateway: gateway_key.1,
+            listener_set,
             section_name: parent.section_name.clone(),
             port: parent.port,
             conditions: vec![accepted, resolved],
@@ -128,11 +142,53 @@ pub fn attach(
     (outcome, attached)
 }
 
-/// The listeners the parentRef attaches to, each with the hostnames it shares with the
-/// route; or the Accepted condition saying why none.
+fn is_listener_set(parent: &HttpRouteParentRefs) -> bool {
+    parent.group.as_deref().unwrap_or(GROUP) == GROUP
+        && parent.kind.as_deref() == Some("ListenerSet")
+}
+
+/// `namespace/name` of the parentRef's object.
+fn parent_name(parent: &HttpRouteParentRefs, route_namespace: &str) -> String {
+    let namespace = parent.namespace.as_deref().unwrap_or(route_namespace);
+    format!("{namespace}/{}", parent.name)
+}
+
+/// The Gateway of Switchyard's a parentRef names, itself or through one of its
+/// ListenerSets: its index, and whose listeners the route may attach to (None: a
+/// ListenerSet that names it but is not attached).
+fn parent_of(
+    gateways: &[Listening<'_>],
+    parent: &HttpRouteParentRefs,
+    route_namespace: &str,
+) -> Option<(usize, Option<Owner>)> {
+    let namespace = parent.namespace.as_deref().unwrap_or(route_namespace);
+    let name = parent.name.as_str();
+    if parent.group.as_deref().unwrap_or(GROUP) != GROUP {
+        return None;
+    }
+    match parent.kind.as_deref().unwrap_or("Gateway") {
+        "Gateway" => (gateways.iter())
+            .position(|g| g.namespace == namespace && g.name == name)
+            .map(|i| (i, Some(Owner::Gateway))),
+        "ListenerSet" => gateways.iter().enumerate().find_map(|(i, g)| {
+            let attached = (g.sets.iter()).position(|s| s.namespace == namespace && s.name == name);
+            match attached {
+                Some(set) => Some((i, Some(Owner::ListenerSet(set)))),
+                None => (g.refused_sets.iter())
+                    .any(|s| s.namespace == namespace && s.name == name)
+                    .then_some((i, None)),
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// The listeners of `owner`'s the parentRef attaches to, each with the hostnames it
+/// shares with the route; or the Accepted condition saying why none.
 fn matching_listeners(
     inputs: &Inputs<'_>,
     gateway: &Listening<'_>,
+    owner: Owner,
     parent: &HttpRouteParentRefs,
     route_namespace: &str,
     route_hostnames: &[String],
@@ -151,6 +207,7 @@ fn matching_listeners(
         .listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| l.owner == owner)
         .filter(|(_, l)| {
             parent
                 .section_name
@@ -164,7 +221,14 @@ fn matching_listeners(
         return Err(Cond::no(
             "Accepted",
             "NoMatchingParent",
-            "no listener of the Gateway has the sectionName and port the parentRef gives",
+            format!(
+                "no listener of the {} has the sectionName and port the parentRef gives",
+                if owner == Owner::Gateway {
+                    "Gateway"
+                } else {
+                    "ListenerSet"
+                }
+            ),
         ));
     }
     let allowed: Vec<usize> = named
@@ -173,7 +237,7 @@ fn matching_listeners(
             let l = &gateway.listeners[i];
             l.attachable
                 && l.supported_kinds.iter().any(|k| k == HTTP_ROUTE)
-                && admits_namespace(inputs, gateway.namespace, l.spec, route_namespace)
+                && admits_namespace(inputs, l, route_namespace)
         })
         .collect();
     if allowed.is_empty() {

@@ -43,6 +43,7 @@ pub mod gateway;
 pub mod gateway_class;
 pub mod hostname;
 pub mod http_route;
+pub mod listener_set;
 pub mod reference_grant;
 pub mod virtual_host;
 
@@ -56,8 +57,10 @@ use super::api::backendtlspolicies::BackendTlsPolicy;
 use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
 use super::api::httproutes::HttpRoute;
+use super::api::listenersets::ListenerSet;
 use super::api::referencegrants::ReferenceGrant;
 pub use client_validation::KnownCaBundle;
+pub use listener_set::ListenerSetOutcome;
 use switchyard_core::route::{ClientValidation, Rule, SecretRef};
 
 /// The controllerName of the GatewayClasses Switchyard serves.
@@ -77,6 +80,8 @@ pub struct Inputs<'a> {
     pub crd_version: Option<&'a str>,
     pub classes: &'a [GatewayClass],
     pub gateways: &'a [Gateway],
+    /// More listeners for Gateways that let them attach.
+    pub listener_sets: &'a [ListenerSet],
     pub routes: &'a [HttpRoute],
     pub grants: &'a [ReferenceGrant],
     pub services: &'a [Service],
@@ -104,6 +109,9 @@ pub struct KnownSecret {
 pub struct Translation {
     pub classes: Vec<ClassOutcome>,
     pub gateways: Vec<GatewayOutcome>,
+    /// The ListenerSets that name a Gateway of Switchyard's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub listener_sets: Vec<ListenerSetOutcome>,
     pub routes: Vec<RouteOutcome>,
     /// The BackendTLSPolicies of Services the Gateways send to.
     pub policies: Vec<backend_tls::PolicyOutcome>,
@@ -129,7 +137,11 @@ pub struct GatewayOutcome {
     /// The certificate its connections to TLS backends present (`tls.backend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend_client_certificate: Option<SecretRef>,
+    /// Its own listeners (a ListenerSet's are in the ListenerSet's outcome).
     pub listeners: Vec<ListenerOutcome>,
+    /// How many ListenerSets are attached and accepted.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub attached_listener_sets: i32,
     /// What the Gateway serves, by port; empty when it is not Accepted.
     pub ports: Vec<PortConfig>,
 }
@@ -138,6 +150,7 @@ pub struct GatewayOutcome {
 #[serde(rename_all = "camelCase")]
 pub struct ListenerOutcome {
     pub name: String,
+    pub port: i32,
     /// Accepted, ResolvedRefs, Conflicted.
     pub conditions: Vec<Cond>,
     /// The route kinds it admits that Switchyard supports.
@@ -210,8 +223,12 @@ pub struct RouteOutcome {
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentOutcome {
+    /// The Gateway the parentRef names, itself or through a ListenerSet.
     pub gateway_namespace: String,
     pub gateway: String,
+    /// (namespace, name) of the ListenerSet the parentRef names, when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listener_set: Option<(String, String)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -280,11 +297,14 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         }
         attached.extend(rules);
     }
+    let mut listener_sets = Vec::new();
     let gateways = gateways
         .into_iter()
         .map(|g| {
             let ports = virtual_host::ports(&g, &attached);
-            g.into_outcome(ports)
+            let (gateway, sets) = g.into_outcome(ports);
+            listener_sets.extend(sets);
+            gateway
         })
         .collect();
     let senders = senders(inputs.routes, &routes);
@@ -297,9 +317,14 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     Translation {
         classes,
         gateways,
+        listener_sets,
         routes,
         policies,
     }
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The Gateways that send to each Service (namespace, name): those an HTTPRoute is

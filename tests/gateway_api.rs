@@ -22,6 +22,7 @@ use rustls::ClientConfig;
 use serde_json::{Value, json};
 use switchyard::gateway::api::gateways::Gateway;
 use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard::gateway::api::listenersets::ListenerSet;
 use switchyard_e2e::LoadReport;
 use switchyard_e2e::gateway::{
     edge_gateway, edge_targets, gateway_services, install_crds, select_fleet,
@@ -626,6 +627,21 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["web"]);
 }
 
+/// The route's Served condition on its parent of `kind` (Gateway or ListenerSet), once it
+/// is True for `generation`.
+async fn wait_served_on(routes: &Api<HttpRoute>, name: &str, kind: &str, generation: i64) {
+    let what = format!("Served on its {kind} at generation {generation}");
+    wait_status(routes, name, &what, |s| {
+        (s["parents"].as_array().into_iter().flatten())
+            .filter(|p| p["parentRef"]["kind"] == kind)
+            .any(|p| {
+                condition(p, "/conditions", "switchyard.dev/Served")
+                    .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+            })
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn listeners_are_added_and_removed_under_load_without_a_drop() {
     let mut rig = Rig::start(3).await;
@@ -636,14 +652,18 @@ async fn listeners_are_added_and_removed_under_load_without_a_drop() {
     }
     let (controller, class) = start_gateway_controller(&mut rig, "listeners", &[]);
     let ns = rig.namespace.clone();
-    // Gateway `edge` with the listener for every host, and more.
+    // Gateway `edge` with the listener for every host, and more; ListenerSets of its
+    // namespace may attach.
     let gateway = |more: &str| {
         let mut yaml = edge_gateway(&class, &controller, &ns);
         let one = "listeners: [ { name: http, port: 80, protocol: HTTP } ]";
         assert!(yaml.contains(one));
         yaml = yaml.replace(
             one,
-            &format!("listeners: [ {{ name: http, port: 80, protocol: HTTP }}{more} ]"),
+            &format!(
+                "allowedListeners: {{ namespaces: {{ from: Same }} }}\n  \
+                 listeners: [ {{ name: http, port: 80, protocol: HTTP }}{more} ]"
+            ),
         );
         yaml
     };
@@ -687,8 +707,55 @@ spec:
     switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 8080).await;
     apply(&rig, &gateway(own)).await;
 
-    // web.test's listener removed: the listener for every host answers for it again.
+    // web.test's listener moved to a ListenerSet, in the order that loses nothing: the
+    // ListenerSet's copy first (the Gateway's, of higher precedence, keeps serving: it is
+    // in conflict), the route attached to both, then the Gateway's removed.
+    let sets: Api<ListenerSet> = Api::namespaced(rig.client.clone(), &ns);
+    apply(
+        &rig,
+        &format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {{ name: team, namespace: {ns} }}
+spec:
+  parentRef: {{ name: edge }}
+  listeners: [ {{ name: own, port: 80, protocol: HTTP, hostname: web.test }} ]
+---"#
+        ),
+    )
+    .await;
+    wait_status(&sets, "team", "in conflict with the Gateway's", |s| {
+        condition(s, "/listeners/0/conditions", "Conflicted").is_some_and(|c| c["status"] == "True")
+            && condition(s, "/conditions", "Accepted")
+                .is_some_and(|c| c["reason"] == "ListenersNotValid")
+    })
+    .await;
+    let both = route("own", "own").replace(
+        "parentRefs: [ { name: edge, sectionName: own } ]",
+        "parentRefs: [ { name: edge, sectionName: own }, { kind: ListenerSet, name: team } ]",
+    );
+    apply(&rig, &both).await;
+    wait_served_on(&routes, "own", "Gateway", 2).await;
     apply(&rig, &gateway("")).await;
+    wait_status(&sets, "team", "Programmed", |s| {
+        condition(s, "/conditions", "Programmed").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    wait_served_on(&routes, "own", "ListenerSet", 2).await;
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    wait_status(&gateways, "edge", "one ListenerSet attached", |s| {
+        s["attachedListenerSets"] == 1
+    })
+    .await;
+    let before = seen("own");
+    wait_more("own through the ListenerSet", before, || seen("own")).await;
+
+    // web.test's listener removed (its ListenerSet deleted): the listener for every host
+    // answers for it again.
+    sets.delete("team", &DeleteParams::default())
+        .await
+        .expect("ListenerSet team deleted");
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
         let before = (seen("own"), seen("web"));

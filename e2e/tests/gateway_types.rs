@@ -2,9 +2,11 @@
 //! `e2e/provision.sh` downloads (GATEWAY_API_VERSION): regenerating must change nothing.
 //! `UPDATE_GATEWAY_TYPES=1` rewrites the files, for review in the diff.
 //!
-//! HTTPRoute's types come from the experimental channel, a superset of the standard one:
-//! a route that sets an experimental field (`sessionPersistence`, `ExternalAuth`) is then either
-//! served with it or refused naming it, never served without it.
+//! HTTPRoute's, Gateway's and ListenerSet's types come from the experimental channel, a
+//! superset of the standard one: an object that sets an experimental field (a route's
+//! `sessionPersistence` or `ExternalAuth`, a listener's `filters`, an address's
+//! `routability`) is then either served with it or refused naming it, never served without
+//! it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,9 +19,9 @@ use switchyard_e2e::kube::tool;
 const KINDS: [(&str, &str, &str); 6] = [
     ("backendtlspolicies", "v1", "gateway-api"),
     ("gatewayclasses", "v1", "gateway-api"),
-    ("gateways", "v1", "gateway-api"),
+    ("gateways", "v1", "gateway-api-experimental"),
     ("httproutes", "v1", "gateway-api-experimental"),
-    ("listenersets", "v1", "gateway-api"),
+    ("listenersets", "v1", "gateway-api-experimental"),
     ("referencegrants", "v1", "gateway-api"),
 ];
 

@@ -318,11 +318,15 @@ async fn sync_services(
     let api: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
     let mut addresses = BTreeMap::new();
     for (gateway, ports) in &allocation {
+        let infrastructure = (translation.gateways.iter())
+            .find(|g| (&g.namespace, &g.name) == (&gateway.0, &gateway.1))
+            .map(|g| g.infrastructure.clone())
+            .unwrap_or_default();
         let desired = service::service(
             gateway,
             ports,
-            fleet_ns,
-            &selector,
+            &infrastructure,
+            (fleet_ns, &selector),
             &settings.service_type,
             &label,
         );
@@ -360,7 +364,13 @@ fn same_service(current: &Service, desired: &Service) -> bool {
             .as_ref()
             .map(|spec| (spec.type_.clone(), spec.selector.clone()))
     };
+    let infrastructure = |s: &Service| {
+        (s.metadata.annotations.as_ref())
+            .and_then(|a| a.get(service::INFRASTRUCTURE_ANNOTATION))
+            .cloned()
+    };
     service::fleet_ports(current) == service::fleet_ports(desired)
         && spec(current) == spec(desired)
         && current.metadata.labels == desired.metadata.labels
+        && infrastructure(current) == infrastructure(desired)
 }

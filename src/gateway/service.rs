@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::translate::Infrastructure;
 use crate::hash;
 use crate::rollout::label_value;
 
@@ -150,29 +151,40 @@ pub fn fleet_ports(service: &Service) -> BTreeMap<i32, i32> {
         .collect()
 }
 
-/// The Service of a Gateway: in the fleet's namespace, selecting its Pods.
+/// The annotation that tells which of the Gateway's infrastructure labels and annotations
+/// the Service carries (their digest): a change, a removal too, rewrites the Service.
+pub const INFRASTRUCTURE_ANNOTATION: &str = "switchyard.dev/infrastructure";
+
+/// The Service of a Gateway: in the fleet's namespace, selecting its Pods, with the labels
+/// and annotations of its `spec.infrastructure` (Switchyard's own win where they meet).
 pub fn service(
     gateway: &GatewayKey,
     ports: &[(i32, i32)],
-    fleet_namespace: &str,
-    fleet_selector: &BTreeMap<String, String>,
+    infrastructure: &Infrastructure,
+    fleet: (&str, &BTreeMap<String, String>),
     service_type: &str,
     controller_label: &str,
 ) -> Service {
     let (namespace, name) = gateway;
+    let (fleet_namespace, fleet_selector) = fleet;
+    let mut labels = infrastructure.labels.clone();
+    labels.extend([
+        (GATEWAY_NAMESPACE_LABEL.to_owned(), namespace.clone()),
+        (GATEWAY_NAME_LABEL.to_owned(), label_value(name)),
+        (CONTROLLER_LABEL.to_owned(), controller_label.to_owned()),
+    ]);
+    let mut annotations = infrastructure.annotations.clone();
+    annotations.insert(GATEWAY_ANNOTATION.to_owned(), format!("{namespace}/{name}"));
+    if !infrastructure.is_empty() {
+        let digest = hash::digest_of(infrastructure);
+        annotations.insert(INFRASTRUCTURE_ANNOTATION.to_owned(), digest);
+    }
     Service {
         metadata: ObjectMeta {
             name: Some(service_name(namespace, name)),
             namespace: Some(fleet_namespace.to_owned()),
-            labels: Some(BTreeMap::from([
-                (GATEWAY_NAMESPACE_LABEL.to_owned(), namespace.clone()),
-                (GATEWAY_NAME_LABEL.to_owned(), label_value(name)),
-                (CONTROLLER_LABEL.to_owned(), controller_label.to_owned()),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                GATEWAY_ANNOTATION.to_owned(),
-                format!("{namespace}/{name}"),
-            )])),
+            labels: Some(labels),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         },
         spec: Some(ServiceSpec {
@@ -239,11 +251,45 @@ mod tests {
         service(
             &("web".into(), name.into()),
             ports,
-            "fleet",
-            &BTreeMap::new(),
+            &Infrastructure::default(),
+            ("fleet", &BTreeMap::new()),
             "ClusterIP",
             "ours",
         )
+    }
+
+    #[test]
+    fn a_gateways_infrastructure_labels_and_annotations_go_on_its_service() {
+        let infrastructure = Infrastructure {
+            labels: [
+                ("team".to_owned(), "web".to_owned()),
+                (CONTROLLER_LABEL.to_owned(), "theirs".to_owned()),
+            ]
+            .into(),
+            annotations: [("cost-center".to_owned(), "42".to_owned())].into(),
+        };
+        let gateway = ("web".to_owned(), "edge".to_owned());
+        let with = |infrastructure: &Infrastructure| {
+            let fleet = ("fleet", &BTreeMap::new());
+            service(&gateway, &[], infrastructure, fleet, "ClusterIP", "ours").metadata
+        };
+        let meta = with(&infrastructure);
+        let labels = meta.labels.unwrap_or_default();
+        assert_eq!(labels["team"], "web");
+        // Switchyard's own labels win: they tell its Services apart.
+        assert_eq!(labels[CONTROLLER_LABEL], "ours");
+        let annotations = meta.annotations.unwrap_or_default();
+        assert_eq!(annotations["cost-center"], "42");
+        // Their digest changes with any of them, a removal too: the Service is rewritten.
+        let mut fewer = infrastructure.clone();
+        fewer.annotations.clear();
+        let digest =
+            |m: ObjectMeta| m.annotations.unwrap_or_default()[INFRASTRUCTURE_ANNOTATION].clone();
+        assert_ne!(digest(with(&fewer)), annotations[INFRASTRUCTURE_ANNOTATION]);
+        let none = with(&Infrastructure::default())
+            .annotations
+            .unwrap_or_default();
+        assert!(!none.contains_key(INFRASTRUCTURE_ANNOTATION));
     }
 
     #[test]

@@ -229,6 +229,7 @@ mod tests {
             backend_client_certificate: None,
             listeners: Vec::new(),
             attached_listener_sets: 0,
+            infrastructure: Default::default(),
             ports,
         }
     }

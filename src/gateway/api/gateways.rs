@@ -33,6 +33,12 @@ pub struct GatewaySpec {
         rename = "allowedListeners"
     )]
     pub allowed_listeners: Option<GatewayAllowedListeners>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "defaultScope"
+    )]
+    pub default_scope: Option<GatewayDefaultScope>,
     #[serde(rename = "gatewayClassName")]
     pub gateway_class_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +50,8 @@ pub struct GatewaySpec {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GatewayAddresses {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routability: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
     pub r#type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +104,12 @@ pub struct GatewayAllowedListenersNamespacesSelectorMatchExpressions {
     pub values: Option<Vec<String>>,
 }
 
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum GatewayDefaultScope {
+    All,
+    None,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GatewayInfrastructure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,6 +139,8 @@ pub struct GatewayListeners {
         rename = "allowedRoutes"
     )]
     pub allowed_routes: Option<GatewayListenersAllowedRoutes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filters: Option<GatewayListenersFilters>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     pub name: String,
@@ -187,6 +203,115 @@ pub struct GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions {
     pub operator: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFilters {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Vec<GatewayListenersFiltersRequests>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GatewayListenersFiltersRequests {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
+    pub extension_ref: Option<GatewayListenersFiltersRequestsExtensionRef>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "externalAuth"
+    )]
+    pub external_auth: Option<GatewayListenersFiltersRequestsExternalAuth>,
+    #[serde(rename = "type")]
+    pub r#type: GatewayListenersFiltersRequestsType,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExtensionRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExternalAuth {
+    #[serde(rename = "backendRef")]
+    pub backend_ref: GatewayListenersFiltersRequestsExternalAuthBackendRef,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "forwardBody"
+    )]
+    pub forward_body: Option<GatewayListenersFiltersRequestsExternalAuthForwardBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GatewayListenersFiltersRequestsExternalAuthGrpc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<GatewayListenersFiltersRequestsExternalAuthHttp>,
+    pub protocol: GatewayListenersFiltersRequestsExternalAuthProtocol,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExternalAuthBackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExternalAuthForwardBody {
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
+    pub max_size: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExternalAuthGrpc {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct GatewayListenersFiltersRequestsExternalAuthHttp {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedResponseHeaders"
+    )]
+    pub allowed_response_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum GatewayListenersFiltersRequestsExternalAuthProtocol {
+    #[serde(rename = "HTTP")]
+    Http,
+    #[serde(rename = "GRPC")]
+    Grpc,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum GatewayListenersFiltersRequestsType {
+    ExternalAuth,
+    ExtensionRef,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -338,6 +463,8 @@ pub struct GatewayStatus {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct GatewayStatusAddresses {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routability: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
     pub r#type: Option<String>,
     pub value: String,

@@ -39,6 +39,8 @@ pub struct ListenerSetListeners {
     )]
     pub allowed_routes: Option<ListenerSetListenersAllowedRoutes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filters: Option<ListenerSetListenersFilters>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     pub name: String,
     pub port: i32,
@@ -100,6 +102,115 @@ pub struct ListenerSetListenersAllowedRoutesNamespacesSelectorMatchExpressions {
     pub operator: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFilters {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Vec<ListenerSetListenersFiltersRequests>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ListenerSetListenersFiltersRequests {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "extensionRef"
+    )]
+    pub extension_ref: Option<ListenerSetListenersFiltersRequestsExtensionRef>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "externalAuth"
+    )]
+    pub external_auth: Option<ListenerSetListenersFiltersRequestsExternalAuth>,
+    #[serde(rename = "type")]
+    pub r#type: ListenerSetListenersFiltersRequestsType,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExtensionRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExternalAuth {
+    #[serde(rename = "backendRef")]
+    pub backend_ref: ListenerSetListenersFiltersRequestsExternalAuthBackendRef,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "forwardBody"
+    )]
+    pub forward_body: Option<ListenerSetListenersFiltersRequestsExternalAuthForwardBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<ListenerSetListenersFiltersRequestsExternalAuthGrpc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<ListenerSetListenersFiltersRequestsExternalAuthHttp>,
+    pub protocol: ListenerSetListenersFiltersRequestsExternalAuthProtocol,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExternalAuthBackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExternalAuthForwardBody {
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "maxSize")]
+    pub max_size: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExternalAuthGrpc {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ListenerSetListenersFiltersRequestsExternalAuthHttp {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedHeaders"
+    )]
+    pub allowed_headers: Option<Vec<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "allowedResponseHeaders"
+    )]
+    pub allowed_response_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ListenerSetListenersFiltersRequestsExternalAuthProtocol {
+    #[serde(rename = "HTTP")]
+    Http,
+    #[serde(rename = "GRPC")]
+    Grpc,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ListenerSetListenersFiltersRequestsType {
+    ExternalAuth,
+    ExtensionRef,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

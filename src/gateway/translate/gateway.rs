@@ -9,7 +9,10 @@ use switchyard_core::route::{ClientValidation, SecretRef};
 
 use super::listener_set::{self, ListenerSetOutcome};
 use super::reference_grant::{self, Side};
-use super::{Cond, GROUP, GatewayOutcome, Inputs, ListenerOutcome, PortConfig, client_validation};
+use super::{
+    Cond, GROUP, GatewayOutcome, Infrastructure, Inputs, ListenerOutcome, PortConfig,
+    client_validation,
+};
 use crate::gateway::api::gateways::{
     Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From,
     GatewayListenersTlsMode,
@@ -284,6 +287,7 @@ impl Listening<'_> {
             backend_client_certificate: self.client_certificate,
             listeners: own,
             attached_listener_sets,
+            infrastructure: infrastructure(self.gateway),
             ports,
         };
         (outcome, sets)
@@ -303,24 +307,52 @@ impl Listener<'_> {
     }
 }
 
+/// `spec.infrastructure`'s labels and annotations.
+fn infrastructure(gateway: &Gateway) -> Infrastructure {
+    let infrastructure = gateway.spec.infrastructure.as_ref();
+    Infrastructure {
+        labels: (infrastructure.and_then(|i| i.labels.clone())).unwrap_or_default(),
+        annotations: (infrastructure.and_then(|i| i.annotations.clone())).unwrap_or_default(),
+    }
+}
+
 fn accepted(gateway: &Gateway, listeners: &[Listener<'_>]) -> Cond {
+    let parameters = (gateway.spec.infrastructure.as_ref()).and_then(|i| i.parameters_ref.as_ref());
+    if let Some(p) = parameters {
+        return Cond::no(
+            "Accepted",
+            "InvalidParameters",
+            format!(
+                "spec.infrastructure.parametersRef {}/{} {:?}: Switchyard takes no parameters \
+                 for a Gateway",
+                p.group, p.kind, p.name
+            ),
+        );
+    }
     // A Gateway's address is its Service's IP: an address asked for by type alone
     // (GatewayAddressEmpty) is that one; a given value, or a hostname, cannot be had.
+    // An address's routability (the experimental channel's) is the Service's too: it cannot
+    // be asked for.
     let unsupported = (gateway.spec.addresses.iter().flatten()).find(|a| {
         a.value.as_deref().is_some_and(|v| !v.is_empty())
             || a.r#type.as_deref().is_some_and(|t| t != "IPAddress")
+            || a.routability.as_deref().is_some_and(|r| !r.is_empty())
     });
     if let Some(address) = unsupported {
         let named = match (address.r#type.as_deref(), address.value.as_deref()) {
             (t, Some(v)) if !v.is_empty() => format!("{} {v}", t.unwrap_or("IPAddress")),
-            (t, _) => format!("an address of type {}", t.unwrap_or("IPAddress")),
+            (t, _) => match address.routability.as_deref() {
+                Some(r) if !r.is_empty() => format!("an address of routability {r}"),
+                _ => format!("an address of type {}", t.unwrap_or("IPAddress")),
+            },
         };
         return Cond::no(
             "Accepted",
             "UnsupportedAddress",
             format!(
                 "{named} cannot be assigned: a Gateway's address is its Service's IP, which \
-                 spec.addresses may ask for only as type IPAddress without a value"
+                 spec.addresses may ask for only as type IPAddress without a value or a \
+                 routability"
             ),
         );
     }
@@ -495,6 +527,14 @@ fn checked<'a>(
             "NoValidCACertificate",
             "none of the CA certificates for client validation resolved",
         )),
+        // Run before routing, they may be what guards it (ExternalAuth): not served rather
+        // than served without them.
+        _ if has_filters(spec) => Some(Cond::no(
+            "Accepted",
+            "UnsupportedValue",
+            "filters (pre-routing listener filters) are not supported: the listener is not \
+             served without them",
+        )),
         _ => None,
     };
     let certificates_ok = refs_problem.is_none();
@@ -522,6 +562,13 @@ fn checked<'a>(
 }
 
 pub type Problem = (&'static str, String);
+
+/// Whether the listener asks for filters before routing (the experimental channel's).
+fn has_filters(spec: &GatewayListeners) -> bool {
+    (spec.filters.as_ref())
+        .and_then(|f| f.requests.as_ref())
+        .is_some_and(|r| !r.is_empty())
+}
 
 /// The kinds the listener admits that Switchyard supports, and what it names that
 /// Switchyard does not.

@@ -142,8 +142,26 @@ pub struct GatewayOutcome {
     /// How many ListenerSets are attached and accepted.
     #[serde(skip_serializing_if = "is_zero")]
     pub attached_listener_sets: i32,
+    /// `spec.infrastructure`'s labels and annotations, for the Gateway's Service.
+    #[serde(skip_serializing_if = "Infrastructure::is_empty")]
+    pub infrastructure: Infrastructure,
     /// What the Gateway serves, by port; empty when it is not Accepted.
     pub ports: Vec<PortConfig>,
+}
+
+/// The labels and annotations a Gateway asks its infrastructure to carry.
+#[derive(Serialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Infrastructure {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Infrastructure {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]

@@ -57,6 +57,7 @@ fn port_units() -> (Vec<Unit>, BTreeMap<i32, String>) {
         backend_client_certificate: None,
         listeners: Vec::new(),
         attached_listener_sets: 1,
+        infrastructure: Default::default(),
         ports: vec![port(80), port(8080)],
     };
     let key = ("infra".to_owned(), "edge".to_owned());

@@ -524,17 +524,53 @@ spec:
     assert_eq!(answers(&targets, "other.test").await, ["other"; 3]);
 }
 
-/// Until `seen` returns more than `before`, or panics naming `what` after [`WITHIN`].
-/// Ends `load`, says what it saw under `what`, and asserts that it sent requests and every
-/// one got a 2xx.
-async fn finished_without_a_drop(load: switchyard_e2e::Load, what: &str) -> LoadReport {
+/// How long each change of a test took, from its apply to every Envoy serving it (the
+/// route's Served, or what the test waits for instead): reported, never asserted.
+#[derive(Default)]
+struct Changes(Vec<Duration>);
+
+impl Changes {
+    /// Times `change` (an apply and the wait for its effect).
+    async fn timed<F: std::future::Future>(&mut self, change: F) -> F::Output {
+        let started = tokio::time::Instant::now();
+        let out = change.await;
+        self.0.push(started.elapsed());
+        out
+    }
+
+    fn summary(&self) -> String {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        match (
+            sorted.get(sorted.len().saturating_sub(1) / 2),
+            sorted.last(),
+        ) {
+            (Some(p50), Some(max)) => format!(
+                "{} changes → served by every Envoy: p50 {} ms, max {} ms",
+                sorted.len(),
+                p50.as_millis(),
+                max.as_millis()
+            ),
+            _ => "no change timed".to_owned(),
+        }
+    }
+}
+
+/// Ends `load`, says what it saw under `what` and how long the `changes` took, and
+/// asserts that it sent requests and every one got a 2xx.
+async fn finished_without_a_drop(
+    load: switchyard_e2e::Load,
+    what: &str,
+    changes: &Changes,
+) -> LoadReport {
     let report = load.finish().await;
     eprintln!(
-        "{what}: {} requests in {:.1}s, non-2xx {}, by backend {:?}",
+        "{what}: {} requests in {:.1}s, non-2xx {}, by backend {:?}; {}",
         report.sent,
         report.elapsed.as_secs_f64(),
         report.non_2xx(),
-        report.by_backend
+        report.by_backend,
+        changes.summary()
     );
     assert!(report.sent > 0);
     assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
@@ -591,26 +627,36 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
     let load =
         switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
 
+    let mut changes = Changes::default();
     // Added, to a Service created just before: every request is copied there.
     rig.add_backend("shadow-1").await;
-    apply(&rig, &route(&[mirror("shadow-1", "")])).await;
-    wait_served(&routes, "web", 2).await;
+    changes
+        .timed(async {
+            apply(&rig, &route(&[mirror("shadow-1", "")])).await;
+            wait_served(&routes, "web", 2).await;
+        })
+        .await;
     wait_more("shadow-1", 0, || rig.backends["shadow-1"].requests_seen()).await;
 
     // Moved to another fresh Service with half of the requests, and a second mirror to
     // the Service whose Pod is not ready: Served all the same.
     rig.add_backend("shadow-2").await;
-    apply(
-        &rig,
-        &route(&[mirror("shadow-2", ", percent: 50"), mirror("starting", "")]),
-    )
-    .await;
-    wait_served(&routes, "web", 3).await;
+    changes
+        .timed(async {
+            let two = [mirror("shadow-2", ", percent: 50"), mirror("starting", "")];
+            apply(&rig, &route(&two)).await;
+            wait_served(&routes, "web", 3).await;
+        })
+        .await;
     wait_more("shadow-2", 0, || rig.backends["shadow-2"].requests_seen()).await;
 
     // Removed: the copies stop.
-    apply(&rig, &route(&[])).await;
-    wait_served(&routes, "web", 4).await;
+    changes
+        .timed(async {
+            apply(&rig, &route(&[])).await;
+            wait_served(&routes, "web", 4).await;
+        })
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let copies = |name: &str| rig.backends[name].requests_seen();
     let stopped = (copies("shadow-1"), copies("shadow-2"));
@@ -622,7 +668,7 @@ async fn mirrors_are_added_moved_and_removed_under_load_without_a_drop() {
     );
 
     eprintln!("mirrors: copies {stopped:?}");
-    let report = finished_without_a_drop(load, "mirrors").await;
+    let report = finished_without_a_drop(load, "mirrors", &changes).await;
     // The clients get the route's backend's answers only.
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["web"]);
 }
@@ -697,8 +743,13 @@ spec:
     // there (docs/gateway-api.md).
     apply(&rig, &route("own", "own")).await;
     let own = ", { name: own, port: 80, protocol: HTTP, hostname: web.test }";
-    apply(&rig, &gateway(own)).await;
-    wait_served(&routes, "own", 1).await;
+    let mut changes = Changes::default();
+    changes
+        .timed(async {
+            apply(&rig, &gateway(own)).await;
+            wait_served(&routes, "own", 1).await;
+        })
+        .await;
     wait_more("own", 0, || seen("own")).await;
 
     // A listener on a port of its own, added and removed: port 80 is not disturbed.
@@ -735,14 +786,22 @@ spec:
         "parentRefs: [ { name: edge, sectionName: own } ]",
         "parentRefs: [ { name: edge, sectionName: own }, { kind: ListenerSet, name: team } ]",
     );
-    apply(&rig, &both).await;
-    wait_served_on(&routes, "own", "Gateway", 2).await;
-    apply(&rig, &gateway("")).await;
-    wait_status(&sets, "team", "Programmed", |s| {
-        condition(s, "/conditions", "Programmed").is_some_and(|c| c["status"] == "True")
-    })
-    .await;
-    wait_served_on(&routes, "own", "ListenerSet", 2).await;
+    changes
+        .timed(async {
+            apply(&rig, &both).await;
+            wait_served_on(&routes, "own", "Gateway", 2).await;
+        })
+        .await;
+    changes
+        .timed(async {
+            apply(&rig, &gateway("")).await;
+            wait_status(&sets, "team", "Programmed", |s| {
+                condition(s, "/conditions", "Programmed").is_some_and(|c| c["status"] == "True")
+            })
+            .await;
+            wait_served_on(&routes, "own", "ListenerSet", 2).await;
+        })
+        .await;
     let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
     wait_status(&gateways, "edge", "one ListenerSet attached", |s| {
         s["attachedListenerSets"] == 1
@@ -769,7 +828,7 @@ spec:
         );
     }
 
-    let report = finished_without_a_drop(load, "listeners").await;
+    let report = finished_without_a_drop(load, "listeners", &changes).await;
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["own", "web"]);
 }
 
@@ -1206,9 +1265,9 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Each change: when every Envoy answered as it says, then a second of traffic on it.
-    let mut took = Vec::new();
+    let mut took = Changes::default();
     let mut settle = async |changed: tokio::time::Instant| {
-        took.push(changed.elapsed());
+        took.0.push(changed.elapsed());
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
 
@@ -1261,12 +1320,12 @@ async fn client_certificate_validation_is_added_changed_and_removed_under_load_w
 
     let report = load.finish().await;
     eprintln!(
-        "client certificates: {} requests in {:.1}s over {} connections, non-2xx {}; \
-         change → every Envoy answers as it says: {took:?}",
+        "client certificates: {} requests in {:.1}s over {} connections, non-2xx {}; {}",
         report.requests.sent,
         report.requests.elapsed.as_secs_f64(),
         report.connections,
         report.requests.non_2xx(),
+        took.summary(),
     );
     assert!(report.requests.sent > 0);
     assert_eq!(
@@ -1403,20 +1462,26 @@ async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
     wait_more("web", 0, || seen("web")).await;
 
     // `web` moves to the HTTPS backend A: its cluster speaks TLS, checked against A's CA.
-    apply(&rig, &web_route(&ns, "secure-a")).await;
-    wait_served(&routes, "web", 2).await;
+    let mut changes = Changes::default();
+    changes
+        .timed(async {
+            apply(&rig, &web_route(&ns, "secure-a")).await;
+            wait_served(&routes, "web", 2).await;
+        })
+        .await;
     wait_more("secure-a", seen("secure-a"), || seen("secure-a")).await;
     // A second of traffic on each setting, not only across the changes.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // A's policy trusts both authorities now: a cluster of its own, rolled out as any.
     let before = routed_clusters(&rig, "secure-a").await;
-    apply(
-        &rig,
-        &config_map("ca-a", &format!("{}{}", a.ca.cert_pem, b.ca.cert_pem)),
-    )
-    .await;
-    wait_rerouted(&rig, "secure-a", &before, "the new CA").await;
+    changes
+        .timed(async {
+            let both = format!("{}{}", a.ca.cert_pem, b.ca.cert_pem);
+            apply(&rig, &config_map("ca-a", &both)).await;
+            wait_rerouted(&rig, "secure-a", &before, "the new CA").await;
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // The Gateway presents a client certificate to its TLS backends: its clusters are its
@@ -1426,23 +1491,35 @@ async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
         "  tls: { backend: { clientCertificateRef: { name: fleet-client } } }\n  listeners:",
     );
     let before = routed_clusters(&rig, "secure-a").await;
-    apply(&rig, &presenting).await;
     let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
-    wait_status(&gateways, "edge", "ResolvedRefs", |s| {
-        condition(s, "/conditions", "ResolvedRefs").is_some_and(|c| c["status"] == "True")
-    })
-    .await;
-    wait_rerouted(&rig, "secure-a", &before, "the presenting cluster").await;
+    changes
+        .timed(async {
+            apply(&rig, &presenting).await;
+            wait_status(&gateways, "edge", "ResolvedRefs", |s| {
+                condition(s, "/conditions", "ResolvedRefs").is_some_and(|c| c["status"] == "True")
+            })
+            .await;
+            wait_rerouted(&rig, "secure-a", &before, "the presenting cluster").await;
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // To B (which asks for the certificate), then back to the plain backend with the
     // policies gone.
-    apply(&rig, &web_route(&ns, "secure-b")).await;
-    wait_served(&routes, "web", 3).await;
+    changes
+        .timed(async {
+            apply(&rig, &web_route(&ns, "secure-b")).await;
+            wait_served(&routes, "web", 3).await;
+        })
+        .await;
     wait_more("secure-b", seen("secure-b"), || seen("secure-b")).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    apply(&rig, &web_route(&ns, "web")).await;
-    wait_served(&routes, "web", 4).await;
+    changes
+        .timed(async {
+            apply(&rig, &web_route(&ns, "web")).await;
+            wait_served(&routes, "web", 4).await;
+        })
+        .await;
     for name in ["secure-a", "secure-b"] {
         policies
             .delete(name, &DeleteParams::default())
@@ -1452,7 +1529,7 @@ async fn backend_tls_is_added_changed_and_removed_under_load_without_a_drop() {
     wait_more("web", seen("web"), || seen("web")).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let report = finished_without_a_drop(load, "backend TLS").await;
+    let report = finished_without_a_drop(load, "backend TLS", &changes).await;
     for backend in ["web", "secure-a", "secure-b"] {
         assert!(
             report.by_backend.contains_key(backend),

@@ -642,40 +642,29 @@ pub fn admits_namespace(
     match namespaces.and_then(|n| n.from.as_ref()) {
         None | Some(From::Same) => route_namespace == listener.namespace,
         Some(From::All) => true,
-        Some(From::Selector) => {
-            let labels = inputs
-                .namespaces
-                .iter()
-                .find(|n| n.metadata.name.as_deref() == Some(route_namespace))
-                .and_then(|n| n.metadata.labels.clone())
-                .unwrap_or_default();
-            let Some(selector) = namespaces.and_then(|n| n.selector.as_ref()) else {
-                return false;
-            };
-            let match_labels = selector.match_labels.clone().unwrap_or_default();
-            let expressions: Vec<(&str, &str, &[String])> = (selector.match_expressions.iter())
-                .flatten()
-                .map(|e| {
-                    (
-                        e.key.as_str(),
-                        e.operator.as_str(),
-                        e.values.as_deref().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            selects(&match_labels, &expressions, &labels)
-        }
+        Some(From::Selector) => namespaces
+            .and_then(|n| n.selector.as_ref())
+            .is_some_and(|selector| selects!(selector, &namespace_labels(inputs, route_namespace))),
     }
+}
+
+/// The labels of namespace `name`, none when it is not known.
+pub fn namespace_labels(inputs: &Inputs<'_>, name: &str) -> BTreeMap<String, String> {
+    (inputs.namespaces.iter())
+        .find(|n| n.metadata.name.as_deref() == Some(name))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default()
 }
 
 /// A label selector (its matchLabels, and its matchExpressions as key, operator and
 /// values), as Kubernetes evaluates it.
 pub fn selects(
-    match_labels: &BTreeMap<String, String>,
+    match_labels: Option<&BTreeMap<String, String>>,
     expressions: &[(&str, &str, &[String])],
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    let by_label = match_labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let by_label =
+        (match_labels.iter().flat_map(|m| m.iter())).all(|(k, v)| labels.get(k) == Some(v));
     let by_expression = expressions.iter().all(|&(key, operator, values)| {
         let value = labels.get(key);
         match operator {

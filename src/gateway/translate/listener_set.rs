@@ -3,11 +3,9 @@
 //! ListenerSets oldest first, then by namespace and name). A listener that conflicts with
 //! one of higher precedence is not served; the Gateway's own are never displaced by one.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
-use super::gateway::selects;
+use super::gateway::namespace_labels;
 use super::{Cond, GROUP, Inputs, ListenerOutcome, seniority};
 use crate::gateway::api::gateways::{
     Gateway, GatewayAllowedListenersNamespacesFrom as From, GatewayListeners,
@@ -151,27 +149,8 @@ fn allows(inputs: &Inputs<'_>, gateway: &Gateway, namespace: &str) -> bool {
         None | Some(From::None) => false,
         Some(From::All) => true,
         Some(From::Same) => gateway.metadata.namespace.as_deref() == Some(namespace),
-        Some(From::Selector) => {
-            let labels: BTreeMap<String, String> = (inputs.namespaces.iter())
-                .find(|n| n.metadata.name.as_deref() == Some(namespace))
-                .and_then(|n| n.metadata.labels.clone())
-                .unwrap_or_default();
-            let Some(selector) = namespaces.selector.as_ref() else {
-                return false;
-            };
-            let match_labels = selector.match_labels.clone().unwrap_or_default();
-            let expressions: Vec<(&str, &str, &[String])> = (selector.match_expressions.iter())
-                .flatten()
-                .map(|e| {
-                    (
-                        e.key.as_str(),
-                        e.operator.as_str(),
-                        e.values.as_deref().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            selects(&match_labels, &expressions, &labels)
-        }
+        Some(From::Selector) => (namespaces.selector.as_ref())
+            .is_some_and(|selector| selects!(selector, &namespace_labels(inputs, namespace))),
     }
 }
 

@@ -35,6 +35,29 @@ macro_rules! header_edits {
     };
 }
 
+/// Whether a label selector (of any of the generated types: each field of the Gateway API
+/// that holds one has a type of its own) selects `$labels`.
+macro_rules! selects {
+    ($selector:expr, $labels:expr) => {{
+        let selector = $selector;
+        let expressions: Vec<(&str, &str, &[String])> = (selector.match_expressions.iter())
+            .flatten()
+            .map(|e| {
+                (
+                    e.key.as_str(),
+                    e.operator.as_str(),
+                    e.values.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        $crate::gateway::translate::gateway::selects(
+            selector.match_labels.as_ref(),
+            &expressions,
+            $labels,
+        )
+    }};
+}
+
 pub mod backend_ref;
 pub mod backend_tls;
 pub mod client_validation;

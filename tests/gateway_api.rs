@@ -29,7 +29,7 @@ use switchyard_e2e::gateway::{
 };
 use switchyard_e2e::kube::{self as k};
 use switchyard_e2e::rig::Rig;
-use switchyard_e2e::{ClientIdentity, HttpsConnection, HttpsLoad, tls_client};
+use switchyard_e2e::{ClientIdentity, HttpConnection, HttpsConnection, HttpsLoad, tls_client};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -312,17 +312,19 @@ spec:
             .iter()
             .map(|p| (p.port, format!("{:?}", p.target_port)))
             .collect();
+        // The invalid listener's port too: no Envoy listens on its fleet port, so a client
+        // there is refused at once rather than left to its connect timeout.
         assert_eq!(
             ports.iter().map(|p| p.0).collect::<Vec<_>>(),
-            [80, 8080],
-            "{name}: the ports of its valid listeners"
+            [80, 8080, 9000],
+            "{name}: the ports of its listeners"
         );
         fleet_ports.extend(ports.into_iter().map(|p| p.1));
     }
     let distinct: std::collections::BTreeSet<&String> = fleet_ports.iter().collect();
     assert_eq!(
         distinct.len(),
-        4,
+        6,
         "every port of every Gateway has its own: {fleet_ports:?}"
     );
 
@@ -736,6 +738,30 @@ spec:
     let seen = |name: &str| rig.backends[name].requests_seen();
     let web_only = seen("web");
     wait_more("web", web_only, || seen("web")).await;
+    // A connection to port 80 of every Envoy, kept open across every change: none of them
+    // redefines port 80's listener, so none may close it.
+    let mut kept = Vec::new();
+    for target in &targets {
+        let address = (target.trim_start_matches("http://").parse())
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let connection = HttpConnection::connect(address).await;
+        kept.push(connection.unwrap_or_else(|e| panic!("{target}: {e}")));
+    }
+    let still_open = async |kept: &mut Vec<HttpConnection>, after: &str| {
+        for (i, connection) in kept.iter_mut().enumerate() {
+            let answer = connection.get("web.test", "/").await;
+            assert_eq!(
+                answer,
+                Ok(200),
+                "Envoy {i}'s kept connection, after {after}"
+            );
+            assert!(
+                !connection.is_closed(),
+                "Envoy {i} closes its connection, after {after}"
+            );
+        }
+    };
+    still_open(&mut kept, "nothing").await;
 
     // A listener for web.test on the same port: it takes web.test over (isolation), and
     // the route attached there answers. The route comes first: a listener with no route
@@ -751,12 +777,14 @@ spec:
         })
         .await;
     wait_more("own", 0, || seen("own")).await;
+    still_open(&mut kept, "web.test's own listener").await;
 
     // A listener on a port of its own, added and removed: port 80 is not disturbed.
     let other_port = ", { name: alt, port: 8080, protocol: HTTP }";
     apply(&rig, &gateway(&format!("{own}{other_port}"))).await;
     switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 8080).await;
     apply(&rig, &gateway(own)).await;
+    still_open(&mut kept, "port 8080's listener").await;
 
     // web.test's listener moved to a ListenerSet, in the order that loses nothing: the
     // ListenerSet's copy first (the Gateway's, of higher precedence, keeps serving: it is
@@ -809,6 +837,7 @@ spec:
     .await;
     let before = seen("own");
     wait_more("own through the ListenerSet", before, || seen("own")).await;
+    still_open(&mut kept, "the move to a ListenerSet").await;
 
     // web.test's listener removed (its ListenerSet deleted): the listener for every host
     // answers for it again.
@@ -828,6 +857,7 @@ spec:
         );
     }
 
+    still_open(&mut kept, "the ListenerSet's removal").await;
     let report = finished_without_a_drop(load, "listeners", &changes).await;
     assert_eq!(report.by_backend.keys().collect::<Vec<_>>(), ["own", "web"]);
 }

@@ -277,3 +277,58 @@ impl Load {
         report
     }
 }
+
+/// One plain HTTP/1.1 connection, kept alive until dropped: what a test looks at to tell
+/// that a change left the connections open on a port untouched.
+pub struct HttpConnection {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Empty<hyper::body::Bytes>>,
+}
+
+impl HttpConnection {
+    /// Connects to `address` (at most 2 s).
+    pub async fn connect(address: std::net::SocketAddr) -> Result<HttpConnection, String> {
+        let connecting = async {
+            let tcp = tokio::net::TcpStream::connect(address)
+                .await
+                .map_err(|e| format!("connect {address}: {e}"))?;
+            let _ = tcp.set_nodelay(true);
+            let (sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                    .await
+                    .map_err(|e| format!("HTTP/1.1 with {address}: {}", error_chain(&e)))?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok(HttpConnection { sender })
+        };
+        tokio::time::timeout(Duration::from_secs(2), connecting)
+            .await
+            .unwrap_or_else(|_| Err(format!("connect {address}: timed out")))
+    }
+
+    /// Whether the server closed the connection (or said it would).
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    /// GET `path` for `host` on this connection (at most 2 s): the status.
+    pub async fn get(&mut self, host: &str, path: &str) -> Result<u16, String> {
+        let exchange = async {
+            self.sender.ready().await.map_err(|e| error_chain(&e))?;
+            let request = http::Request::get(path)
+                .header(http::header::HOST, host)
+                .body(http_body_util::Empty::new())
+                .map_err(|e| e.to_string())?;
+            let response =
+                (self.sender.send_request(request).await).map_err(|e| error_chain(&e))?;
+            let status = response.status().as_u16();
+            http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .map_err(|e| error_chain(&e))?;
+            Ok(status)
+        };
+        tokio::time::timeout(Duration::from_secs(2), exchange)
+            .await
+            .unwrap_or_else(|_| Err("timed out".to_string()))
+    }
+}

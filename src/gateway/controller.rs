@@ -10,7 +10,7 @@
 //! moves through the two-phase rollout; Programmed (Gateway and listener) and the routes'
 //! `switchyard.dev/Served` say when every Envoy serves what they ask for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,9 @@ use tracing::{debug, warn};
 
 use super::rollout::Rollout;
 use super::service::{self, GatewayKey, Wanted};
-use super::translate::{Inputs, KnownCaBundle, KnownSecret, Translation, translate};
+use super::translate::{
+    GatewayOutcome, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
+};
 use super::unit;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
@@ -311,7 +313,7 @@ async fn sync_services(
         .map(|g| Wanted {
             namespace: g.namespace.clone(),
             name: g.name.clone(),
-            ports: g.ports.iter().map(|p| p.port).collect(),
+            ports: service_ports(translation, g),
         })
         .collect();
     let allocation = service::allocate(&wanted, &ours, &others);
@@ -355,6 +357,20 @@ async fn sync_services(
         }
     }
     (allocation, addresses)
+}
+
+/// The ports of a Gateway's Service: those it serves, and those of its listeners that are
+/// not valid (its own and its ListenerSets'). No Envoy listens on the fleet port of one of
+/// those, so a client is refused at once, where a port the Service did not have would leave
+/// it waiting for its connect timeout; and the port is there when the listener is fixed.
+fn service_ports(translation: &Translation, gateway: &GatewayOutcome) -> BTreeSet<i32> {
+    let key = (&gateway.namespace, &gateway.name);
+    let of_sets = (translation.listener_sets.iter())
+        .filter(|s| (&s.gateway.0, &s.gateway.1) == key && s.accepted())
+        .flat_map(|s| s.listeners.iter());
+    (gateway.ports.iter().map(|p| p.port))
+        .chain(gateway.listeners.iter().chain(of_sets).map(|l| l.port))
+        .collect()
 }
 
 /// Whether the Service there already is what Switchyard wants of it.

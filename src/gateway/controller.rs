@@ -27,6 +27,7 @@ use super::translate::{
     GatewayOutcome, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
 };
 use super::unit;
+use crate::api::ProxyConfig;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
 use crate::k8s::status::StatusWriter;
@@ -212,7 +213,9 @@ async fn pass(
         routes = translation.routes.len(),
         "Gateway API translated"
     );
-    let (fleet_ports, addresses) = sync_services(client, settings, &translation, &services).await;
+    let proxy_configs = owned(&stores.shared.proxy_configs);
+    let existing = (services.as_slice(), proxy_configs.as_slice());
+    let (fleet_ports, addresses) = sync_services(client, settings, &translation, existing).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
     let envoys = fleet_addresses(&stores.shared.fleet.state());
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
@@ -280,7 +283,7 @@ async fn sync_services(
     client: &Client,
     settings: &Settings,
     translation: &Translation,
-    services: &[Service],
+    (services, proxy_configs): (&[Service], &[ProxyConfig]),
 ) -> Allocated {
     let (fleet_ns, fleet_name) = &settings.fleet_service;
     let label = service::controller_label(&settings.controller_name);
@@ -316,7 +319,11 @@ async fn sync_services(
             ports: service_ports(translation, g),
         })
         .collect();
-    let allocation = service::allocate(&wanted, &ours, &others);
+    let listening: BTreeSet<i32> = (proxy_configs.iter())
+        .filter_map(|pc| pc.spec.listener.as_ref())
+        .map(|l| l.port)
+        .collect();
+    let allocation = service::allocate(&wanted, &ours, &others, &listening);
     let api: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
     let mut addresses = BTreeMap::new();
     for (gateway, ports) in &allocation {
@@ -366,7 +373,7 @@ async fn sync_services(
 fn service_ports(translation: &Translation, gateway: &GatewayOutcome) -> BTreeSet<i32> {
     let key = (&gateway.namespace, &gateway.name);
     let of_sets = (translation.listener_sets.iter())
-        .filter(|s| (&s.gateway.0, &s.gateway.1) == key && s.accepted())
+        .filter(|s| (&s.gateway.0, &s.gateway.1) == key)
         .flat_map(|s| s.listeners.iter());
     (gateway.ports.iter().map(|p| p.port))
         .chain(gateway.listeners.iter().chain(of_sets).map(|l| l.port))

@@ -89,12 +89,15 @@ pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
 /// For each wanted Gateway, its listener ports with their fleet ports: those it has kept,
 /// then the lowest fleet ports nobody holds. `ours` are the Services this controller
 /// wrote; `others`, those of other controllers in the same namespace, whose ports are
-/// not to be given again. A port left without one (the range is used up) is missing from
-/// the answer.
+/// not to be given again; `listening`, the fleet ports ProxyConfigs still define a
+/// listener on (a removed port's, while its old configuration drains), not given to a new
+/// port until they are gone: the fleet would keep the old listener there. A port left
+/// without one (the range is used up) is missing from the answer.
 pub fn allocate(
     wanted: &[Wanted],
     ours: &[Service],
     others: &[Service],
+    listening: &BTreeSet<i32>,
 ) -> BTreeMap<GatewayKey, Vec<(i32, i32)>> {
     let held: BTreeMap<GatewayKey, BTreeMap<i32, i32>> = ours
         .iter()
@@ -119,7 +122,7 @@ pub fn allocate(
         taken.extend(ports.iter().map(|(_, f)| *f));
         out.insert(key, ports);
     }
-    let mut free = FLEET_PORTS.filter(|p| !taken.contains(p));
+    let mut free = FLEET_PORTS.filter(|p| !taken.contains(p) && !listening.contains(p));
     for w in wanted {
         let key = (w.namespace.clone(), w.name.clone());
         let Some(ports) = out.get_mut(&key) else {
@@ -294,7 +297,12 @@ mod tests {
 
     #[test]
     fn gateways_on_one_port_get_fleet_ports_of_their_own() {
-        let out = allocate(&[wanted("a", &[80, 443]), wanted("b", &[80])], &[], &[]);
+        let out = allocate(
+            &[wanted("a", &[80, 443]), wanted("b", &[80])],
+            &[],
+            &[],
+            &BTreeSet::new(),
+        );
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20000), (443, 20001)]
@@ -312,6 +320,7 @@ mod tests {
             &[wanted("a", &[80, 8080]), wanted("b", &[80])],
             &before,
             &[],
+            &BTreeSet::new(),
         );
         assert_eq!(
             out[&("web".into(), "a".into())],
@@ -323,10 +332,34 @@ mod tests {
     #[test]
     fn the_ports_of_another_controller_are_never_given() {
         let theirs = [existing("theirs", &[(80, 20000), (443, 20002)])];
-        let out = allocate(&[wanted("a", &[80, 443])], &[], &theirs);
+        let out = allocate(&[wanted("a", &[80, 443])], &[], &theirs, &BTreeSet::new());
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20001), (443, 20003)]
+        );
+    }
+
+    #[test]
+    fn a_fleet_port_whose_old_listener_still_drains_is_not_given_to_a_new_port() {
+        // Gateway a's 443 is replaced by 8080 in one change: 443's fleet port is no longer
+        // its Service's, but its old configuration still defines a listener there.
+        let before = [existing("a", &[(80, 20000), (443, 20001)])];
+        let listening = BTreeSet::from([20000, 20001]);
+        let out = allocate(&[wanted("a", &[80, 8080])], &before, &[], &listening);
+        assert_eq!(
+            out[&("web".into(), "a".into())],
+            [(80, 20000), (8080, 20002)]
+        );
+        // Once it is gone, the port is free again.
+        let out = allocate(
+            &[wanted("a", &[80, 8080])],
+            &before,
+            &[],
+            &BTreeSet::from([20000]),
+        );
+        assert_eq!(
+            out[&("web".into(), "a".into())],
+            [(80, 20000), (8080, 20001)]
         );
     }
 

@@ -463,6 +463,7 @@ fn route_status(
                     == Some(namespace.as_str())
                 && h.pointer("/parentRef/sectionName").and_then(Value::as_str)
                     == p.section_name.as_deref()
+                && h.pointer("/parentRef/port").and_then(Value::as_i64) == p.port.map(i64::from)
         });
         let mut parent_ref = json!({
             "group": GROUP,

@@ -80,17 +80,59 @@ pub fn unattached(
     reason: &'static str,
     message: String,
 ) -> ListenerSetOutcome {
+    let key = (
+        gateway.metadata.namespace.clone().unwrap_or_default(),
+        gateway.metadata.name.clone().unwrap_or_default(),
+    );
+    not_attached(set, key, reason, message)
+}
+
+fn not_attached(
+    set: &ListenerSet,
+    gateway: (String, String),
+    reason: &'static str,
+    message: String,
+) -> ListenerSetOutcome {
     ListenerSetOutcome {
         namespace: set.metadata.namespace.clone().unwrap_or_default(),
         name: set.metadata.name.clone().unwrap_or_default(),
         generation: set.metadata.generation.unwrap_or(0),
-        gateway: (
-            gateway.metadata.namespace.clone().unwrap_or_default(),
-            gateway.metadata.name.clone().unwrap_or_default(),
-        ),
+        gateway,
         conditions: vec![Cond::no("Accepted", reason, message)],
         listeners: Vec::new(),
     }
+}
+
+/// The ListenerSets that show themselves accepted but whose Gateway does not exist (it
+/// was deleted, or they were moved to a name no Gateway has): no controller would
+/// correct them, so they say so.
+pub fn orphans(inputs: &Inputs<'_>) -> Vec<ListenerSetOutcome> {
+    let exists = |(namespace, name): (&str, &str)| {
+        (inputs.gateways.iter()).any(|g| {
+            g.metadata.namespace.as_deref() == Some(namespace)
+                && g.metadata.name.as_deref() == Some(name)
+        })
+    };
+    let shows_accepted = |set: &ListenerSet| {
+        (set.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten())
+        .any(|c| c.type_ == "Accepted" && c.status == "True")
+    };
+    (inputs.listener_sets.iter())
+        .filter(|set| shows_accepted(set))
+        .filter_map(|set| {
+            let parent = parent_of(set)?;
+            if exists(parent) {
+                return None;
+            }
+            let key = (parent.0.to_owned(), parent.1.to_owned());
+            let message = format!("Gateway {}/{} does not exist", key.0, key.1);
+            Some(not_attached(set, key, "ParentNotAccepted", message))
+        })
+        .collect()
 }
 
 /// The outcome of an attached ListenerSet, from its listeners': accepted when one of them

@@ -348,6 +348,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
             gateway
         })
         .collect();
+    listener_sets.extend(listener_set::orphans(inputs));
     let senders = senders(inputs.routes, &routes);
     let ancestors = |namespace: &str, service: &str| {
         (senders.get(&(namespace.to_owned(), service.to_owned())))
@@ -428,18 +429,15 @@ fn sorted_routes(routes: &[HttpRoute]) -> Vec<&HttpRoute> {
     sorted
 }
 
-pub(crate) fn route_seniority(route: &HttpRoute) -> (bool, Option<String>, String, String) {
+pub(crate) fn route_seniority(route: &HttpRoute) -> (bool, Option<String>, String) {
     seniority(&route.metadata)
 }
 
-/// Oldest first (an object without a creation time last), then by namespace and name: the
-/// Gateway API's order between objects that claim the same thing.
-pub(crate) fn seniority(meta: &ObjectMeta) -> (bool, Option<String>, String, String) {
+/// Oldest first (an object without a creation time last), then alphabetically by
+/// `{namespace}/{name}`: the Gateway API's order between objects that claim the same thing.
+pub(crate) fn seniority(meta: &ObjectMeta) -> (bool, Option<String>, String) {
     let created = meta.creation_timestamp.as_ref().map(|t| t.0.to_string());
-    (
-        created.is_none(),
-        created,
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let name = meta.name.as_deref().unwrap_or_default();
+    (created.is_none(), created, format!("{namespace}/{name}"))
 }

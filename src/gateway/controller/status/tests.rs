@@ -159,3 +159,51 @@ fn a_listener_set_not_accepted_is_not_programmed_for_the_same_reason() {
         assert_eq!(condition(&status, "Programmed"), ("False", reason));
     }
 }
+
+fn parent(listener_set: Option<&str>, port: Option<i32>, accepted: bool) -> ParentOutcome {
+    let accepted = if accepted {
+        Cond::yes("Accepted", "Accepted", "attached")
+    } else {
+        Cond::no("Accepted", "NoMatchingParent", "no listener")
+    };
+    ParentOutcome {
+        gateway_namespace: "infra".to_owned(),
+        gateway: "edge".to_owned(),
+        listener_set: listener_set.map(|s| ("infra".to_owned(), s.to_owned())),
+        section_name: None,
+        port,
+        conditions: vec![accepted],
+    }
+}
+
+#[test]
+fn a_routes_status_read_back_is_written_again_unchanged() {
+    // Parents that differ only by their kind (a Gateway and a ListenerSet of the same
+    // name) or their port: each finds its own conditions again, so their
+    // lastTransitionTimes stay and the status converges.
+    let ours = [
+        parent(None, Some(80), true),
+        parent(None, Some(8080), false),
+        parent(Some("edge"), None, false),
+    ];
+    let served = |p: &ParentOutcome| {
+        if p.conditions[0].is_true() {
+            Cond::yes(SERVED, "Served", "served")
+        } else {
+            Cond::no(SERVED, "NotAccepted", "not accepted")
+        }
+    };
+    let mut first = route_status("me", &ours, &served, 1, None).expect("a status");
+    let kinds: Vec<&Value> = (first["parents"].as_array().into_iter().flatten())
+        .map(|p| &p["parentRef"]["kind"])
+        .collect();
+    assert_eq!(kinds, ["Gateway", "Gateway", "ListenerSet"]);
+    // As if written long ago: a condition that found another's gets a new time.
+    for p in first["parents"].as_array_mut().into_iter().flatten() {
+        for c in p["conditions"].as_array_mut().into_iter().flatten() {
+            c["lastTransitionTime"] = json!("2020-01-01T00:00:00Z");
+        }
+    }
+    let second = route_status("me", &ours, &served, 1, Some(&first)).expect("a status");
+    assert_eq!(first, second);
+}

@@ -1168,6 +1168,7 @@ spec:
         once("endpointslices", FLEET_NAMESPACE),
         once("gatewayclasses", "*"),
         once("gateways", &ns),
+        once("grpcroutes", &ns),
         once("httproutes", &ns),
         once("leases", "default"),
         once("listenersets", &ns),

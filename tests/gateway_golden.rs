@@ -1,5 +1,5 @@
 //! Golden tests of the Gateway API front-end: `tests/golden/gateway/<case>/input.yaml`
-//! (GatewayClasses, Gateways, ListenerSets, HTTPRoutes, ReferenceGrants and the Services, Namespaces,
+//! (GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes, ReferenceGrants and the Services, Namespaces,
 //! Secrets and ConfigMaps they name) gives exactly `expected.yaml`: the status of every object of
 //! Switchyard's and what each Gateway serves, in the route vocabulary; and `units.yaml`:
 //! the units the Gateways roll out, with the version and clusters each one's ProxyConfigs
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use switchyard::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use switchyard::gateway::api::gatewayclasses::GatewayClass;
 use switchyard::gateway::api::gateways::Gateway;
+use switchyard::gateway::api::grpcroutes::GrpcRoute;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard::gateway::api::listenersets::ListenerSet;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
@@ -31,6 +32,7 @@ fn translated(case: &str) -> Translation {
     let gateways: Vec<Gateway> = golden::of_kind(&docs, "Gateway");
     let listener_sets: Vec<ListenerSet> = golden::of_kind(&docs, "ListenerSet");
     let routes: Vec<HttpRoute> = golden::of_kind(&docs, "HTTPRoute");
+    let grpc_routes: Vec<GrpcRoute> = golden::of_kind(&docs, "GRPCRoute");
     let grants: Vec<ReferenceGrant> = golden::of_kind(&docs, "ReferenceGrant");
     let services: Vec<Service> = golden::of_kind(&docs, "Service");
     let namespaces: Vec<Namespace> = golden::of_kind(&docs, "Namespace");
@@ -50,6 +52,7 @@ fn translated(case: &str) -> Translation {
         gateways: &gateways,
         listener_sets: &listener_sets,
         routes: &routes,
+        grpc_routes: &grpc_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,

@@ -31,6 +31,7 @@ pub async fn install_crds(rig: &Rig) {
             "gatewayclasses.gateway.networking.k8s.io",
             "gateways.gateway.networking.k8s.io",
             "httproutes.gateway.networking.k8s.io",
+            "grpcroutes.gateway.networking.k8s.io",
             "referencegrants.gateway.networking.k8s.io",
         ])
         .await;

@@ -16,10 +16,11 @@ use switchyard_e2e::kube::tool;
 
 /// (CRD plural, the version the types are of, the channel: the provisioned folder of its
 /// CRDs). ReferenceGrant's v1 is served since v1.5.
-const KINDS: [(&str, &str, &str); 6] = [
+const KINDS: [(&str, &str, &str); 7] = [
     ("backendtlspolicies", "v1", "gateway-api"),
     ("gatewayclasses", "v1", "gateway-api"),
     ("gateways", "v1", "gateway-api-experimental"),
+    ("grpcroutes", "v1", "gateway-api-experimental"),
     ("httproutes", "v1", "gateway-api-experimental"),
     ("listenersets", "v1", "gateway-api-experimental"),
     ("referencegrants", "v1", "gateway-api"),

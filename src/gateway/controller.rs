@@ -177,6 +177,7 @@ async fn pass(
     let classes = owned(&stores.classes);
     let gateways = owned(&stores.gateways);
     let routes = owned(&stores.routes);
+    let grpc_routes = stores.grpc_routes.as_ref().map(owned).unwrap_or_default();
     let grants = owned(&stores.grants);
     let services = owned(&stores.shared.services);
     let namespaces = owned(&stores.namespaces);
@@ -200,6 +201,7 @@ async fn pass(
         gateways: &gateways,
         listener_sets: &listener_sets,
         routes: &routes,
+        grpc_routes: &grpc_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,
@@ -211,6 +213,7 @@ async fn pass(
         classes = translation.classes.len(),
         gateways = translation.gateways.len(),
         routes = translation.routes.len(),
+        grpc_routes = translation.grpc_routes.len(),
         "Gateway API translated"
     );
     let proxy_configs = owned(&stores.shared.proxy_configs);
@@ -224,6 +227,7 @@ async fn pass(
         gateways: &gateways,
         listener_sets: &listener_sets,
         routes: &routes,
+        grpc_routes: &grpc_routes,
         policies: &policies,
         addresses: &addresses,
         units: &units,

@@ -31,8 +31,8 @@ pub struct Unit {
     /// The "route" its ProxyConfigs belong to: `<name>-live`, `<name>-probe`.
     pub name: String,
     pub resolved: ResolvedRoute,
-    /// The HTTPRoutes (`namespace/name`) whose rules it serves.
-    pub routes: BTreeSet<String>,
+    /// The routes whose rules it serves: kind, and `namespace/name`.
+    pub routes: BTreeSet<(&'static str, String)>,
 }
 
 /// Every unit of the Gateways: for each port that has a fleet port (`fleet_ports`, by
@@ -164,7 +164,9 @@ fn host_unit(
             rules,
             Some(listener.clone()),
         ),
-        routes: vh.rules.iter().map(|r| r.route.clone()).collect(),
+        routes: (vh.rules.iter())
+            .map(|r| (r.kind, r.route.clone()))
+            .collect(),
     }
 }
 
@@ -216,6 +218,7 @@ mod tests {
                 .expect("a rule without options passes the checks");
         GatewayRule {
             route: route.into(),
+            kind: crate::gateway::translate::gateway::HTTP_ROUTE,
             rule: checked.rule("r".into(), backends),
         }
     }
@@ -269,7 +272,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             shop.routes,
-            BTreeSet::from(["apps/b".to_owned(), "infra/c".to_owned()])
+            BTreeSet::from([
+                ("HTTPRoute", "apps/b".to_owned()),
+                ("HTTPRoute", "infra/c".to_owned())
+            ])
         );
         // Clusters are named from the Gateway's namespace: another namespace is written out.
         let namespaces: Vec<Option<&str>> = shop

@@ -62,6 +62,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "grpcroutes",
+        &["get", "list", "watch"],
+        "Gateway API: the routes attached to them",
+    ),
+    (
+        "gateway.networking.k8s.io",
         "referencegrants",
         &["get", "list", "watch"],
         "Gateway API: references across namespaces",
@@ -93,6 +99,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "gateway.networking.k8s.io",
         "httproutes/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "grpcroutes/status",
         &["patch"],
         "Gateway API status",
     ),

@@ -11,6 +11,7 @@ use crate::api::{ProxyConfig, ProxyConfigRole};
 use crate::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use crate::gateway::api::gatewayclasses::GatewayClass;
 use crate::gateway::api::gateways::Gateway;
+use crate::gateway::api::grpcroutes::GrpcRoute;
 use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::api::referencegrants::ReferenceGrant;
@@ -28,6 +29,7 @@ pub struct Objects {
     pub gateways: Vec<Gateway>,
     pub listener_sets: Vec<ListenerSet>,
     pub routes: Vec<HttpRoute>,
+    pub grpc_routes: Vec<GrpcRoute>,
     pub grants: Vec<ReferenceGrant>,
     pub services: Vec<Service>,
     pub namespaces: Vec<Namespace>,
@@ -50,6 +52,7 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         gateways: &objects.gateways,
         listener_sets: &objects.listener_sets,
         routes: &objects.routes,
+        grpc_routes: &objects.grpc_routes,
         grants: &objects.grants,
         services: &objects.services,
         namespaces: &objects.namespaces,
@@ -119,13 +122,15 @@ fn problems(translation: &Translation) -> Vec<String> {
             );
         }
     }
-    for route in &translation.routes {
+    let routes = (translation.routes.iter()).map(|r| ("HTTPRoute", r));
+    let grpc_routes = (translation.grpc_routes.iter()).map(|r| ("GRPCRoute", r));
+    for (kind, route) in routes.chain(grpc_routes) {
         for parent in &route.parents {
             let on = match &parent.listener_set {
                 Some((namespace, name)) => format!("ListenerSet {namespace}/{name}"),
                 None => format!("Gateway {}/{}", parent.gateway_namespace, parent.gateway),
             };
-            let subject = format!("HTTPRoute {}/{} on {on}", route.namespace, route.name);
+            let subject = format!("{kind} {}/{} on {on}", route.namespace, route.name);
             add(subject, &parent.conditions);
         }
     }

@@ -1,7 +1,7 @@
 //! `switchyard translate`: what Switchyard would serve for some files, with no cluster and
 //! no Envoy. The input is a standalone configuration (a directory or one file), or
 //! Kubernetes manifests, one file or a directory of them (TrafficRoutes, the Gateway API's
-//! GatewayClasses, Gateways, ListenerSets, HTTPRoutes, ReferenceGrants and
+//! GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes, ReferenceGrants and
 //! BackendTLSPolicies, Services, EndpointSlices, Namespaces, TLS Secrets, ConfigMaps; any
 //! other kind is ignored). Each goes through the same steps as when it is served:
 //! resolution (for Gateway API kinds, translation into units), lowering, translation; the
@@ -171,6 +171,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
         gateways: of_kind(path, &docs, "Gateway")?,
         listener_sets: of_kind(path, &docs, "ListenerSet")?,
         routes: of_kind(path, &docs, "HTTPRoute")?,
+        grpc_routes: of_kind(path, &docs, "GRPCRoute")?,
         grants: of_kind(path, &docs, "ReferenceGrant")?,
         services: services.clone(),
         namespaces: of_kind(path, &docs, "Namespace")?,

@@ -72,6 +72,7 @@ impl Checked {
             redirect_https,
             redirect,
             unavailable_weight: 0,
+            grpc: false,
             mirrors: Vec::new(),
             options,
         })
@@ -93,6 +94,12 @@ impl Rule {
     /// backends its front-end could not use).
     pub fn unavailable(mut self, weight: i32) -> Self {
         self.0.unavailable_weight = weight;
+        self
+    }
+
+    /// The rule, serving gRPC calls: its unavailable share answered UNAVAILABLE.
+    pub fn grpc(mut self) -> Self {
+        self.0.grpc = true;
         self
     }
 

@@ -444,6 +444,7 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
                 None => None,
             },
             unavailable_weight: u32::try_from(rule.unavailable_weight).unwrap_or(0),
+            grpc: rule.grpc,
             mirrors: rule
                 .mirrors
                 .iter()

@@ -105,7 +105,7 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             }),
         outlier_detection: settings.outlier_detection.as_ref().map(outlier_detection),
         health_checks: settings.health_check.iter().map(health_check).collect(),
-        transport_socket: settings.tls.as_ref().map(upstream_tls),
+        transport_socket: (settings.tls.as_ref()).map(|tls| upstream_tls(tls, settings.http2)),
         ..Default::default()
     };
     if settings.http2 {
@@ -127,8 +127,9 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
 }
 
 /// TLS to the endpoints: SNI, the authorities their certificate must chain to, and the
-/// names it must hold one of (the SNI when none are given).
-fn upstream_tls(tls: &model::UpstreamTls) -> TransportSocket {
+/// names it must hold one of (the SNI when none are given). HTTP/2 is offered by ALPN: a
+/// gRPC server refuses a TLS connection that does not negotiate it.
+fn upstream_tls(tls: &model::UpstreamTls, http2: bool) -> TransportSocket {
     let exact = |san_type: SanType, name: &str| SubjectAltNameMatcher {
         san_type: san_type as i32,
         matcher: Some(StringMatcher {
@@ -161,6 +162,11 @@ fn upstream_tls(tls: &model::UpstreamTls) -> TransportSocket {
                     ..Default::default()
                 },
             )),
+            alpn_protocols: if http2 {
+                vec!["h2".to_owned()]
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         }),
         ..Default::default()
@@ -340,6 +346,12 @@ mod tests {
         assert_eq!(sds.len(), 1);
         assert_eq!(sds[0].name, "infra/client");
         assert!(sds[0].sds_config.is_some());
+        // HTTP/2 over TLS is offered by ALPN; HTTP/1.1 offers none (the backend's default).
+        let alpn = |ctx: UpstreamTlsContext| ctx.common_tls_context.unwrap().alpn_protocols;
+        assert!(alpn(context(tls(Vec::new()))).is_empty());
+        let mut h2 = tls(Vec::new());
+        h2.http2 = true;
+        assert_eq!(alpn(context(h2)), ["h2"]);
         // Plain clusters have no transport socket.
         assert!(
             cluster(&model_cluster(Default::default()))

@@ -1,7 +1,7 @@
 //! Which Service events are a change to the Gateway API's translation.
 //!
 //! Every Service of the process's scope is watched once, for every front-end; most are no
-//! business of this controller. One that is (an HTTPRoute names it, it is the fleet's, or
+//! business of this controller. One that is (a route names it, it is the fleet's, or
 //! it is a Gateway's own) starts a pass; the rest must not. A user's move to a fresh
 //! Service creates the Service a few milliseconds before the HTTPRoute naming it: when the
 //! Service's event counted, its pass ran first, found nothing to do, and the HTTPRoute's
@@ -17,19 +17,22 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
+use super::super::api::grpcroutes::GrpcRoute;
 use super::super::api::httproutes::HttpRoute;
 use super::super::service;
 use crate::k8s::watched::{Filter, Watched};
 
 /// Passes the Services a translation reads: those in `fleet_namespace` labelled as a
 /// Gateway's (this controller's or another's: both hold fleet ports), the fleet Service,
-/// and those an HTTPRoute of `routes` names in a backendRef or a mirror.
+/// and those an HTTPRoute or a GRPCRoute names in a backendRef or a mirror.
 pub fn read_by_translation(
     fleet_service: &(String, String),
     routes: &Watched<HttpRoute>,
+    grpc_routes: Option<&Watched<GrpcRoute>>,
 ) -> Filter<Service> {
     let (fleet_namespace, fleet_name) = fleet_service.clone();
     let routes = routes.clone();
+    let grpc_routes = grpc_routes.cloned();
     Arc::new(move |s: &Service| {
         let namespace = s.namespace().unwrap_or_default();
         let name = s.name_any();
@@ -39,49 +42,42 @@ pub fn read_by_translation(
         }
         // A scan, not an index: Service events are rare next to route events, and a scan
         // of every route's references costs microseconds per thousand routes.
-        routes
-            .state()
-            .iter()
-            .any(|route| names(route, &namespace, &name))
+        let by_http = (routes.state().iter()).any(|r| names!(r, &namespace, &name));
+        by_http
+            || (grpc_routes.iter())
+                .any(|g| (g.state().iter()).any(|r| names!(r, &namespace, &name)))
     })
 }
 
-/// Whether `route` refers to the Service `namespace`/`name` (a reference of another kind
-/// of the same name counts too: a pass too many is harmless, one too few is not).
-fn names(route: &HttpRoute, namespace: &str, name: &str) -> bool {
-    let own = route.namespace().unwrap_or_default();
-    references(route).any(|(ns, n)| n == name && ns.unwrap_or(&own) == namespace)
+/// Whether `route` (an HTTPRoute or a GRPCRoute: their references have the same fields)
+/// refers to the Service `namespace`/`name` in a backendRef or a request mirror, on a rule
+/// or on a backendRef (a reference of another kind of the same name counts too: a pass
+/// too many is harmless, one too few is not).
+macro_rules! names {
+    ($route:expr, $namespace:expr, $name:expr) => {{
+        let route = $route;
+        let own = route.namespace().unwrap_or_default();
+        let names = |ns: Option<&String>, n: &str| n == $name && ns.unwrap_or(&own) == $namespace;
+        route.spec.rules.iter().flatten().any(|rule| {
+            let backends = rule.backend_refs.iter().flatten();
+            let backend_mirrors = (backends.clone())
+                .flat_map(|b| b.filters.iter().flatten())
+                .filter_map(|f| f.request_mirror.as_ref())
+                .map(|m| &m.backend_ref)
+                .any(|b| names(b.namespace.as_ref(), &b.name));
+            let rule_mirrors = (rule.filters.iter().flatten())
+                .filter_map(|f| f.request_mirror.as_ref())
+                .map(|m| &m.backend_ref)
+                .any(|b| names(b.namespace.as_ref(), &b.name));
+            backends
+                .clone()
+                .any(|b| names(b.namespace.as_ref(), &b.name))
+                || backend_mirrors
+                || rule_mirrors
+        })
+    }};
 }
-
-/// Every (namespace, name) a route's rules refer to: backendRefs and request mirrors, on
-/// a rule or on a backendRef.
-fn references(route: &HttpRoute) -> impl Iterator<Item = (Option<&String>, &str)> {
-    route.spec.rules.iter().flatten().flat_map(|rule| {
-        let backends = rule.backend_refs.iter().flatten();
-        let backend_mirrors = backends
-            .clone()
-            .flat_map(|b| b.filters.iter().flatten())
-            .filter_map(|f| f.request_mirror.as_ref())
-            .map(|m| {
-                (
-                    m.backend_ref.namespace.as_ref(),
-                    m.backend_ref.name.as_str(),
-                )
-            });
-        let rule_mirrors = (rule.filters.iter().flatten())
-            .filter_map(|f| f.request_mirror.as_ref())
-            .map(|m| {
-                (
-                    m.backend_ref.namespace.as_ref(),
-                    m.backend_ref.name.as_str(),
-                )
-            });
-        backends
-            .map(|b| (b.namespace.as_ref(), b.name.as_str()))
-            .chain(backend_mirrors)
-            .chain(rule_mirrors)
-    })
-}
+use names;
 
 #[cfg(test)]
 mod tests {
@@ -111,14 +107,15 @@ mod tests {
             {"filters": [{"type": "RequestMirror",
                           "requestMirror": {"backendRef": {"name": "shadow", "namespace": "s", "port": 80}}}]},
         ]));
-        assert!(names(&route, "apps", "here"));
-        assert!(names(&route, "other", "there"));
-        assert!(names(&route, "apps", "copy"));
-        assert!(names(&route, "s", "shadow"));
+        let names = |namespace: &str, name: &str| names!(&route, namespace, name);
+        assert!(names("apps", "here"));
+        assert!(names("other", "there"));
+        assert!(names("apps", "copy"));
+        assert!(names("s", "shadow"));
         // The namespace is the route's unless the reference gives one.
-        assert!(!names(&route, "other", "here"));
-        assert!(!names(&route, "apps", "there"));
-        assert!(!names(&route, "apps", "shadow"));
-        assert!(!names(&route, "apps", "fresh"));
+        assert!(!names("other", "here"));
+        assert!(!names("apps", "there"));
+        assert!(!names("apps", "shadow"));
+        assert!(!names("apps", "fresh"));
     }
 }

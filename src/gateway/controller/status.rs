@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde_json::{Value, json};
 
 use super::Settings;
@@ -13,12 +13,15 @@ use super::policies;
 use crate::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use crate::gateway::api::gatewayclasses::GatewayClass;
 use crate::gateway::api::gateways::Gateway;
+use crate::gateway::api::grpcroutes::GrpcRoute;
 use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::rollout::{Outcome, UnitState};
 use crate::gateway::service::GatewayKey;
+use crate::gateway::translate::gateway::{GRPC_ROUTE, HTTP_ROUTE};
 use crate::gateway::translate::{
-    Cond, GROUP, GatewayOutcome, ListenerOutcome, ListenerSetOutcome, ParentOutcome, Translation,
+    Cond, GROUP, GatewayOutcome, ListenerOutcome, ListenerSetOutcome, ParentOutcome, RouteOutcome,
+    Translation,
 };
 use crate::gateway::unit::Unit;
 use crate::k8s::status::{StatusKind, StatusUpdate, StatusWriter, Write, condition_of};
@@ -29,6 +32,7 @@ pub(super) struct Written<'a> {
     pub gateways: &'a [Gateway],
     pub listener_sets: &'a [ListenerSet],
     pub routes: &'a [HttpRoute],
+    pub grpc_routes: &'a [GrpcRoute],
     pub policies: &'a [BackendTlsPolicy],
     pub addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
     pub units: &'a [Unit],
@@ -47,6 +51,7 @@ pub(super) fn write_statuses(
         gateways,
         listener_sets,
         routes,
+        grpc_routes,
         policies,
         addresses,
         units,
@@ -103,34 +108,26 @@ pub(super) fn write_statuses(
             status,
         );
     }
-    let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = translation
-        .routes
-        .iter()
-        .map(|r| {
-            (
-                (r.namespace.as_str(), r.name.as_str()),
-                r.parents.as_slice(),
-            )
-        })
-        .collect();
-    for route in routes.iter() {
-        let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
-        let name = route.metadata.name.as_deref().unwrap_or_default();
-        let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
-        let before = route.status.as_ref().map(to_value);
-        let route_id = format!("{namespace}/{name}");
-        let served = |p: &ParentOutcome| served(p, &route_id, units, outcome);
-        let status = route_status(
-            &settings.controller_name,
-            parents,
-            &served,
-            route.metadata.generation.unwrap_or(0),
-            before.as_ref(),
-        );
-        let Some(status) = status else { continue };
-        let object = (namespace, name, route.metadata.resource_version.clone());
-        set(&settings.status, &ROUTE_STATUS, object, before, status);
-    }
+    let routes = routes.iter().map(|r| RouteRead {
+        meta: &r.metadata,
+        status: r.status.as_ref().map(to_value),
+    });
+    let http = RoutesOfKind {
+        kind: HTTP_ROUTE,
+        status: &ROUTE_STATUS,
+        outcomes: &translation.routes,
+    };
+    write_route_statuses(settings, &http, routes, units, outcome);
+    let grpc_routes = grpc_routes.iter().map(|r| RouteRead {
+        meta: &r.metadata,
+        status: r.status.as_ref().map(to_value),
+    });
+    let grpc = RoutesOfKind {
+        kind: GRPC_ROUTE,
+        status: &GRPC_ROUTE_STATUS,
+        outcomes: &translation.grpc_routes,
+    };
+    write_route_statuses(settings, &grpc, grpc_routes, units, outcome);
     for policy in policies.iter() {
         let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
         let name = policy.metadata.name.as_deref().unwrap_or_default();
@@ -141,6 +138,54 @@ pub(super) fn write_statuses(
         let Some(status) = status else { continue };
         let object = (namespace, name, policy.metadata.resource_version.clone());
         set(&settings.status, &POLICY_STATUS, object, before, status);
+    }
+}
+
+/// A route as read: its metadata and status.
+struct RouteRead<'a> {
+    meta: &'a ObjectMeta,
+    status: Option<Value>,
+}
+
+/// The routes of one kind: how their statuses are written, and the translation's outcomes.
+struct RoutesOfKind<'a> {
+    kind: &'static str,
+    status: &'a Arc<StatusKind>,
+    outcomes: &'a [RouteOutcome],
+}
+
+/// The status of every route of a kind that has a parent of Switchyard's, or had one.
+fn write_route_statuses<'a>(
+    settings: &Settings,
+    of: &RoutesOfKind<'_>,
+    routes: impl Iterator<Item = RouteRead<'a>>,
+    units: &[Unit],
+    outcome: &Outcome,
+) {
+    let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = (of.outcomes.iter())
+        .map(|r| {
+            (
+                (r.namespace.as_str(), r.name.as_str()),
+                r.parents.as_slice(),
+            )
+        })
+        .collect();
+    for route in routes {
+        let namespace = route.meta.namespace.as_deref().unwrap_or_default();
+        let name = route.meta.name.as_deref().unwrap_or_default();
+        let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
+        let route_id = (of.kind, format!("{namespace}/{name}"));
+        let served = |p: &ParentOutcome| served(p, &route_id, units, outcome);
+        let status = route_status(
+            &settings.controller_name,
+            parents,
+            &served,
+            route.meta.generation.unwrap_or(0),
+            route.status.as_ref(),
+        );
+        let Some(status) = status else { continue };
+        let object = (namespace, name, route.meta.resource_version.clone());
+        set(&settings.status, of.status, object, route.status, status);
     }
 }
 
@@ -170,6 +215,13 @@ pub(super) static LISTENER_SET_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new
 });
 pub(super) static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<HttpRoute>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
+
+pub(super) static GRPC_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<GrpcRoute>(
         Write::Merge,
         &["Accepted", "ResolvedRefs", SERVED],
     ))
@@ -299,7 +351,12 @@ impl Programmed<'_> {
 
 /// Served of one route parent: the route's rules are in units of that Gateway, and every
 /// one of them is served by every Envoy.
-fn served(parent: &ParentOutcome, route: &str, units: &[Unit], outcome: &Outcome) -> Cond {
+fn served(
+    parent: &ParentOutcome,
+    route: &(&'static str, String),
+    units: &[Unit],
+    outcome: &Outcome,
+) -> Cond {
     if !parent.conditions.first().is_some_and(Cond::is_true) {
         return Cond::no(
             SERVED,

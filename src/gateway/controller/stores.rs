@@ -14,6 +14,7 @@ use tracing::info;
 use super::super::api::backendtlspolicies::BackendTlsPolicy;
 use super::super::api::gatewayclasses::GatewayClass;
 use super::super::api::gateways::Gateway;
+use super::super::api::grpcroutes::GrpcRoute;
 use super::super::api::httproutes::HttpRoute;
 use super::super::api::listenersets::ListenerSet;
 use super::super::api::referencegrants::ReferenceGrant;
@@ -22,7 +23,8 @@ use super::super::translate::client_validation::CA_KEY;
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
 use super::status::{
-    CLASS_STATUS, GATEWAY_STATUS, LISTENER_SET_STATUS, POLICY_STATUS, ROUTE_STATUS,
+    CLASS_STATUS, GATEWAY_STATUS, GRPC_ROUTE_STATUS, LISTENER_SET_STATUS, POLICY_STATUS,
+    ROUTE_STATUS,
 };
 use crate::api::ProxyConfig;
 use crate::k8s::index::Watches;
@@ -36,6 +38,9 @@ pub(super) struct Stores {
     pub classes: Watched<GatewayClass>,
     pub gateways: Watched<Gateway>,
     pub routes: Watched<HttpRoute>,
+    /// None when the GRPCRoute CRD (standard since v1.1) was not installed when the
+    /// controller started.
+    pub grpc_routes: Option<Watched<GrpcRoute>>,
     pub grants: Watched<ReferenceGrant>,
     pub namespaces: Watched<Namespace>,
     /// For the CA certificates of client validation and backend TLS (`ca.crt`).
@@ -83,10 +88,14 @@ impl Stores {
         let listener_sets = crd_installed(client, LISTENER_SET_CRD)
             .await
             .then(|| Watched::start(shared.scope.apis(client), all()));
+        let grpc_routes = crd_installed(client, GRPC_ROUTE_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
             gateways: Watched::start(shared.scope.apis(client), all()),
             routes: Watched::start(shared.scope.apis(client), all()),
+            grpc_routes,
             grants: Watched::start(shared.scope.apis(client), all()),
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             config_maps: Watched::start(shared.scope.apis(client), all()),
@@ -97,6 +106,9 @@ impl Stores {
         (stores.classes).notify_unless_echo(changes, None, echoes.status(&CLASS_STATUS));
         (stores.gateways).notify_unless_echo(changes, None, echoes.status(&GATEWAY_STATUS));
         (stores.routes).notify_unless_echo(changes, None, echoes.status(&ROUTE_STATUS));
+        if let Some(routes) = &stores.grpc_routes {
+            routes.notify_unless_echo(changes, None, echoes.status(&GRPC_ROUTE_STATUS));
+        }
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
         stores.config_maps.notify(changes);
@@ -106,7 +118,11 @@ impl Stores {
         if let Some(sets) = &stores.listener_sets {
             sets.notify_unless_echo(changes, None, echoes.status(&LISTENER_SET_STATUS));
         }
-        let services = services::read_by_translation(fleet_service, &stores.routes);
+        let services = services::read_by_translation(
+            fleet_service,
+            &stores.routes,
+            stores.grpc_routes.as_ref(),
+        );
         shared.services.notify_if(changes, services);
         shared.tls_secrets.notify(changes);
         shared.fleet.notify(changes);
@@ -134,6 +150,10 @@ impl Stores {
             }
             && match &self.listener_sets {
                 Some(sets) => sets.ready().await,
+                None => true,
+            }
+            && match &self.grpc_routes {
+                Some(routes) => routes.ready().await,
                 None => true,
             }
             && self.shared.ready().await
@@ -170,6 +190,9 @@ const BACKEND_TLS_POLICY_CRD: &str = "backendtlspolicies.gateway.networking.k8s.
 
 /// The CRD of ListenerSet: in the standard channel since v1.5.
 const LISTENER_SET_CRD: &str = "listenersets.gateway.networking.k8s.io";
+
+/// The CRD of GRPCRoute: in the standard channel since v1.1.
+const GRPC_ROUTE_CRD: &str = "grpcroutes.gateway.networking.k8s.io";
 
 /// Whether the CRD `name` is installed (an error reading it counts as not: its kind is
 /// then not watched, and says so).

@@ -1,4 +1,4 @@
-//! An HTTPRoute's references to Services — its backendRefs and its mirrors' — as
+//! A route's references to Services — its backendRefs and its mirrors' — as
 //! clusters of the vocabulary. A reference that cannot be used is left out, and the first
 //! one of a route becomes its ResolvedRefs condition; a rule whose backends are all left
 //! out answers 500, a mirror left out copies nothing.
@@ -6,7 +6,6 @@
 use k8s_openapi::api::core::v1::Service;
 
 use super::backend_tls::{self, BackendTls};
-use super::gateway::HTTP_ROUTE;
 use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, Inputs};
 use crate::gateway::api::httproutes::{
@@ -19,6 +18,12 @@ use crate::gateway::api::httproutes::{
 use crate::k8s::services::service_cluster;
 use switchyard_core::route::spec::Backend;
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedCluster, ResolvedMirror};
+
+/// The route that refers to backends: its kind (what a ReferenceGrant names) and namespace.
+pub struct Referrer<'a> {
+    pub kind: &'static str,
+    pub namespace: &'a str,
+}
 
 /// A reference to a backend, as a backendRef and a mirror's backendRef both give it.
 struct Reference<'a> {
@@ -58,7 +63,7 @@ impl<'a> Reference<'a> {
 /// if it has none yet.
 pub fn mirrors(
     inputs: &Inputs<'_>,
-    namespace: &str,
+    referrer: &Referrer<'_>,
     rule: &HttpRouteRules,
     at: &str,
     first_problem: &mut Option<Cond>,
@@ -73,7 +78,7 @@ pub fn mirrors(
         }
         let at = format!("{at}.filters[{fi}].requestMirror");
         let per_million = share(mirror).map_err(|e| format!("{at}: {e}"))?;
-        match backend_cluster(inputs, namespace, &Reference::mirror(mirror)) {
+        match backend_cluster(inputs, referrer, &Reference::mirror(mirror)) {
             Ok(None) => {}
             Ok(Some(cluster)) => usable.push(ResolvedMirror {
                 cluster,
@@ -141,7 +146,7 @@ pub struct UrlRewrite {
 /// be served); any other filter on a backendRef refuses the route.
 pub fn backends(
     inputs: &Inputs<'_>,
-    namespace: &str,
+    referrer: &Referrer<'_>,
     rule: &HttpRouteRules,
     at: &str,
     first_problem: &mut Option<Cond>,
@@ -178,7 +183,7 @@ pub fn backends(
         if weight == 0 {
             continue;
         }
-        match backend_cluster(inputs, namespace, &Reference::backend(backend)) {
+        match backend_cluster(inputs, referrer, &Reference::backend(backend)) {
             // Its BackendTLSPolicy's status says why: the route's references resolved.
             Ok(None) => out.unavailable += weight,
             Ok(Some(cluster)) => out.usable.push(ResolvedBackend {
@@ -217,9 +222,10 @@ fn url_rewrite(r: &HttpRouteRulesBackendRefsFiltersUrlRewrite) -> UrlRewrite {
 /// ResolvedRefs reason and message saying why the reference does not resolve.
 fn backend_cluster(
     inputs: &Inputs<'_>,
-    namespace: &str,
+    referrer: &Referrer<'_>,
     backend: &Reference<'_>,
 ) -> Result<Option<ResolvedCluster>, (&'static str, String)> {
+    let namespace = referrer.namespace;
     let group = backend.group.unwrap_or("");
     let kind = backend.kind.unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
@@ -228,7 +234,7 @@ fn backend_cluster(
     let target_ns = backend.namespace.unwrap_or(namespace);
     let from = Side {
         group: GROUP,
-        kind: HTTP_ROUTE,
+        kind: referrer.kind,
         namespace,
     };
     let to = Side {

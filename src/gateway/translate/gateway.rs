@@ -18,8 +18,10 @@ use crate::gateway::api::gateways::{
     GatewayListenersTlsMode,
 };
 
-/// The only route kind Switchyard serves.
+/// The route kinds Switchyard serves on HTTP and HTTPS listeners.
 pub const HTTP_ROUTE: &str = "HTTPRoute";
+pub const GRPC_ROUTE: &str = "GRPCRoute";
+const HTTP_KINDS: [&str; 2] = [HTTP_ROUTE, GRPC_ROUTE];
 
 /// A Gateway of Switchyard's, its listeners checked, collecting the routes that attach.
 pub struct Listening<'a> {
@@ -574,19 +576,20 @@ fn has_filters(spec: &GatewayListeners) -> bool {
 /// Switchyard does not.
 fn route_kinds(spec: &GatewayListeners) -> (Vec<String>, Option<Problem>) {
     let Some(kinds) = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
-        return (vec![HTTP_ROUTE.to_owned()], None);
+        return (HTTP_KINDS.map(str::to_owned).to_vec(), None);
     };
     let mut supported = Vec::new();
     let mut unsupported = Vec::new();
     for k in kinds {
         let group = k.group.as_deref().unwrap_or(GROUP);
-        if group == GROUP && k.kind == HTTP_ROUTE {
-            supported.push(HTTP_ROUTE.to_owned());
+        if group == GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
+            if !supported.contains(&k.kind) {
+                supported.push(k.kind.clone());
+            }
         } else {
             unsupported.push(format!("{group}/{}", k.kind));
         }
     }
-    supported.dedup();
     let problem = (!unsupported.is_empty()).then(|| {
         (
             "InvalidRouteKinds",

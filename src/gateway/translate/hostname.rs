@@ -75,6 +75,11 @@ pub fn listener_rank(listener: Option<&str>) -> (bool, bool, usize) {
     }
 }
 
+/// Whether two hostnames a listener serves (`*`: every host) have a name in common.
+pub fn overlap(a: &str, b: &str) -> bool {
+    a == "*" || b == "*" || more_specific(a, b).is_some()
+}
+
 /// Of two hostnames that match each other, the more specific; `None` when they do not.
 fn more_specific(listener: &str, route: &str) -> Option<String> {
     if listener == route {
@@ -110,6 +115,16 @@ mod tests {
 
     fn names(served: Vec<Served>) -> Vec<String> {
         served.into_iter().map(|s| s.hostname).collect()
+    }
+
+    #[test]
+    fn hostnames_overlap_when_one_name_is_both_s() {
+        assert!(overlap("*", "a.example.com"));
+        assert!(overlap("a.example.com", "a.example.com"));
+        assert!(overlap("*.example.com", "a.example.com"));
+        assert!(overlap("*.com", "*.example.com"));
+        assert!(!overlap("a.example.com", "b.example.com"));
+        assert!(!overlap("*.example.com", "example.com"));
     }
 
     #[test]

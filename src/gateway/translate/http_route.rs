@@ -4,14 +4,14 @@
 //! ([`Checks::Lowered`]: where the vocabulary admits less than the Gateway API's schema),
 //! worded in the HTTPRoute's own fields ([`refusal`]), and its clusters.
 
-use super::backend_ref::{Backends, UrlRewrite, backends, mirrors};
+use super::attach::{Lowered, Ranked, Route, Specificity, parent_refs};
+use super::backend_ref::{Backends, Referrer, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
-use super::gateway::{HTTP_ROUTE, Listening, Owner, admits_namespace};
-use super::hostname;
-use super::{Cond, GROUP, GatewayRule, Inputs, ParentOutcome, RouteOutcome};
+use super::gateway::{GRPC_ROUTE, HTTP_ROUTE};
+use super::{Cond, GatewayRule, Inputs};
 use crate::gateway::api::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters,
-    HttpRouteRulesFiltersCors, HttpRouteRulesFiltersRequestRedirect,
+    HttpRoute, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersCors,
+    HttpRouteRulesFiltersRequestRedirect,
     HttpRouteRulesFiltersRequestRedirectPathType as RedirectPathType,
     HttpRouteRulesFiltersRequestRedirectScheme as RedirectScheme,
     HttpRouteRulesFiltersType as FilterType,
@@ -29,267 +29,82 @@ use switchyard_core::route::spec::{
 };
 use switchyard_core::route::{Checks, Draft, SpecError, assemble, check::rule_name as unnamed};
 
-/// A route's rules as attached to one listener of a Gateway, for the hostnames the two
-/// share.
-#[derive(Clone, Debug)]
-pub struct Attached {
-    pub gateway: (String, String),
-    pub listener: usize,
-    pub hostnames: Vec<hostname::Served>,
-    pub rules: Vec<Ranked>,
-}
-
-/// How specific a match is, most significant first: the kind of path match (exact 2,
-/// regular expression 1, prefix 0), the path's length, whether it matches the method, and
-/// the numbers of header and query parameter matches.
-pub type Specificity = (u8, usize, bool, usize, usize);
-
-/// A lowered rule with its place in the Gateway API's order of precedence: the more
-/// specific match first (`specificity`, compared in reverse), then the older route, then
-/// the order of rules and matches (`order`).
-#[derive(Clone, Debug)]
-pub struct Ranked {
-    pub specificity: Specificity,
-    pub order: (usize, usize, usize),
-    pub rule: GatewayRule,
-}
-
-/// Attaches `route` (the `seniority`-th oldest) to the Gateways it names, counting it on
-/// their listeners; gives its status and its rules where it attached.
-pub fn attach(
-    inputs: &Inputs<'_>,
-    route: &HttpRoute,
-    seniority: usize,
-    gateways: &mut [Listening<'_>],
-) -> (RouteOutcome, Vec<Attached>) {
-    let namespace = route.metadata.namespace.clone().unwrap_or_default();
-    let name = route.metadata.name.clone().unwrap_or_default();
-    let lowered = lower_rules(inputs, route, seniority);
-    let route_hostnames = route.spec.hostnames.clone().unwrap_or_default();
-    let mut parents = Vec::new();
-    let mut attached = Vec::new();
-    for parent in route.spec.parent_refs.iter().flatten() {
-        let Some((index, owner)) = parent_of(gateways, parent, &namespace) else {
-            // Not a parent of Switchyard's: its own controller writes this parent's status.
-            continue;
-        };
-        let gateway = &mut gateways[index];
-        let gateway_key = (gateway.namespace.to_owned(), gateway.name.to_owned());
-        let accepted = match (&lowered, owner) {
-            (Err(message), _) => Cond::no("Accepted", "UnsupportedValue", message.clone()),
-            (Ok(_), None) => Cond::no(
-                "Accepted",
-                "NoMatchingParent",
-                format!(
-                    "ListenerSet {} is not attached to its Gateway",
-                    parent_name(parent, &namespace)
-                ),
-            ),
-            (Ok(l), Some(owner)) => {
-                let found = matching_listeners(
-                    inputs,
-                    gateway,
-                    owner,
-                    parent,
-                    &namespace,
-                    &route_hostnames,
-                );
-                match found {
-                    Err(cond) => cond,
-                    Ok(listeners) => {
-                        for (index, hostnames) in listeners {
-                            gateway.listeners[index].attached_routes += 1;
-                            attached.push(Attached {
-                                gateway: gateway_key.clone(),
-                                listener: index,
-                                hostnames,
-                                rules: l.rules.clone(),
-                            });
-                        }
-                        Cond::yes("Accepted", "Accepted", "attached")
-                    }
-                }
-            }
-        };
-        let resolved = match &lowered {
-            Ok(l) => l.resolved_refs.clone(),
-            Err(_) => Cond::no("ResolvedRefs", "UnsupportedValue", "not resolved"),
-        };
-        let listener_set = is_listener_set(parent).then(|| {
-            (
-                parent
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| namespace.clone()),
-                parent.name.clone(),
-            )
-        });
-        parents.push(ParentOutcome {
-            gateway_namespace: gateway_key.0,
-            gateway: gateway_key.1,
-            listener_set,
-            section_name: parent.section_name.clone(),
-            port: parent.port,
-            conditions: vec![accepted, resolved],
-        });
+/// The route as attachment reads it.
+pub fn route(route: &HttpRoute) -> Route<'_> {
+    Route {
+        kind: HTTP_ROUTE,
+        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
+        name: route.metadata.name.as_deref().unwrap_or_default(),
+        generation: route.metadata.generation.unwrap_or(0),
+        hostnames: route.spec.hostnames.as_deref().unwrap_or_default(),
+        parents: parent_refs!(route.spec.parent_refs),
     }
-    let outcome = RouteOutcome {
+}
+
+/// The route's rules (it is the `seniority`-th oldest) in the vocabulary, or what it uses
+/// that Switchyard does not support (it is then not accepted at all, rather than served in
+/// part).
+pub fn lower(inputs: &Inputs<'_>, route: &HttpRoute, seniority: usize) -> Result<Lowered, String> {
+    if route.spec.use_default_gateways == Some(HttpRouteUseDefaultGateways::All) {
+        return Err(NO_DEFAULT_GATEWAYS.to_owned());
+    }
+    let rules = route.spec.rules.as_deref().unwrap_or_default();
+    let lower_matches = |_: usize, rule: &HttpRouteRules, at: &str| {
+        let default_match = [HttpRouteRulesMatches::default()];
+        let matches = match rule.matches.as_deref() {
+            None | Some([]) => &default_match[..],
+            Some(m) => m,
+        };
+        (matches.iter().enumerate())
+            .map(|(mi, m)| lower_match(m, &format!("{at}.matches[{mi}]")))
+            .collect()
+    };
+    let of = RuleOf {
+        kind: HTTP_ROUTE,
+        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
+        name: route.metadata.name.as_deref().unwrap_or_default(),
+        seniority,
+    };
+    lower_rules(inputs, &of, rules, &lower_matches)
+}
+
+/// `spec.useDefaultGateways: All`'s refusal.
+pub const NO_DEFAULT_GATEWAYS: &str = "spec.useDefaultGateways: All is not supported \
+    (Switchyard has no default Gateways): name the Gateway in parentRefs";
+
+/// Whose rules are lowered: the route's kind, namespace and name, and its place among
+/// the routes, oldest first.
+pub struct RuleOf<'a> {
+    pub kind: &'static str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub seniority: usize,
+}
+
+/// A rule's matches in the vocabulary, each with how specific it is.
+pub type Matches = Vec<(RuleMatch, Specificity)>;
+
+/// Rules in HTTPRoute's fields (an HTTPRoute's, or a GRPCRoute's: its filters and
+/// backendRefs are HTTPRoute's), their matches lowered by `lower_matches` (given each
+/// rule's index), in the
+/// vocabulary; or the first thing they use that Switchyard does not support. A GRPCRoute's
+/// backends speak HTTP/2, and its requests never upgrade.
+pub fn lower_rules(
+    inputs: &Inputs<'_>,
+    of: &RuleOf<'_>,
+    spec_rules: &[HttpRouteRules],
+    lower_matches: &dyn Fn(usize, &HttpRouteRules, &str) -> Result<Matches, String>,
+) -> Result<Lowered, String> {
+    let RuleOf {
+        kind,
         namespace,
         name,
-        generation: route.metadata.generation.unwrap_or(0),
-        parents,
-    };
-    (outcome, attached)
-}
-
-fn is_listener_set(parent: &HttpRouteParentRefs) -> bool {
-    parent.group.as_deref().unwrap_or(GROUP) == GROUP
-        && parent.kind.as_deref() == Some("ListenerSet")
-}
-
-/// `namespace/name` of the parentRef's object.
-fn parent_name(parent: &HttpRouteParentRefs, route_namespace: &str) -> String {
-    let namespace = parent.namespace.as_deref().unwrap_or(route_namespace);
-    format!("{namespace}/{}", parent.name)
-}
-
-/// The Gateway of Switchyard's a parentRef names, itself or through one of its
-/// ListenerSets: its index, and whose listeners the route may attach to (None: a
-/// ListenerSet that names it but is not attached).
-fn parent_of(
-    gateways: &[Listening<'_>],
-    parent: &HttpRouteParentRefs,
-    route_namespace: &str,
-) -> Option<(usize, Option<Owner>)> {
-    let namespace = parent.namespace.as_deref().unwrap_or(route_namespace);
-    let name = parent.name.as_str();
-    if parent.group.as_deref().unwrap_or(GROUP) != GROUP {
-        return None;
-    }
-    match parent.kind.as_deref().unwrap_or("Gateway") {
-        "Gateway" => (gateways.iter())
-            .position(|g| g.namespace == namespace && g.name == name)
-            .map(|i| (i, Some(Owner::Gateway))),
-        "ListenerSet" => gateways.iter().enumerate().find_map(|(i, g)| {
-            let attached = (g.sets.iter()).position(|s| s.namespace == namespace && s.name == name);
-            match attached {
-                Some(set) => Some((i, Some(Owner::ListenerSet(set)))),
-                None => (g.refused_sets.iter())
-                    .any(|s| s.namespace == namespace && s.name == name)
-                    .then_some((i, None)),
-            }
-        }),
-        _ => None,
-    }
-}
-
-/// The listeners of `owner`'s the parentRef attaches to, each with the hostnames it
-/// shares with the route; or the Accepted condition saying why none.
-fn matching_listeners(
-    inputs: &Inputs<'_>,
-    gateway: &Listening<'_>,
-    owner: Owner,
-    parent: &HttpRouteParentRefs,
-    route_namespace: &str,
-    route_hostnames: &[String],
-) -> Result<Vec<(usize, Vec<hostname::Served>)>, Cond> {
-    if !gateway.accepted() {
-        return Err(Cond::no(
-            "Accepted",
-            "NoMatchingParent",
-            format!(
-                "Gateway {}/{} is not accepted",
-                gateway.namespace, gateway.name
-            ),
-        ));
-    }
-    let named: Vec<usize> = gateway
-        .listeners
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.owner == owner)
-        .filter(|(_, l)| {
-            parent
-                .section_name
-                .as_ref()
-                .is_none_or(|s| *s == l.spec.name)
-        })
-        .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
-        .map(|(i, _)| i)
-        .collect();
-    if named.is_empty() {
-        return Err(Cond::no(
-            "Accepted",
-            "NoMatchingParent",
-            format!(
-                "no listener of the {} has the sectionName and port the parentRef gives",
-                if owner == Owner::Gateway {
-                    "Gateway"
-                } else {
-                    "ListenerSet"
-                }
-            ),
-        ));
-    }
-    let allowed: Vec<usize> = named
-        .into_iter()
-        .filter(|&i| {
-            let l = &gateway.listeners[i];
-            l.attachable
-                && l.supported_kinds.iter().any(|k| k == HTTP_ROUTE)
-                && admits_namespace(inputs, l, route_namespace)
-        })
-        .collect();
-    if allowed.is_empty() {
-        return Err(Cond::no(
-            "Accepted",
-            "NotAllowedByListeners",
-            format!("no listener admits HTTPRoutes from namespace {route_namespace}"),
-        ));
-    }
-    let with_hosts: Vec<(usize, Vec<hostname::Served>)> = allowed
-        .into_iter()
-        .map(|i| {
-            let listener = gateway.listeners[i].spec.hostname.as_deref();
-            (i, hostname::intersect(listener, route_hostnames))
-        })
-        .filter(|(_, hosts)| !hosts.is_empty())
-        .collect();
-    if with_hosts.is_empty() {
-        return Err(Cond::no(
-            "Accepted",
-            "NoMatchingListenerHostname",
-            "no hostname of the route matches a hostname of the listeners",
-        ));
-    }
-    Ok(with_hosts)
-}
-
-/// A route's rules, lowered, and whether all its backendRefs resolved.
-struct Lowered {
-    rules: Vec<Ranked>,
-    resolved_refs: Cond,
-}
-
-/// Every rule of the route in the vocabulary, or what the route uses that Switchyard does
-/// not support yet (the route is then not accepted at all, rather than served in part).
-fn lower_rules(
-    inputs: &Inputs<'_>,
-    route: &HttpRoute,
-    seniority: usize,
-) -> Result<Lowered, String> {
-    let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
-    let name = route.metadata.name.as_deref().unwrap_or_default();
-    if route.spec.use_default_gateways == Some(HttpRouteUseDefaultGateways::All) {
-        return Err(
-            "spec.useDefaultGateways: All is not supported (Switchyard has no \
-                    default Gateways): name the Gateway in parentRefs"
-                .to_owned(),
-        );
-    }
+        seniority,
+    } = *of;
+    let grpc = kind == GRPC_ROUTE;
     let mut rules = Vec::new();
     let mut first_problem: Option<Cond> = None;
-    for (ri, rule) in route.spec.rules.iter().flatten().enumerate() {
+    for (ri, rule) in spec_rules.iter().enumerate() {
         let at = format!("spec.rules[{ri}]");
         let (
             Lowering {
@@ -298,6 +113,9 @@ fn lower_rules(
             },
             problem,
         ) = lower_filters(rule, &at);
+        if grpc {
+            options.websocket = None;
+        }
         let draft = |options: &RuleOptions, matches| Draft {
             matches,
             redirect_https: false,
@@ -315,15 +133,21 @@ fn lower_rules(
         if let Some(problem) = problem {
             return Err(problem);
         }
+        let referrer = Referrer { kind, namespace };
         let Backends {
-            usable: backends,
+            usable: mut backends,
             unavailable: unavailable_weight,
             rewrite,
-        } = backends(inputs, namespace, rule, &at, &mut first_problem)?;
+        } = backends(inputs, &referrer, rule, &at, &mut first_problem)?;
         if let Some(rewrite) = rewrite {
             take_rewrite(&mut options, rewrite, &at)?;
         }
-        let mirrors = mirrors(inputs, namespace, rule, &at, &mut first_problem)?;
+        let mut mirrors = mirrors(inputs, &referrer, rule, &at, &mut first_problem)?;
+        if grpc {
+            // gRPC is HTTP/2, whatever the Service's appProtocol says.
+            (backends.iter_mut()).for_each(|b| b.cluster.http2 = true);
+            (mirrors.iter_mut()).for_each(|m| m.cluster.http2 = true);
+        }
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {
             0
@@ -331,28 +155,24 @@ fn lower_rules(
             unavailable_weight
         };
         let rule_name = rule.name.clone().unwrap_or_else(|| unnamed(ri));
-        let default_match = [HttpRouteRulesMatches::default()];
-        let matches = match rule.matches.as_deref() {
-            None | Some([]) => &default_match[..],
-            Some(m) => m,
-        };
-        for (mi, m) in matches.iter().enumerate() {
-            let (matches, specificity) = lower_match(m, &format!("{at}.matches[{mi}]"))?;
+        for (mi, (matches, specificity)) in lower_matches(ri, rule, &at)?.into_iter().enumerate() {
             // The rule this match makes, through the same checks (they passed above).
             let checked = assemble::check("", Checks::Lowered, draft(&options, Some(matches)))
                 .map_err(|e| refusal(&at, rule, &e))?;
+            let made = checked
+                .rule(
+                    format!("{namespace}/{name}/{rule_name}/{mi}"),
+                    backends.clone(),
+                )
+                .mirrored(mirrors.clone())
+                .unavailable(unavailable_weight);
             rules.push(Ranked {
                 specificity,
                 order: (seniority, ri, mi),
                 rule: GatewayRule {
                     route: format!("{namespace}/{name}"),
-                    rule: checked
-                        .rule(
-                            format!("{namespace}/{name}/{rule_name}/{mi}"),
-                            backends.clone(),
-                        )
-                        .mirrored(mirrors.clone())
-                        .unavailable(unavailable_weight),
+                    kind,
+                    rule: if grpc { made.grpc() } else { made },
                 },
             });
         }
@@ -734,7 +554,7 @@ fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
         }
         out.query_params.push(query);
     }
-    let specificity = (
+    let specificity = Specificity::Http(
         rank,
         value.len(),
         out.method.is_some(),

@@ -58,12 +58,14 @@ macro_rules! selects {
     }};
 }
 
+pub mod attach;
 pub mod backend_ref;
 pub mod backend_tls;
 pub mod client_validation;
 pub mod duration;
 pub mod gateway;
 pub mod gateway_class;
+pub mod grpc_route;
 pub mod hostname;
 pub mod http_route;
 pub mod listener_set;
@@ -79,7 +81,8 @@ use serde::Serialize;
 use super::api::backendtlspolicies::BackendTlsPolicy;
 use super::api::gatewayclasses::GatewayClass;
 use super::api::gateways::Gateway;
-use super::api::httproutes::HttpRoute;
+use super::api::grpcroutes::GrpcRoute;
+use super::api::httproutes::{HttpRoute, HttpRouteRules};
 use super::api::listenersets::ListenerSet;
 use super::api::referencegrants::ReferenceGrant;
 pub use client_validation::KnownCaBundle;
@@ -106,6 +109,7 @@ pub struct Inputs<'a> {
     /// More listeners for Gateways that let them attach.
     pub listener_sets: &'a [ListenerSet],
     pub routes: &'a [HttpRoute],
+    pub grpc_routes: &'a [GrpcRoute],
     pub grants: &'a [ReferenceGrant],
     pub services: &'a [Service],
     /// For listeners that admit routes from namespaces by label.
@@ -136,6 +140,8 @@ pub struct Translation {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub listener_sets: Vec<ListenerSetOutcome>,
     pub routes: Vec<RouteOutcome>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grpc_routes: Vec<RouteOutcome>,
     /// The BackendTLSPolicies of Services the Gateways send to.
     pub policies: Vec<backend_tls::PolicyOutcome>,
 }
@@ -240,12 +246,15 @@ pub struct GatewayVirtualHost {
     pub listener_hostname: Option<String>,
 }
 
-/// One match of one rule of an HTTPRoute, in the core's vocabulary.
+/// One match of one rule of a route, in the core's vocabulary.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayRule {
     /// `namespace/route`.
     pub route: String,
+    /// The route's kind (not written for an HTTPRoute).
+    #[serde(skip_serializing_if = "is_http_route")]
+    pub kind: &'static str,
     /// Its share of 500s is the weight of the backendRefs that cannot be used; a rule
     /// without a usable backend answers 500 to every request.
     pub rule: Rule,
@@ -330,11 +339,25 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         .map(|g| gateway::listening(inputs, g))
         .collect();
     let mut routes = Vec::new();
+    let mut grpc_routes = Vec::new();
     let mut attached = Vec::new();
-    for (seniority, route) in sorted_routes(inputs.routes).into_iter().enumerate() {
-        let (outcome, rules) = http_route::attach(inputs, route, seniority, &mut gateways);
+    for (seniority, route) in sorted_routes(inputs).into_iter().enumerate() {
+        let (view, lowered) = match route {
+            AnyRoute::Http(r) => (
+                http_route::route(r),
+                http_route::lower(inputs, r, seniority),
+            ),
+            AnyRoute::Grpc(r) => (
+                grpc_route::route(r),
+                grpc_route::lower(inputs, r, seniority),
+            ),
+        };
+        let (outcome, rules) = attach::attach(inputs, &view, &lowered, &mut gateways, &attached);
         if !outcome.parents.is_empty() {
-            routes.push(outcome);
+            match route {
+                AnyRoute::Http(_) => routes.push(outcome),
+                AnyRoute::Grpc(_) => grpc_routes.push(outcome),
+            }
         }
         attached.extend(rules);
     }
@@ -349,7 +372,21 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         })
         .collect();
     listener_sets.extend(listener_set::orphans(inputs));
-    let senders = senders(inputs.routes, &routes);
+    let grpc_rules: Vec<(&ObjectMeta, Vec<HttpRouteRules>)> = (inputs.grpc_routes.iter())
+        .map(|r| {
+            let rules = (r.spec.rules.iter().flatten())
+                .filter_map(|rule| grpc_route::as_http_rule(rule, "").ok())
+                .collect();
+            (&r.metadata, rules)
+        })
+        .collect();
+    let http_rules =
+        (inputs.routes.iter()).map(|r| (&r.metadata, r.spec.rules.as_deref().unwrap_or_default()));
+    let grpc_rules = (grpc_rules.iter()).map(|(meta, rules)| (*meta, rules.as_slice()));
+    let mut senders = senders(http_rules, &routes);
+    for (service, gateways) in self::senders(grpc_rules, &grpc_routes) {
+        senders.entry(service).or_default().extend(gateways);
+    }
     let ancestors = |namespace: &str, service: &str| {
         (senders.get(&(namespace.to_owned(), service.to_owned())))
             .cloned()
@@ -361,6 +398,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         gateways,
         listener_sets,
         routes,
+        grpc_routes,
         policies,
     }
 }
@@ -369,16 +407,21 @@ fn is_zero(n: &i32) -> bool {
     *n == 0
 }
 
-/// The Gateways that send to each Service (namespace, name): those an HTTPRoute is
-/// accepted by, for every Service its backendRefs and mirrors name.
-fn senders(
-    routes: &[HttpRoute],
+fn is_http_route(kind: &&'static str) -> bool {
+    *kind == gateway::HTTP_ROUTE
+}
+
+/// The Gateways that send to each Service (namespace, name): those a route is accepted
+/// by, for every Service its backendRefs and mirrors name. `routes`: each route's metadata
+/// and its rules in HTTPRoute's fields.
+fn senders<'a>(
+    routes: impl Iterator<Item = (&'a ObjectMeta, &'a [HttpRouteRules])>,
     outcomes: &[RouteOutcome],
 ) -> BTreeMap<(String, String), BTreeSet<(String, String)>> {
     let mut out: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
-    for route in routes {
-        let namespace = route.metadata.namespace.as_deref().unwrap_or_default();
-        let name = route.metadata.name.as_deref().unwrap_or_default();
+    for (metadata, rules) in routes {
+        let namespace = metadata.namespace.as_deref().unwrap_or_default();
+        let name = metadata.name.as_deref().unwrap_or_default();
         let Some(outcome) = outcomes
             .iter()
             .find(|o| o.namespace == namespace && o.name == name)
@@ -389,7 +432,7 @@ fn senders(
             .filter(|p| p.conditions.first().is_some_and(Cond::is_true))
             .map(|p| (p.gateway_namespace.clone(), p.gateway.clone()))
             .collect();
-        for rule in route.spec.rules.iter().flatten() {
+        for rule in rules {
             let backends = (rule.backend_refs.iter().flatten()).map(|b| {
                 (
                     b.group.as_deref(),
@@ -421,16 +464,23 @@ fn senders(
     out
 }
 
-/// Routes oldest first, then by namespace and name: the Gateway API's tie-break between
-/// routes, so that equal matches keep the order it prescribes.
-fn sorted_routes(routes: &[HttpRoute]) -> Vec<&HttpRoute> {
-    let mut sorted: Vec<&HttpRoute> = routes.iter().collect();
-    sorted.sort_by_key(|r| route_seniority(r));
-    sorted
+/// A route of a kind served on HTTP and HTTPS listeners.
+#[derive(Clone, Copy)]
+enum AnyRoute<'a> {
+    Http(&'a HttpRoute),
+    Grpc(&'a GrpcRoute),
 }
 
-pub(crate) fn route_seniority(route: &HttpRoute) -> (bool, Option<String>, String) {
-    seniority(&route.metadata)
+/// Routes of every kind oldest first, then by namespace and name: the Gateway API's
+/// tie-break between routes, so that equal matches keep the order it prescribes, and the
+/// older of an HTTPRoute and a GRPCRoute keeps a hostname they share.
+fn sorted_routes<'a>(inputs: &Inputs<'a>) -> Vec<AnyRoute<'a>> {
+    let http = (inputs.routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Http(r)));
+    let grpc = (inputs.grpc_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Grpc(r)));
+    let mut sorted: Vec<_> = http.chain(grpc).collect();
+    // Stable: an HTTPRoute before a GRPCRoute of the same namespace and name.
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Oldest first (an object without a creation time last), then alphabetically by

@@ -12,9 +12,9 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::attach::{Attached, Ranked};
 use super::gateway::{Listener, Listening};
 use super::hostname::{self, Claim};
-use super::http_route::{Attached, Ranked};
 use super::{GatewayRule, GatewayVirtualHost, ListenerCertificate, PortConfig};
 use switchyard_core::translate::NO_LISTENER;
 

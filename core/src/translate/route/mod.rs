@@ -336,8 +336,9 @@ fn route_action(f: &model::Forward, path: &model::PathMatch) -> RouteAction {
         }),
     };
     // Only the share of 500s names a cluster Envoy lacks: every other cluster a route
-    // names is on the Envoy before the route (I1), so this answers nothing else.
-    let cluster_not_found_response_code = if f.unavailable_weight > 0 {
+    // names is on the Envoy before the route (I1), so this answers nothing else. A gRPC
+    // client gets a 503 as UNAVAILABLE, what the Gateway API asks of GRPCRoutes.
+    let cluster_not_found_response_code = if f.unavailable_weight > 0 && !f.grpc {
         ClusterNotFoundResponseCode::InternalServerError
     } else {
         ClusterNotFoundResponseCode::ServiceUnavailable

@@ -9,6 +9,7 @@ mod backend;
 mod envoy;
 pub mod gateway;
 pub mod golden;
+pub mod grpc;
 mod https;
 pub mod kube;
 mod load;

@@ -46,6 +46,8 @@ pub struct Rig {
     pub envoys: Vec<Envoy>,
     pub operators: Vec<Switchyard>,
     pub backends: BTreeMap<String, Backend>,
+    /// gRPC backends (see [`Rig::add_grpc_backend`]).
+    pub grpc_backends: BTreeMap<String, crate::grpc::GrpcBackend>,
     /// Services of several Pods each (see [`Rig::add_pods`]).
     pub pods: BTreeMap<String, Vec<Pod>>,
     pub work: PathBuf,
@@ -109,6 +111,7 @@ impl Rig {
             envoys: Vec::new(),
             operators: Vec::new(),
             backends: BTreeMap::new(),
+            grpc_backends: BTreeMap::new(),
             pods: BTreeMap::new(),
             work,
             next_ip: 0,
@@ -375,6 +378,31 @@ impl Rig {
         let ip = self.next_backend_ip();
         let backend = Backend::start_tls(name, &ip, identity, client_ca).await;
         self.register_backend(name, backend).await
+    }
+
+    /// A gRPC backend (`crate::grpc`) and its Service `name` on port 80; its EndpointSlice
+    /// only once [`Rig::publish_grpc_endpoints`] is called (as a Pod becomes ready some
+    /// time after its Service exists).
+    pub async fn add_grpc_backend(&mut self, name: &str) -> std::net::SocketAddr {
+        let ip = self.next_backend_ip();
+        let backend = crate::grpc::GrpcBackend::start(name, &ip).await;
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        let address = backend.address;
+        self.grpc_backends.insert(name.to_string(), backend);
+        address
+    }
+
+    /// The EndpointSlice of the gRPC backend `name`: its one endpoint, ready.
+    pub async fn publish_grpc_endpoints(&self, name: &str) {
+        let address = self.grpc_backends[name].address;
+        let ip = address.ip().to_string();
+        k::apply_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(&ip, address.port(), true, true, false)],
+        )
+        .await;
     }
 
     /// Service `name` on port 80, its one ready endpoint `backend`.

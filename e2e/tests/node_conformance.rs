@@ -1,7 +1,8 @@
 //! The Gateway API conformance suite (v1.7.0, `e2e/conformance`, built by
 //! `e2e/provision.sh`) against Switchyard on a real node, installed with the chart: the
-//! GATEWAY-HTTP profile: its core features (Gateway, HTTPRoute, ReferenceGrant) and the
-//! extended ones Switchyard claims ([`FEATURES`]). Its echo
+//! GATEWAY-HTTP and GATEWAY-GRPC profiles in one run: their core features (Gateway,
+//! HTTPRoute, GRPCRoute, ReferenceGrant) and the extended ones Switchyard claims
+//! ([`FEATURES`]). Its echo
 //! backend is imported under the references its manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
 //! reaches each Gateway at its address.
 //!
@@ -19,11 +20,12 @@ use serde_json::Value;
 use switchyard_e2e::kube::tool;
 use switchyard_e2e::node::Node;
 
-/// The features claimed: the core ones of the GATEWAY-HTTP profile, and the extended ones
-/// Switchyard serves (each has its tests in the suite, all passing).
+/// The features claimed: the core ones of the profiles, and the extended ones Switchyard
+/// serves (each has its tests in the suite, all passing).
 const FEATURES: &[&str] = &[
     "Gateway",
     "HTTPRoute",
+    "GRPCRoute",
     "ReferenceGrant",
     "HTTPRouteQueryParamMatching",
     "HTTPRouteMethodMatching",
@@ -62,7 +64,13 @@ const FEATURES: &[&str] = &[
     "BackendTLSPolicySANValidation",
     "GatewayBackendClientCertificate",
     "ListenerSet",
+    // In no profile (the suite runs their tests all the same).
+    "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
 ];
+
+/// The profiles run, sharing the node and the suite's base resources.
+const PROFILES: &str = "GATEWAY-HTTP,GATEWAY-GRPC";
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each
 /// failing one waits out its timeouts.
@@ -85,7 +93,7 @@ fn comparable(report: &str) -> Value {
 }
 
 #[tokio::test]
-async fn node_gateway_api_conformance_http_core() {
+async fn node_gateway_api_conformance_profiles() {
     let node = Node::start().await;
     node.import_image("conformance-echo-basic").await;
     node.install_switchyard_with_gateway_api().await;
@@ -121,13 +129,13 @@ spec: { controllerName: switchyard.dev/gateway-controller }
             "-test.timeout",
             "50m",
             "-gateway-class=switchyard",
-            "-conformance-profiles=GATEWAY-HTTP",
             "-cleanup-base-resources=false",
             "-organization=switchyard",
             "-project=switchyard",
             "-url=https://switchyard.dev",
             "-contact=switchyard maintainers",
         ])
+        .arg(format!("-conformance-profiles={PROFILES}"))
         .arg(format!("-supported-features={}", features.join(",")))
         .arg(format!("-version=v{}", env!("CARGO_PKG_VERSION")))
         .arg(format!("-report-output={}", report.display()))

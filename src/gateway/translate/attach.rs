@@ -33,22 +33,31 @@ pub struct ParentRef {
     pub port: Option<i32>,
 }
 
-/// The [`ParentRef`]s of a route's `spec.parentRefs`.
-macro_rules! parent_refs {
-    ($refs:expr) => {
-        ($refs.iter().flatten())
-            .map(|p| $crate::gateway::translate::attach::ParentRef {
-                group: p.group.clone(),
-                kind: p.kind.clone(),
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                section_name: p.section_name.clone(),
-                port: p.port,
-            })
-            .collect()
-    };
+/// A route of a generated kind (each has its own types, with these fields) as
+/// attachment reads it: `$kind` is its kind's name.
+macro_rules! route_of {
+    ($route:expr, $kind:expr) => {{
+        let route = $route;
+        $crate::gateway::translate::attach::Route {
+            kind: $kind,
+            namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
+            name: route.metadata.name.as_deref().unwrap_or_default(),
+            generation: route.metadata.generation.unwrap_or(0),
+            hostnames: route.spec.hostnames.as_deref().unwrap_or_default(),
+            parents: (route.spec.parent_refs.iter().flatten())
+                .map(|p| $crate::gateway::translate::attach::ParentRef {
+                    group: p.group.clone(),
+                    kind: p.kind.clone(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    section_name: p.section_name.clone(),
+                    port: p.port,
+                })
+                .collect(),
+        }
+    }};
 }
-pub(crate) use parent_refs;
+pub(crate) use route_of;
 
 /// A route's rules as attached to one listener of a Gateway, for the hostnames the two
 /// share.

@@ -7,7 +7,7 @@
 //! longer method, then more header matches.
 
 use super::Inputs;
-use super::attach::{Lowered, Route, Specificity, parent_refs};
+use super::attach::{Lowered, Route, Specificity, route_of};
 use super::gateway::GRPC_ROUTE;
 use super::http_route::{self, Matches, NO_DEFAULT_GATEWAYS, RuleOf};
 use crate::gateway::api::grpcroutes::{
@@ -20,14 +20,7 @@ use switchyard_core::route::spec::{HeaderMatch, RuleMatch};
 
 /// The route as attachment reads it.
 pub fn route(route: &GrpcRoute) -> Route<'_> {
-    Route {
-        kind: GRPC_ROUTE,
-        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
-        name: route.metadata.name.as_deref().unwrap_or_default(),
-        generation: route.metadata.generation.unwrap_or(0),
-        hostnames: route.spec.hostnames.as_deref().unwrap_or_default(),
-        parents: parent_refs!(route.spec.parent_refs),
-    }
+    route_of!(route, GRPC_ROUTE)
 }
 
 /// The route's rules (it is the `seniority`-th oldest) in the vocabulary, or what it uses

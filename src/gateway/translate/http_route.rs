@@ -4,7 +4,7 @@
 //! ([`Checks::Lowered`]: where the vocabulary admits less than the Gateway API's schema),
 //! worded in the HTTPRoute's own fields ([`refusal`]), and its clusters.
 
-use super::attach::{Lowered, Ranked, Route, Specificity, parent_refs};
+use super::attach::{Lowered, Ranked, Route, Specificity, route_of};
 use super::backend_ref::{Backends, Referrer, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
 use super::gateway::{GRPC_ROUTE, HTTP_ROUTE};
@@ -31,14 +31,7 @@ use switchyard_core::route::{Checks, Draft, SpecError, assemble, check::rule_nam
 
 /// The route as attachment reads it.
 pub fn route(route: &HttpRoute) -> Route<'_> {
-    Route {
-        kind: HTTP_ROUTE,
-        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
-        name: route.metadata.name.as_deref().unwrap_or_default(),
-        generation: route.metadata.generation.unwrap_or(0),
-        hostnames: route.spec.hostnames.as_deref().unwrap_or_default(),
-        parents: parent_refs!(route.spec.parent_refs),
-    }
+    route_of!(route, HTTP_ROUTE)
 }
 
 /// The route's rules (it is the `seniority`-th oldest) in the vocabulary, or what it uses

@@ -334,8 +334,8 @@ pub struct Forward {
     /// backends the front-end could not use (the Gateway API's invalid backendRefs).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unavailable_weight: u32,
-    /// gRPC calls: that share is answered 503, which Envoy sends a gRPC client as status
-    /// UNAVAILABLE (a 500 would reach it as UNKNOWN).
+    /// gRPC calls: that share is answered 503, which a gRPC client reads as UNAVAILABLE (a
+    /// 500 as UNKNOWN).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub grpc: bool,
 }

@@ -177,7 +177,7 @@ pub(crate) struct OperatorArgs {
     #[arg(long, hide = true)]
     pub(crate) one_phase: bool,
     /// Also act on the Gateway API: GatewayClasses naming `--gateway-controller-name`,
-    /// their Gateways and the HTTPRoutes attached to them. Needs the Gateway API CRDs.
+    /// their Gateways and the routes attached to them. Needs the Gateway API CRDs.
     #[arg(long, env = "SWITCHYARD_GATEWAY_API")]
     pub(crate) gateway_api: bool,
     /// The GatewayClass controllerName Switchyard answers to.

@@ -390,8 +390,9 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         RouteAction::Redirect(redirect(r))
     } else if rule.backends.is_empty() {
         // Only a front-end that keeps rules whose backends all failed (the Gateway API's)
-        // gets here; the spec's check refuses a rule without backends.
-        RouteAction::Respond(500)
+        // gets here; the spec's check refuses a rule without backends. A gRPC client reads
+        // a 503 as UNAVAILABLE (a 500 as UNKNOWN).
+        RouteAction::Respond(if rule.grpc { 503 } else { 500 })
     } else {
         let retry = match &options.retries {
             Some(r) => Some(Box::new(
@@ -634,6 +635,13 @@ mod tests {
             ..ResolvedRule::default()
         });
         assert_eq!(failed.action, RouteAction::Respond(500));
+        // gRPC: 503, which its clients read as UNAVAILABLE.
+        let failed = lowered(ResolvedRule {
+            name: "r".into(),
+            grpc: true,
+            ..ResolvedRule::default()
+        });
+        assert_eq!(failed.action, RouteAction::Respond(503));
         let moved = lowered(ResolvedRule {
             name: "r".into(),
             redirect: Some(SpecRedirect {

@@ -136,7 +136,8 @@ pub struct ResolvedRule {
     #[schemars(range(min = 0, max = 1000000))]
     pub unavailable_weight: i32,
     /// The rule serves gRPC calls (a Gateway API GRPCRoute's): its share of unavailable
-    /// backends is answered with gRPC status UNAVAILABLE rather than HTTP 500.
+    /// backends (all of its requests when it has no backend) is answered 503, which a gRPC
+    /// client reads as UNAVAILABLE, rather than 500.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub grpc: bool,
     /// Service ports that get a copy of the rule's requests (at most 16, as a Gateway API

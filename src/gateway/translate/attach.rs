@@ -80,9 +80,9 @@ pub enum Specificity {
     /// length, whether it matches the method, and the numbers of header and query
     /// parameter matches.
     Http(u8, usize, bool, usize, usize),
-    /// The characters of the service and of the method it matches, and its number of
-    /// header matches.
-    Grpc(usize, usize, usize),
+    /// Whether its method match is exact, the characters of the service and of the
+    /// method it matches, and its number of header matches.
+    Grpc(bool, usize, usize, usize),
 }
 
 /// A lowered rule with its place in the Gateway API's order of precedence: the more

@@ -18,9 +18,11 @@ use crate::gateway::api::gateways::{
     GatewayListenersTlsMode,
 };
 
-/// The route kinds Switchyard serves on HTTP and HTTPS listeners.
 pub const HTTP_ROUTE: &str = "HTTPRoute";
 pub const GRPC_ROUTE: &str = "GRPCRoute";
+
+/// The route kinds Switchyard serves on HTTP and HTTPS listeners: a listener that names
+/// none lists both in its supportedKinds.
 const HTTP_KINDS: [&str; 2] = [HTTP_ROUTE, GRPC_ROUTE];
 
 /// A Gateway of Switchyard's, its listeners checked, collecting the routes that attach.

@@ -33,7 +33,7 @@ pub fn lower(inputs: &Inputs<'_>, route: &GrpcRoute, seniority: usize) -> Result
     let rules = (grpc_rules.iter().enumerate())
         .map(|(ri, rule)| as_http_rule(rule, &format!("spec.rules[{ri}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    let lower_matches = |ri: usize, _: &HttpRouteRules, at: &str| {
+    let lower_matches = |ri: usize, at: &str| {
         let matches = grpc_rules.get(ri).and_then(|r| r.matches.as_deref());
         lower_matches(matches.unwrap_or_default(), at)
     };
@@ -46,10 +46,16 @@ pub fn lower(inputs: &Inputs<'_>, route: &GrpcRoute, seniority: usize) -> Result
     http_route::lower_rules(inputs, &of, &rules, &lower_matches)
 }
 
-/// A GRPCRoute rule's name, filters, backendRefs and session in HTTPRoute's fields (its
-/// matches are lowered on their own). The schema gives both kinds the same objects there;
-/// a field HTTPRoute lacks would fail here, naming the rule, rather than be dropped.
+/// A GRPCRoute rule's name, filters and backendRefs in HTTPRoute's fields (its matches are
+/// lowered on their own). The schema gives both kinds the same objects there. A session
+/// is refused: Envoy would keep it with a cookie, which gRPC clients do not send back.
 pub fn as_http_rule(rule: &GrpcRouteRules, at: &str) -> Result<HttpRouteRules, String> {
+    if rule.session_persistence.is_some() {
+        return Err(format!(
+            "{at}.sessionPersistence: not supported on a GRPCRoute (Envoy keeps a session \
+             with a cookie, which gRPC clients do not send back)"
+        ));
+    }
     let mut value = serde_json::to_value(rule).map_err(|e| format!("{at}: {e}"))?;
     if let Some(object) = value.as_object_mut() {
         object.remove("matches");
@@ -85,8 +91,17 @@ fn lower_match(m: &GrpcRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
             (None, None) => return Err(format!("{at}.method: names neither service nor method")),
         }
     } else {
-        let part = |p: Option<&str>| p.map_or_else(|| "[^/]+".to_owned(), str::to_owned);
-        match (service_name, method_name) {
+        // Each part whole (`a|b` is either service, not `/a` or `b/...`); an empty one is
+        // any, as the spec says.
+        let part = |p: Option<&str>| match p {
+            None | Some("") => "[^/]+".to_owned(),
+            Some(p) => format!("(?:{p})"),
+        };
+        let (service_given, method_given) = (
+            service_name.filter(|s| !s.is_empty()),
+            method_name.filter(|m| !m.is_empty()),
+        );
+        match (service_given, method_given) {
             (None, None) => out.path_prefix = Some("/".to_owned()),
             (s, m) => out.path_regex = Some(format!("/{}/{}", part(s), part(m))),
         }
@@ -103,6 +118,7 @@ fn lower_match(m: &GrpcRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
         out.headers.push(header);
     }
     let specificity = Specificity::Grpc(
+        exact,
         service_name.map_or(0, str::len),
         method_name.map_or(0, str::len),
         out.headers.len(),
@@ -173,11 +189,15 @@ mod tests {
         let re = MethodType::RegularExpression;
         assert_eq!(
             path(&method(re.clone(), Some("pkg\\..*"), Some("S.*"))),
-            (None, None, Some("/pkg\\..*/S.*".into()))
+            (None, None, Some("/(?:pkg\\..*)/(?:S.*)".into()))
         );
         assert_eq!(
-            path(&method(re.clone(), Some("pkg.Echo"), None)),
-            (None, None, Some("/pkg.Echo/[^/]+".into()))
+            path(&method(re.clone(), Some("a|b"), None)),
+            (None, None, Some("/(?:a|b)/[^/]+".into()))
+        );
+        assert_eq!(
+            path(&method(re.clone(), Some(""), Some("Say"))),
+            (None, None, Some("/[^/]+/(?:Say)".into()))
         );
         assert_eq!(
             path(&method(re, None, None)),
@@ -190,7 +210,7 @@ mod tests {
         let matches = lower_matches(&[], "m").expect("lowered");
         assert_eq!(matches.len(), 1);
         assert_eq!(matches[0].0.path_prefix.as_deref(), Some("/"));
-        assert_eq!(matches[0].1, Specificity::Grpc(0, 0, 0));
+        assert_eq!(matches[0].1, Specificity::Grpc(false, 0, 0, 0));
     }
 
     #[test]
@@ -207,6 +227,9 @@ mod tests {
             value: "one".into(),
         }]);
         assert!(specificity(with_header) > long);
-        assert!(long < specificity(method(exact, Some("pkg.Echo"), Some("Say"))));
+        assert!(long < specificity(method(exact.clone(), Some("pkg.Echo"), Some("Say"))));
+        // An exact match before a regular expression, however long.
+        let re = MethodType::RegularExpression;
+        assert!(long > specificity(method(re, Some("pkg\\.v[0-9]+\\.Echo"), None)));
     }
 }

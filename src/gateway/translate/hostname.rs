@@ -118,7 +118,7 @@ mod tests {
     }
 
     #[test]
-    fn hostnames_overlap_when_one_name_is_both_s() {
+    fn hostnames_overlap_when_a_name_is_in_both() {
         assert!(overlap("*", "a.example.com"));
         assert!(overlap("a.example.com", "a.example.com"));
         assert!(overlap("*.example.com", "a.example.com"));

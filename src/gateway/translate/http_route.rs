@@ -42,9 +42,9 @@ pub fn lower(inputs: &Inputs<'_>, route: &HttpRoute, seniority: usize) -> Result
         return Err(NO_DEFAULT_GATEWAYS.to_owned());
     }
     let rules = route.spec.rules.as_deref().unwrap_or_default();
-    let lower_matches = |_: usize, rule: &HttpRouteRules, at: &str| {
+    let lower_matches = |ri: usize, at: &str| {
         let default_match = [HttpRouteRulesMatches::default()];
-        let matches = match rule.matches.as_deref() {
+        let matches = match rules.get(ri).and_then(|r| r.matches.as_deref()) {
             None | Some([]) => &default_match[..],
             Some(m) => m,
         };
@@ -78,15 +78,15 @@ pub struct RuleOf<'a> {
 pub type Matches = Vec<(RuleMatch, Specificity)>;
 
 /// Rules in HTTPRoute's fields (an HTTPRoute's, or a GRPCRoute's: its filters and
-/// backendRefs are HTTPRoute's), their matches lowered by `lower_matches` (given each
-/// rule's index), in the
-/// vocabulary; or the first thing they use that Switchyard does not support. A GRPCRoute's
-/// backends speak HTTP/2, and its requests never upgrade.
+/// backendRefs are HTTPRoute's) in the vocabulary, the matches of the i-th lowered by
+/// `lower_matches(i, at)`; or the first thing they use that Switchyard does not support. A
+/// GRPCRoute's backends speak HTTP/2, its requests never upgrade, and what it cannot send
+/// anywhere is answered as gRPC clients expect (`Rule::grpc`).
 pub fn lower_rules(
     inputs: &Inputs<'_>,
     of: &RuleOf<'_>,
     spec_rules: &[HttpRouteRules],
-    lower_matches: &dyn Fn(usize, &HttpRouteRules, &str) -> Result<Matches, String>,
+    lower_matches: &dyn Fn(usize, &str) -> Result<Matches, String>,
 ) -> Result<Lowered, String> {
     let RuleOf {
         kind,
@@ -148,7 +148,7 @@ pub fn lower_rules(
             unavailable_weight
         };
         let rule_name = rule.name.clone().unwrap_or_else(|| unnamed(ri));
-        for (mi, (matches, specificity)) in lower_matches(ri, rule, &at)?.into_iter().enumerate() {
+        for (mi, (matches, specificity)) in lower_matches(ri, &at)?.into_iter().enumerate() {
             // The rule this match makes, through the same checks (they passed above).
             let checked = assemble::check("", Checks::Lowered, draft(&options, Some(matches)))
                 .map_err(|e| refusal(&at, rule, &e))?;

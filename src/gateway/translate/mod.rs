@@ -383,12 +383,12 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     let http_rules =
         (inputs.routes.iter()).map(|r| (&r.metadata, r.spec.rules.as_deref().unwrap_or_default()));
     let grpc_rules = (grpc_rules.iter()).map(|(meta, rules)| (*meta, rules.as_slice()));
-    let mut senders = senders(http_rules, &routes);
-    for (service, gateways) in self::senders(grpc_rules, &grpc_routes) {
-        senders.entry(service).or_default().extend(gateways);
+    let mut by_service = senders(http_rules, &routes);
+    for (service, gateways) in senders(grpc_rules, &grpc_routes) {
+        by_service.entry(service).or_default().extend(gateways);
     }
     let ancestors = |namespace: &str, service: &str| {
-        (senders.get(&(namespace.to_owned(), service.to_owned())))
+        (by_service.get(&(namespace.to_owned(), service.to_owned())))
             .cloned()
             .unwrap_or_default()
     };

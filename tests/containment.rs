@@ -53,6 +53,16 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// The NACKs a replica's xDS server counted, of every type (a delta Envoy that takes
+/// virtual hosts one by one rejects a route as a VirtualHost, one over SotW as a
+/// RouteConfiguration).
+fn nacks(text: &str) -> f64 {
+    (text.lines())
+        .filter(|l| l.starts_with("switchyard_xds_nacks_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Shifts route web between blue and green four times; how long each took to be Ready.
 async fn shift_web(rig: &Rig) -> Vec<Duration> {
     let mut shifts = Vec::new();
@@ -558,38 +568,42 @@ async fn every_input_envoy_was_seen_to_refuse_is_contained() {
     assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
 }
 
-/// With two replicas, an Envoy's NACK reaches the route's status whichever replica the
-/// Envoy is connected to: here every Envoy is connected to the replica that does not lead,
-/// which reports what they rejected in its own Lease for the leader to read. The status
-/// names the Envoy and its error, one Event is recorded, the leader's metrics count it,
-/// and all of it clears once the route is fixed and the Envoys take it.
+/// With three replicas, Envoys' NACKs reach the route's status whichever replica each
+/// Envoy is connected to: here the Envoys are split between the two replicas that do not
+/// lead, each of which reports what its own Envoys rejected in its own Lease for the
+/// leader to read. The status names an Envoy and its error, one Event is recorded, the
+/// leader's metrics count one refused route, the route next to it stays Ready, and all of
+/// it clears once the route is fixed and the Envoys take it.
 #[tokio::test]
-async fn a_nack_from_an_envoy_of_another_replica_reaches_status() {
+async fn nacks_from_envoys_of_other_replicas_reach_status() {
     let mut rig = Rig::start(2).await;
     rig.add_backend("blue").await;
-    let (leader_port, follower_port) = (free_port(), free_port());
-    rig.connect_envoys_to(&[follower_port]);
+    let (leader_port, followers) = (free_port(), [free_port(), free_port()]);
+    // envoy-0 on the first follower, envoy-1 on the second.
+    rig.connect_envoys_to(&followers);
     rig.start_operator_on("switchyard-1", leader_port, &[]);
     rig.wait_lease_holder(Duration::from_secs(30), |h| h == Some("switchyard-1"))
         .await;
-    rig.start_operator_on("switchyard-2", follower_port, &[]);
-    let started = Instant::now();
-    while rig
-        .operator("switchyard-2")
-        .desired_version()
-        .await
-        .is_none()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "follower not serving"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let names = ["switchyard-2", "switchyard-3"];
+    for (name, port) in names.iter().zip(followers) {
+        rig.start_operator_on(name, port, &[]);
+    }
+    for name in names {
+        let started = Instant::now();
+        while rig.operator(name).desired_version().await.is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} not serving"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     rig.start_envoys();
-    rig.operator("switchyard-2")
-        .wait_synced(2, Duration::from_secs(30))
-        .await;
+    for name in names {
+        rig.operator(name)
+            .wait_synced(1, Duration::from_secs(30))
+            .await;
+    }
     rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
         .await;
     rig.wait_ready("web", Duration::from_secs(30)).await;
@@ -597,12 +611,19 @@ async fn a_nack_from_an_envoy_of_another_replica_reaches_status() {
     rig.apply_route("bad", &bad_route_yaml("bad.test", BIG_PROGRAM))
         .await;
     let message = wait_rejected_by_envoy(&rig, "bad").await;
-    eprintln!("bad: Ready=False EnvoyRejected \"{message}\"");
     assert!(message.contains("RE2 program size"), "{message}");
-    assert!(
-        message.contains("Envoy envoy-0 ") || message.contains("Envoy envoy-1 "),
-        "the status names the Envoy: {message}"
-    );
+    // Each follower's Envoy, as its follower reports it, named in the one status.
+    let status = rig
+        .wait_status("bad", Duration::from_secs(30), |s| {
+            condition(s, "Ready").is_some_and(|c| {
+                c.reason == "EnvoyRejected"
+                    && c.message.contains("Envoy envoy-0 ")
+                    && c.message.contains("Envoy envoy-1 ")
+            })
+        })
+        .await;
+    let message = condition(&status, "Ready").map(|c| c.message.clone());
+    eprintln!("bad: Ready=False EnvoyRejected {message:?}");
     let events = rig.event_reasons("bad").await;
     assert_eq!(
         events.iter().filter(|r| *r == "EnvoyRejected").count(),
@@ -614,11 +635,12 @@ async fn a_nack_from_an_envoy_of_another_replica_reaches_status() {
         metric(&metrics, "switchyard_fleet_routes_refused"),
         Some(1.0)
     );
-    let own_nacks = metric(
-        &metrics,
-        "switchyard_xds_nacks_total{type=\"RouteConfiguration\"}",
-    );
-    assert_eq!(own_nacks, None, "no Envoy is connected to the leader");
+    assert_eq!(nacks(&metrics), 0.0, "no Envoy is connected to the leader");
+    for name in names {
+        let metrics = rig.operator_metrics(name).await;
+        assert!(nacks(&metrics) >= 1.0, "{name}'s Envoy rejected the route");
+    }
+    rig.wait_ready("web", Duration::from_secs(5)).await;
 
     // Fixed: Ready, and nothing of the refusal is left.
     rig.apply_route("bad", &Rig::route_yaml("bad.test", &[("blue", 1)]))

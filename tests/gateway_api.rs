@@ -783,12 +783,44 @@ spec:
     wait_more("own", 0, || seen("own")).await;
     still_open(&mut kept, "web.test's own listener").await;
 
-    // A listener on a port of its own, added and removed: port 80 is not disturbed.
-    let other_port = ", { name: alt, port: 8080, protocol: HTTP }";
-    apply(&rig, &gateway(&format!("{own}{other_port}"))).await;
-    switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 8080).await;
+    // A listener on a port of its own, added, replaced by one on another port in one
+    // apply, and removed: port 80 is not disturbed. The replaced listener's fleet port is
+    // still held while its old configuration drains, so the new one gets another, and is
+    // programmed as soon as every Envoy listens there (not once the hold is over).
+    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
+    // The Gateway's listener `alt` Programmed at the Gateway's generation as it is now.
+    let alt_programmed = async || {
+        let gateway = gateways.get("edge").await.expect("Gateway edge");
+        let generation = json!(gateway.metadata.generation);
+        let what = format!("listener alt Programmed at generation {generation}");
+        wait_status(&gateways, "edge", &what, |s| {
+            (s["listeners"].as_array().into_iter().flatten())
+                .filter(|l| l["name"] == "alt")
+                .any(|l| {
+                    condition(l, "/conditions", "Programmed").is_some_and(|c| {
+                        c["status"] == "True" && c["observedGeneration"] == generation
+                    })
+                })
+        })
+        .await;
+    };
+    let alt = |port: u16| format!(", {{ name: alt, port: {port}, protocol: HTTP }}");
+    apply(&rig, &gateway(&format!("{own}{}", alt(8080)))).await;
+    let replaced = switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 8080).await;
+    alt_programmed().await;
+    changes
+        .timed(async {
+            apply(&rig, &gateway(&format!("{own}{}", alt(9090)))).await;
+            alt_programmed().await;
+        })
+        .await;
+    let replacing = switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 9090).await;
+    assert_ne!(
+        replacing, replaced,
+        "the replacing listener got the fleet port of the one it replaced, still held"
+    );
     apply(&rig, &gateway(own)).await;
-    still_open(&mut kept, "port 8080's listener").await;
+    still_open(&mut kept, "port 8080's and 9090's listeners").await;
 
     // web.test's listener moved to a ListenerSet, in the order that loses nothing: the
     // ListenerSet's copy first (the Gateway's, of higher precedence, keeps serving: it is
@@ -834,7 +866,6 @@ spec:
             wait_served_on(&routes, "own", "ListenerSet", 2).await;
         })
         .await;
-    let gateways: Api<Gateway> = Api::namespaced(rig.client.clone(), &ns);
     wait_status(&gateways, "edge", "one ListenerSet attached", |s| {
         s["attachedListenerSets"] == 1
     })
@@ -1025,7 +1056,7 @@ async fn serving_grpc(tag: &str, extra: &[&str]) -> Rig {
 }
 
 /// A GRPCRoute served through three Envoys: unary calls and server streams answered by
-/// its backend, a method it does not route answered UNIMPLEMENTED; moved to fresh
+/// its backend, a call for a host no route has answered UNIMPLEMENTED; moved to fresh
 /// Services ten times under load, their endpoints late, without a failed call or stream.
 #[tokio::test]
 async fn a_grpcroute_moves_between_services_under_load_without_a_failed_call() {

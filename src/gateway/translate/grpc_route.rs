@@ -16,7 +16,7 @@ use crate::gateway::api::grpcroutes::{
     GrpcRouteUseDefaultGateways,
 };
 use crate::gateway::api::httproutes::HttpRouteRules;
-use switchyard_core::route::spec::{HeaderMatch, RuleMatch};
+use switchyard_core::route::spec::RuleMatch;
 
 /// The route as attachment reads it.
 pub fn route(route: &GrpcRoute) -> Route<'_> {
@@ -106,17 +106,9 @@ fn lower_match(m: &GrpcRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
             (s, m) => out.path_regex = Some(format!("/{}/{}", part(s), part(m))),
         }
     }
-    for h in m.headers.iter().flatten() {
-        let mut header = HeaderMatch {
-            name: h.name.clone(),
-            ..HeaderMatch::default()
-        };
-        match h.r#type.as_ref().unwrap_or(&HeaderType::Exact) {
-            HeaderType::Exact => header.exact = Some(h.value.clone()),
-            HeaderType::RegularExpression => header.regex = Some(h.value.clone()),
-        }
-        out.headers.push(header);
-    }
+    out.headers = (m.headers.iter().flatten())
+        .map(|h| header_match!(h, HeaderType))
+        .collect();
     let specificity = Specificity::Grpc(
         exact,
         service_name.map_or(0, str::len),

@@ -24,8 +24,8 @@ use crate::gateway::api::httproutes::{
 };
 use switchyard_core::route::check::{RETRY_ATTEMPTS, RETRY_STATUS_CODES};
 use switchyard_core::route::spec::{
-    Affinity, AffinityCookie, Cors, HeaderEdits, HeaderMatch, LoadBalancer, QueryParamMatch,
-    Redirect, Retries, RuleMatch, RuleOptions,
+    Affinity, AffinityCookie, Cors, HeaderEdits, LoadBalancer, QueryParamMatch, Redirect, Retries,
+    RuleMatch, RuleOptions,
 };
 use switchyard_core::route::{Checks, Draft, SpecError, assemble, check::rule_name as unnamed};
 
@@ -516,17 +516,9 @@ fn lower_match(m: &HttpRouteRulesMatches, at: &str) -> Result<(RuleMatch, Specif
             0
         }
     };
-    for h in m.headers.iter().flatten() {
-        let mut header = HeaderMatch {
-            name: h.name.clone(),
-            ..HeaderMatch::default()
-        };
-        match h.r#type.as_ref().unwrap_or(&HeaderType::Exact) {
-            HeaderType::Exact => header.exact = Some(h.value.clone()),
-            HeaderType::RegularExpression => header.regex = Some(h.value.clone()),
-        }
-        out.headers.push(header);
-    }
+    out.headers = (m.headers.iter().flatten())
+        .map(|h| header_match!(h, HeaderType))
+        .collect();
     // The method's name, as the API server serializes it (GET, POST...).
     out.method = m
         .method

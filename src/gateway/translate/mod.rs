@@ -35,6 +35,23 @@ macro_rules! header_edits {
     };
 }
 
+/// A header match (of an HTTPRoute's or a GRPCRoute's: the generated types differ, the
+/// fields are the same) in the vocabulary; `$types` is its type's enum.
+macro_rules! header_match {
+    ($h:expr, $types:ident) => {{
+        let h = $h;
+        let mut header = switchyard_core::route::spec::HeaderMatch {
+            name: h.name.clone(),
+            ..Default::default()
+        };
+        match h.r#type.as_ref().unwrap_or(&$types::Exact) {
+            $types::Exact => header.exact = Some(h.value.clone()),
+            $types::RegularExpression => header.regex = Some(h.value.clone()),
+        }
+        header
+    }};
+}
+
 /// Whether a label selector (of any of the generated types: each field of the Gateway API
 /// that holds one has a type of its own) selects `$labels`.
 macro_rules! selects {

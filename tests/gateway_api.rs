@@ -814,6 +814,12 @@ spec:
             alt_programmed().await;
         })
         .await;
+    if let Some(took) = changes.0.last() {
+        eprintln!(
+            "listener replaced in one apply → Programmed: {} ms",
+            took.as_millis()
+        );
+    }
     let replacing = switchyard_e2e::gateway::fleet_port(&rig, &ns, "edge", 9090).await;
     assert_ne!(
         replacing, replaced,

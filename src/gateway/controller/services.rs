@@ -22,33 +22,6 @@ use super::super::api::httproutes::HttpRoute;
 use super::super::service;
 use crate::k8s::watched::{Filter, Watched};
 
-/// Passes the Services a translation reads: those in `fleet_namespace` labelled as a
-/// Gateway's (this controller's or another's: both hold fleet ports), the fleet Service,
-/// and those an HTTPRoute or a GRPCRoute names in a backendRef or a mirror.
-pub fn read_by_translation(
-    fleet_service: &(String, String),
-    routes: &Watched<HttpRoute>,
-    grpc_routes: Option<&Watched<GrpcRoute>>,
-) -> Filter<Service> {
-    let (fleet_namespace, fleet_name) = fleet_service.clone();
-    let routes = routes.clone();
-    let grpc_routes = grpc_routes.cloned();
-    Arc::new(move |s: &Service| {
-        let namespace = s.namespace().unwrap_or_default();
-        let name = s.name_any();
-        if namespace == fleet_namespace && (name == fleet_name || service::gateway_of(s).is_some())
-        {
-            return true;
-        }
-        // A scan, not an index: Service events are rare next to route events, and a scan
-        // of every route's references costs microseconds per thousand routes.
-        let by_http = (routes.state().iter()).any(|r| names!(r, &namespace, &name));
-        by_http
-            || (grpc_routes.iter())
-                .any(|g| (g.state().iter()).any(|r| names!(r, &namespace, &name)))
-    })
-}
-
 /// Whether `route` (an HTTPRoute or a GRPCRoute: their references have the same fields)
 /// refers to the Service `namespace`/`name` in a backendRef or a request mirror, on a rule
 /// or on a backendRef (a reference of another kind of the same name counts too: a pass
@@ -77,7 +50,33 @@ macro_rules! names {
         })
     }};
 }
-use names;
+
+/// Passes the Services a translation reads: those in `fleet_namespace` labelled as a
+/// Gateway's (this controller's or another's: both hold fleet ports), the fleet Service,
+/// and those an HTTPRoute or a GRPCRoute names in a backendRef or a mirror.
+pub fn read_by_translation(
+    fleet_service: &(String, String),
+    routes: &Watched<HttpRoute>,
+    grpc_routes: Option<&Watched<GrpcRoute>>,
+) -> Filter<Service> {
+    let (fleet_namespace, fleet_name) = fleet_service.clone();
+    let routes = routes.clone();
+    let grpc_routes = grpc_routes.cloned();
+    Arc::new(move |s: &Service| {
+        let namespace = s.namespace().unwrap_or_default();
+        let name = s.name_any();
+        if namespace == fleet_namespace && (name == fleet_name || service::gateway_of(s).is_some())
+        {
+            return true;
+        }
+        // A scan, not an index: Service events are rare next to route events, and a scan
+        // of every route's references costs microseconds per thousand routes.
+        let by_http = (routes.state().iter()).any(|r| names!(r, &namespace, &name));
+        by_http
+            || (grpc_routes.iter())
+                .any(|g| (g.state().iter()).any(|r| names!(r, &namespace, &name)))
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -23,16 +23,27 @@ pub fn route(route: &GrpcRoute) -> Route<'_> {
     route_of!(route, GRPC_ROUTE)
 }
 
-/// The route's rules (it is the `seniority`-th oldest) in the vocabulary, or what it uses
-/// that Switchyard does not support.
-pub fn lower(inputs: &Inputs<'_>, route: &GrpcRoute, seniority: usize) -> Result<Lowered, String> {
+/// The route's rules in HTTPRoute's fields ([`as_http_rule`]), or the first one that has
+/// what Switchyard does not support.
+pub fn as_http_rules(route: &GrpcRoute) -> Result<Vec<HttpRouteRules>, String> {
+    (route.spec.rules.iter().flatten().enumerate())
+        .map(|(ri, rule)| as_http_rule(rule, &format!("spec.rules[{ri}]")))
+        .collect()
+}
+
+/// The route's rules (it is the `seniority`-th oldest; `rules`: [`as_http_rules`] of it) in
+/// the vocabulary, or what it uses that Switchyard does not support.
+pub fn lower(
+    inputs: &Inputs<'_>,
+    route: &GrpcRoute,
+    rules: &Result<Vec<HttpRouteRules>, String>,
+    seniority: usize,
+) -> Result<Lowered, String> {
     if route.spec.use_default_gateways == Some(GrpcRouteUseDefaultGateways::All) {
         return Err(NO_DEFAULT_GATEWAYS.to_owned());
     }
+    let rules = rules.as_ref().map_err(String::clone)?;
     let grpc_rules = route.spec.rules.as_deref().unwrap_or_default();
-    let rules = (grpc_rules.iter().enumerate())
-        .map(|(ri, rule)| as_http_rule(rule, &format!("spec.rules[{ri}]")))
-        .collect::<Result<Vec<_>, _>>()?;
     let lower_matches = |ri: usize, at: &str| {
         let matches = grpc_rules.get(ri).and_then(|r| r.matches.as_deref());
         lower_matches(matches.unwrap_or_default(), at)
@@ -43,13 +54,13 @@ pub fn lower(inputs: &Inputs<'_>, route: &GrpcRoute, seniority: usize) -> Result
         name: route.metadata.name.as_deref().unwrap_or_default(),
         seniority,
     };
-    http_route::lower_rules(inputs, &of, &rules, &lower_matches)
+    http_route::lower_rules(inputs, &of, rules, &lower_matches)
 }
 
 /// A GRPCRoute rule's name, filters and backendRefs in HTTPRoute's fields (its matches are
 /// lowered on their own). The schema gives both kinds the same objects there. A session
 /// is refused: Envoy would keep it with a cookie, which gRPC clients do not send back.
-pub fn as_http_rule(rule: &GrpcRouteRules, at: &str) -> Result<HttpRouteRules, String> {
+fn as_http_rule(rule: &GrpcRouteRules, at: &str) -> Result<HttpRouteRules, String> {
     if rule.session_persistence.is_some() {
         return Err(format!(
             "{at}.sessionPersistence: not supported on a GRPCRoute (Envoy keeps a session \

@@ -358,22 +358,26 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     let mut routes = Vec::new();
     let mut grpc_routes = Vec::new();
     let mut attached = Vec::new();
-    for (seniority, route) in sorted_routes(inputs).into_iter().enumerate() {
+    // Once per pass: lowering reads them, and so do the BackendTLSPolicies' ancestors.
+    let grpc_rules: Vec<_> = (inputs.grpc_routes.iter())
+        .map(grpc_route::as_http_rules)
+        .collect();
+    for (seniority, route) in sorted_routes(inputs, &grpc_rules).into_iter().enumerate() {
         let (view, lowered) = match route {
             AnyRoute::Http(r) => (
                 http_route::route(r),
                 http_route::lower(inputs, r, seniority),
             ),
-            AnyRoute::Grpc(r) => (
+            AnyRoute::Grpc(r, rules) => (
                 grpc_route::route(r),
-                grpc_route::lower(inputs, r, seniority),
+                grpc_route::lower(inputs, r, rules, seniority),
             ),
         };
         let (outcome, rules) = attach::attach(inputs, &view, &lowered, &mut gateways, &attached);
         if !outcome.parents.is_empty() {
             match route {
                 AnyRoute::Http(_) => routes.push(outcome),
-                AnyRoute::Grpc(_) => grpc_routes.push(outcome),
+                AnyRoute::Grpc(..) => grpc_routes.push(outcome),
             }
         }
         attached.extend(rules);
@@ -389,17 +393,11 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         })
         .collect();
     listener_sets.extend(listener_set::orphans(inputs));
-    let grpc_rules: Vec<(&ObjectMeta, Vec<HttpRouteRules>)> = (inputs.grpc_routes.iter())
-        .map(|r| {
-            let rules = (r.spec.rules.iter().flatten())
-                .filter_map(|rule| grpc_route::as_http_rule(rule, "").ok())
-                .collect();
-            (&r.metadata, rules)
-        })
-        .collect();
     let http_rules =
         (inputs.routes.iter()).map(|r| (&r.metadata, r.spec.rules.as_deref().unwrap_or_default()));
-    let grpc_rules = (grpc_rules.iter()).map(|(meta, rules)| (*meta, rules.as_slice()));
+    // A GRPCRoute whose rules did not convert is accepted by no Gateway: it sends nowhere.
+    let grpc_rules = (inputs.grpc_routes.iter().zip(&grpc_rules))
+        .filter_map(|(r, rules)| Some((&r.metadata, rules.as_deref().ok()?)));
     let mut by_service = senders(http_rules, &routes);
     for (service, gateways) in senders(grpc_rules, &grpc_routes) {
         by_service.entry(service).or_default().extend(gateways);
@@ -485,15 +483,20 @@ fn senders<'a>(
 #[derive(Clone, Copy)]
 enum AnyRoute<'a> {
     Http(&'a HttpRoute),
-    Grpc(&'a GrpcRoute),
+    /// With its rules in HTTPRoute's fields.
+    Grpc(&'a GrpcRoute, &'a Result<Vec<HttpRouteRules>, String>),
 }
 
 /// Routes of every kind oldest first, then by namespace and name: the Gateway API's
 /// tie-break between routes, so that equal matches keep the order it prescribes, and the
 /// older of an HTTPRoute and a GRPCRoute keeps a hostname they share.
-fn sorted_routes<'a>(inputs: &Inputs<'a>) -> Vec<AnyRoute<'a>> {
+fn sorted_routes<'a>(
+    inputs: &Inputs<'a>,
+    grpc_rules: &'a [Result<Vec<HttpRouteRules>, String>],
+) -> Vec<AnyRoute<'a>> {
     let http = (inputs.routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Http(r)));
-    let grpc = (inputs.grpc_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Grpc(r)));
+    let grpc = (inputs.grpc_routes.iter().zip(grpc_rules))
+        .map(|(r, rules)| (seniority(&r.metadata), AnyRoute::Grpc(r, rules)));
     let mut sorted: Vec<_> = http.chain(grpc).collect();
     // Stable: an HTTPRoute before a GRPCRoute of the same namespace and name.
     sorted.sort_by(|a, b| a.0.cmp(&b.0));

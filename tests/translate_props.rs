@@ -13,7 +13,10 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3::HealthCheck;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, http_filter,
+    HttpConnectionManager, http_connection_manager::RouteSpecifier, http_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusters,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, UpstreamTlsContext,
@@ -360,9 +363,16 @@ fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
         proptest::option::weighted(0.5, select(SECRETS.to_vec())),
         // Client validation, and whether it falls back to serving any client.
         proptest::option::weighted(0.3, any::<bool>()),
+        // Mostly requests; sometimes connections, forwarded whole.
+        prop_oneof![
+            4 => Just(ListenerProtocol::Http),
+            1 => Just(ListenerProtocol::Tls),
+            1 => Just(ListenerProtocol::Tcp),
+        ],
     )
-        .prop_map(
-            |(name, port, tls, default_secret, validation)| GatewayListener {
+        .prop_map(|(name, port, tls, default_secret, validation, protocol)| {
+            let tls = tls && protocol.is_http();
+            GatewayListener {
                 default_secret: default_secret.filter(|_| tls).map(str::to_owned),
                 client_validation: validation.filter(|_| tls).map(|insecure_fallback| {
                     switchyard::model::ClientValidation {
@@ -379,8 +389,9 @@ fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
                 },
                 probe_port: port + 10000,
                 tls,
-            },
-        );
+                protocol,
+            }
+        });
     proptest::collection::vec(one, 0..3)
 }
 
@@ -573,14 +584,50 @@ fn names(t: &Translation, type_url: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Every route configuration served: over RDS, and inline in TCP and TLS listeners.
+fn route_configurations(t: &Translation) -> Vec<RouteConfiguration> {
+    let mut out: Vec<RouteConfiguration> = (t.snapshot.resources(ROUTE).unwrap().values())
+        .map(|r| decode(&r.body.value))
+        .collect();
+    for r in t.snapshot.resources(LISTENER).unwrap().values() {
+        let l: Listener = decode(&r.body.value);
+        for f in l.filter_chains.iter().flat_map(|c| &c.filters) {
+            if let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type
+                && any.type_url == HttpConnectionManager::type_url()
+                && let Some(RouteSpecifier::RouteConfig(rc)) =
+                    decode::<HttpConnectionManager>(&any.value).route_specifier
+            {
+                out.push(rc);
+            }
+        }
+    }
+    out
+}
+
 /// What the listeners and routes of a snapshot refer to: (clusters, secrets).
 /// The clusters and secrets the served routes, probes, TLS chains and clusters reference;
 /// `defined`: the secrets of the config that can be served.
 fn references(t: &Translation, defined: &BTreeSet<String>) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut clusters = BTreeSet::new();
     let mut secrets = BTreeSet::new();
-    for r in t.snapshot.resources(ROUTE).unwrap().values() {
-        let rc: RouteConfiguration = decode(&r.body.value);
+    let mut route_configs: Vec<RouteConfiguration> =
+        (t.snapshot.resources(ROUTE).unwrap().values())
+            .map(|r| decode(&r.body.value))
+            .collect();
+    // A TCP or TLS listener's, inline.
+    for r in t.snapshot.resources(LISTENER).unwrap().values() {
+        let l: Listener = decode(&r.body.value);
+        for f in l.filter_chains.iter().flat_map(|c| &c.filters) {
+            if let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type
+                && any.type_url == HttpConnectionManager::type_url()
+                && let Some(RouteSpecifier::RouteConfig(rc)) =
+                    decode::<HttpConnectionManager>(&any.value).route_specifier
+            {
+                route_configs.push(rc);
+            }
+        }
+    }
+    for rc in &route_configs {
         for route in rc.virtual_hosts.iter().flat_map(|v| &v.routes) {
             if let Some(Action::Route(a)) = &route.action {
                 match &a.cluster_specifier {
@@ -602,6 +649,18 @@ fn references(t: &Translation, defined: &BTreeSet<String>) -> (BTreeSet<String>,
                 let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
                     continue;
                 };
+                if any.type_url == TcpProxy::type_url() {
+                    match decode::<TcpProxy>(&any.value).cluster_specifier {
+                        Some(TcpClusters::Cluster(c)) => {
+                            clusters.insert(c);
+                        }
+                        Some(TcpClusters::WeightedClusters(w)) => {
+                            clusters.extend(w.clusters.into_iter().map(|c| c.name));
+                        }
+                        None => {}
+                    }
+                    continue;
+                }
                 let hcm: HttpConnectionManager = decode(&any.value);
                 for hf in &hcm.http_filters {
                     let Some(http_filter::ConfigType::TypedConfig(any)) = &hf.config_type else {
@@ -714,8 +773,8 @@ proptest! {
         // User virtual hosts served (not the version probes' own), with their domains, in
         // the route configuration of their listener.
         let mut served: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
-        for (name, r) in t.snapshot.resources(ROUTE).unwrap().iter() {
-            let rc: RouteConfiguration = decode(&r.body.value);
+        for rc in route_configurations(&t) {
+            let name = &rc.name;
             for v in &rc.virtual_hosts {
                 if v.domains.iter().any(|d| d.ends_with(".probe.switchyard.invalid")) {
                     continue;

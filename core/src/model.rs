@@ -169,6 +169,43 @@ pub struct GatewayListener {
     /// HTTPS: the client certificates every filter chain of the port checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_validation: Option<ClientValidation>,
+    /// What it forwards: requests (its virtual hosts route them), or connections.
+    #[serde(default, skip_serializing_if = "ListenerProtocol::is_http")]
+    pub protocol: ListenerProtocol,
+}
+
+/// What a Gateway listener forwards.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ListenerProtocol {
+    /// HTTP requests, routed by their virtual hosts (HTTPS with TLS).
+    #[default]
+    Http,
+    /// TLS connections, each sent whole to the backends of the virtual host its server
+    /// name (SNI) chooses: passed through as they are, or, for a virtual host with a
+    /// certificate, decrypted first.
+    Tls,
+    /// TCP connections, sent whole to the backends of its one virtual host.
+    Tcp,
+}
+
+impl ListenerProtocol {
+    pub fn is_http(&self) -> bool {
+        *self == Self::Http
+    }
 }
 
 /// How a Gateway port checks client certificates.

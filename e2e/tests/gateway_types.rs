@@ -16,7 +16,7 @@ use switchyard_e2e::kube::tool;
 
 /// (CRD plural, the version the types are of, the channel: the provisioned folder of its
 /// CRDs). ReferenceGrant's v1 is served since v1.5.
-const KINDS: [(&str, &str, &str); 7] = [
+const KINDS: [(&str, &str, &str); 10] = [
     ("backendtlspolicies", "v1", "gateway-api"),
     ("gatewayclasses", "v1", "gateway-api"),
     ("gateways", "v1", "gateway-api-experimental"),
@@ -24,6 +24,9 @@ const KINDS: [(&str, &str, &str); 7] = [
     ("httproutes", "v1", "gateway-api-experimental"),
     ("listenersets", "v1", "gateway-api-experimental"),
     ("referencegrants", "v1", "gateway-api"),
+    ("tcproutes", "v1", "gateway-api"),
+    ("tlsroutes", "v1", "gateway-api"),
+    ("udproutes", "v1", "gateway-api"),
 ];
 
 fn api_dir() -> PathBuf {

@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use switchyard_core::hash;
-use switchyard_core::route::{ResolvedListener, ResolvedRoute, ResolvedTls, SecretRef, assemble};
+use switchyard_core::route::{
+    ListenerProtocol, ResolvedListener, ResolvedRoute, ResolvedTls, SecretRef, assemble,
+};
 
 use super::service::GatewayKey;
 use super::translate::{GatewayOutcome, GatewayVirtualHost, ListenerCertificate, PortConfig};
@@ -83,6 +85,11 @@ fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedList
         tls,
         default_certificate,
         client_validation: port.client_validation.clone().filter(|_| tls),
+        protocol: match port.protocol.as_str() {
+            "TLS" => ListenerProtocol::Tls,
+            "TCP" => ListenerProtocol::Tcp,
+            _ => ListenerProtocol::Http,
+        },
     }
 }
 

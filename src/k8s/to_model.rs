@@ -471,6 +471,7 @@ mod tests {
                 ca_certificates: ca.into(),
                 insecure_fallback: false,
             }),
+            ..ResolvedListener::default()
         };
         // The port's unit has the new definition; its virtual host's unit the one before.
         let mut port = live("gw-edge-443", "app");

@@ -245,6 +245,7 @@ pub fn gateway_listener(listener: &ResolvedListener) -> Option<GatewayListener> 
             ca_certificates: v.ca_certificates.clone(),
             insecure_fallback: v.insecure_fallback,
         }),
+        protocol: listener.protocol,
     })
 }
 

@@ -20,8 +20,8 @@ pub use assemble::{Checked, Rule, assemble};
 pub use check::{Checks, Draft, SpecError};
 pub use resolve::{ResolveError, ServiceLookup, resolve};
 pub use resolved::{
-    ClientValidation, ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedMirror,
-    ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef, SubjectAltName,
-    UpstreamTls,
+    ClientValidation, ListenerProtocol, ResolvedBackend, ResolvedCluster, ResolvedListener,
+    ResolvedMirror, ResolvedRoute, ResolvedRule, ResolvedTls, ResolvedVirtualHost, SecretRef,
+    SubjectAltName, UpstreamTls,
 };
 pub use spec::RouteSpec;

@@ -6,6 +6,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::ListenerProtocol;
+
 use super::spec::{
     CircuitBreaker, HeaderEdits, HealthCheck, OutlierDetection, Redirect, RuleMatch, RuleOptions,
 };
@@ -48,6 +50,10 @@ pub struct ResolvedListener {
     /// HTTPS: the client certificates its connections are checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_validation: Option<ClientValidation>,
+    /// What it forwards: HTTP requests (absent), or TLS or TCP connections, each sent
+    /// whole to the backends of its virtual host's one rule.
+    #[serde(default, skip_serializing_if = "ListenerProtocol::is_http")]
+    pub protocol: ListenerProtocol,
 }
 
 /// How an HTTPS port checks the certificates clients present (a Gateway's

@@ -45,6 +45,20 @@ pub const JSON_FIELDS: &[(&str, &str)] = &[
     ("x_forwarded_for", "%REQ(X-FORWARDED-FOR)%"),
 ];
 
+/// The JSON fields of a connection forwarded whole (TCP or TLS), in the order they are
+/// encoded.
+pub const CONNECTION_JSON_FIELDS: &[(&str, &str)] = &[
+    ("bytes_received", "%BYTES_RECEIVED%"),
+    ("bytes_sent", "%BYTES_SENT%"),
+    ("downstream_remote_address", "%DOWNSTREAM_REMOTE_ADDRESS%"),
+    ("duration_ms", "%DURATION%"),
+    ("requested_server_name", "%REQUESTED_SERVER_NAME%"),
+    ("response_flags", "%RESPONSE_FLAGS%"),
+    ("start_time", "%START_TIME%"),
+    ("upstream_cluster", "%UPSTREAM_CLUSTER%"),
+    ("upstream_host", "%UPSTREAM_HOST%"),
+];
+
 /// The field numbers of `log_format` in StdoutAccessLog and of `json_format` in
 /// SubstitutionFormatString.
 const LOG_FORMAT_FIELD: u32 = 1;
@@ -52,10 +66,20 @@ const JSON_FORMAT_FIELD: u32 = 2;
 
 /// The access logs of a public listener's connection manager (none when off).
 pub fn access_logs(settings: &model::AccessLog) -> Vec<AccessLog> {
+    logs_of(settings, JSON_FIELDS)
+}
+
+/// The access logs of a connection forwarded whole (none when off): one line a
+/// connection, when it closes.
+pub fn connection_access_logs(settings: &model::AccessLog) -> Vec<AccessLog> {
+    logs_of(settings, CONNECTION_JSON_FIELDS)
+}
+
+fn logs_of(settings: &model::AccessLog, json_fields: &[(&str, &str)]) -> Vec<AccessLog> {
     let logger = match settings.format {
         AccessLogFormat::Off => return Vec::new(),
         AccessLogFormat::Text => StdoutAccessLog::default().encode_to_vec(),
-        AccessLogFormat::Json => json_stdout_logger(),
+        AccessLogFormat::Json => json_stdout_logger(json_fields),
     };
     let filter = (settings.sample_percent < 100).then(|| AccessLogFilter {
         filter_specifier: Some(access_log_filter::FilterSpecifier::RuntimeFilter(
@@ -79,12 +103,12 @@ pub fn access_logs(settings: &model::AccessLog) -> Vec<AccessLog> {
     }]
 }
 
-/// StdoutAccessLog { log_format: { json_format: JSON_FIELDS } }, encoded by hand so that
-/// the bytes do not depend on the order of a `HashMap` (Struct's fields): the same
+/// StdoutAccessLog { log_format: { json_format: `json_fields` } }, encoded by hand so
+/// that the bytes do not depend on the order of a `HashMap` (Struct's fields): the same
 /// configuration, the same version (I6).
-fn json_stdout_logger() -> Vec<u8> {
+fn json_stdout_logger(json_fields: &[(&str, &str)]) -> Vec<u8> {
     let mut fields = Struct::default();
-    for (name, command) in JSON_FIELDS {
+    for (name, command) in json_fields {
         fields.fields.insert(
             (*name).to_owned(),
             Value {
@@ -139,6 +163,7 @@ mod tests {
         };
         assert_eq!(json.fields.len(), JSON_FIELDS.len());
         assert!(JSON_FIELDS.is_sorted_by_key(|(name, _)| *name));
+        assert!(CONNECTION_JSON_FIELDS.is_sorted_by_key(|(name, _)| *name));
         for _ in 0..10 {
             assert_eq!(access_logs(&model::AccessLog::default()), logs);
         }

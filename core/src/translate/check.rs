@@ -16,6 +16,9 @@ use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier, http_filter,
 };
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusters,
+};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret,
 };
@@ -87,80 +90,7 @@ pub fn check_consistency(snapshot: &Snapshot) -> Result<(), String> {
             continue;
         };
         expect_name(r, &rc.name, &mut errors);
-        let mut vhost_names = BTreeSet::new();
-        let mut domains: BTreeMap<String, String> = BTreeMap::new();
-        for vh in &rc.virtual_hosts {
-            if !vhost_names.insert(vh.name.clone()) {
-                errors.push(format!(
-                    "route configuration {:?}: virtual host {:?} twice",
-                    rc.name, vh.name
-                ));
-            }
-            if vh.domains.is_empty() {
-                errors.push(format!("virtual host {:?} has no domains", vh.name));
-            }
-            for domain in &vh.domains {
-                if let Some(other) = domains.insert(domain.to_ascii_lowercase(), vh.name.clone()) {
-                    errors.push(format!(
-                        "domain {domain:?} in virtual hosts {other:?} and {:?}",
-                        vh.name
-                    ));
-                }
-            }
-            for route in &vh.routes {
-                let at = format!("virtual host {:?} route {:?}", vh.name, route.name);
-                let mut regexes = Vec::new();
-                if let Some(m) = &route.r#match {
-                    if let Some(PathSpecifier::SafeRegex(re)) = &m.path_specifier {
-                        regexes.push(re.regex.as_str());
-                    }
-                    for h in &m.headers {
-                        if let Some(HeaderMatchSpecifier::StringMatch(s)) =
-                            &h.header_match_specifier
-                            && let Some(MatchPattern::SafeRegex(re)) = &s.match_pattern
-                        {
-                            regexes.push(re.regex.as_str());
-                        }
-                    }
-                }
-                for re in regexes {
-                    if let Err(e) = validate::regex(re) {
-                        errors.push(format!("{at}: {e}"));
-                    }
-                }
-                let Some(Action::Route(action)) = &route.action else {
-                    continue;
-                };
-                let targets: Vec<&str> = match &action.cluster_specifier {
-                    Some(ClusterSpecifier::Cluster(c)) => vec![c.as_str()],
-                    Some(ClusterSpecifier::WeightedClusters(w)) => {
-                        let total: u64 = w
-                            .clusters
-                            .iter()
-                            .map(|c| u64::from(c.weight.map_or(0, |w| w.value)))
-                            .sum();
-                        if w.clusters.is_empty() || total == 0 {
-                            errors.push(format!("{at}: weighted clusters with total weight 0"));
-                        }
-                        w.clusters.iter().map(|c| c.name.as_str()).collect()
-                    }
-                    other => {
-                        errors.push(format!("{at}: unexpected cluster specifier {other:?}"));
-                        vec![]
-                    }
-                };
-                let mirrored = action
-                    .request_mirror_policies
-                    .iter()
-                    .map(|m| m.cluster.as_str());
-                for c in targets.into_iter().chain(mirrored) {
-                    // The share of 500s names a cluster no snapshot has, on purpose.
-                    if c != model::UNAVAILABLE_CLUSTER && !clusters.contains(c) {
-                        errors.push(format!("{at}: cluster {c:?} is not in the snapshot"));
-                    }
-                }
-            }
-        }
+        check_route_configuration(&rc, &clusters, &mut errors);
     }
 
     for r in each(snapshot, CLUSTER) {
@@ -194,6 +124,88 @@ pub fn check_consistency(snapshot: &Snapshot) -> Result<(), String> {
     }
 }
 
+/// A route configuration's virtual hosts: unique names and domains, valid regular
+/// expressions, clusters in the snapshot.
+fn check_route_configuration(
+    rc: &RouteConfiguration,
+    clusters: &BTreeSet<String>,
+    errors: &mut Vec<String>,
+) {
+    let mut vhost_names = BTreeSet::new();
+    let mut domains: BTreeMap<String, String> = BTreeMap::new();
+    for vh in &rc.virtual_hosts {
+        if !vhost_names.insert(vh.name.clone()) {
+            errors.push(format!(
+                "route configuration {:?}: virtual host {:?} twice",
+                rc.name, vh.name
+            ));
+        }
+        if vh.domains.is_empty() {
+            errors.push(format!("virtual host {:?} has no domains", vh.name));
+        }
+        for domain in &vh.domains {
+            if let Some(other) = domains.insert(domain.to_ascii_lowercase(), vh.name.clone()) {
+                errors.push(format!(
+                    "domain {domain:?} in virtual hosts {other:?} and {:?}",
+                    vh.name
+                ));
+            }
+        }
+        for route in &vh.routes {
+            let at = format!("virtual host {:?} route {:?}", vh.name, route.name);
+            let mut regexes = Vec::new();
+            if let Some(m) = &route.r#match {
+                if let Some(PathSpecifier::SafeRegex(re)) = &m.path_specifier {
+                    regexes.push(re.regex.as_str());
+                }
+                for h in &m.headers {
+                    if let Some(HeaderMatchSpecifier::StringMatch(s)) = &h.header_match_specifier
+                        && let Some(MatchPattern::SafeRegex(re)) = &s.match_pattern
+                    {
+                        regexes.push(re.regex.as_str());
+                    }
+                }
+            }
+            for re in regexes {
+                if let Err(e) = validate::regex(re) {
+                    errors.push(format!("{at}: {e}"));
+                }
+            }
+            let Some(Action::Route(action)) = &route.action else {
+                continue;
+            };
+            let targets: Vec<&str> = match &action.cluster_specifier {
+                Some(ClusterSpecifier::Cluster(c)) => vec![c.as_str()],
+                Some(ClusterSpecifier::WeightedClusters(w)) => {
+                    let total: u64 = w
+                        .clusters
+                        .iter()
+                        .map(|c| u64::from(c.weight.map_or(0, |w| w.value)))
+                        .sum();
+                    if w.clusters.is_empty() || total == 0 {
+                        errors.push(format!("{at}: weighted clusters with total weight 0"));
+                    }
+                    w.clusters.iter().map(|c| c.name.as_str()).collect()
+                }
+                other => {
+                    errors.push(format!("{at}: unexpected cluster specifier {other:?}"));
+                    vec![]
+                }
+            };
+            let mirrored = action
+                .request_mirror_policies
+                .iter()
+                .map(|m| m.cluster.as_str());
+            for c in targets.into_iter().chain(mirrored) {
+                // The share of 500s names a cluster no snapshot has, on purpose.
+                if c != model::UNAVAILABLE_CLUSTER && !clusters.contains(c) {
+                    errors.push(format!("{at}: cluster {c:?} is not in the snapshot"));
+                }
+            }
+        }
+    }
+}
+
 fn check_chain(
     chain: &FilterChain,
     at: &str,
@@ -207,6 +219,31 @@ fn check_chain(
             errors.push(format!("{at}: filter {:?} has no typed config", f.name));
             continue;
         };
+        if any.type_url == TcpProxy::type_url() {
+            let Some(proxy) = unpack::<TcpProxy>(any, at, errors) else {
+                continue;
+            };
+            let targets: Vec<&str> = match &proxy.cluster_specifier {
+                Some(TcpClusters::Cluster(c)) => vec![c.as_str()],
+                Some(TcpClusters::WeightedClusters(w)) => {
+                    if w.clusters.is_empty() || w.clusters.iter().any(|c| c.weight == 0) {
+                        errors.push(format!("{at}: a weighted cluster of weight 0, or none"));
+                    }
+                    w.clusters.iter().map(|c| c.name.as_str()).collect()
+                }
+                None => {
+                    errors.push(format!("{at}: tcp_proxy without a cluster"));
+                    vec![]
+                }
+            };
+            for c in targets {
+                // The share of closed connections names a cluster no snapshot has.
+                if c != model::UNAVAILABLE_CLUSTER && !clusters.contains(c) {
+                    errors.push(format!("{at}: cluster {c:?} is not in the snapshot"));
+                }
+            }
+            continue;
+        }
         let Some(hcm) = unpack::<HttpConnectionManager>(any, at, errors) else {
             continue;
         };
@@ -219,7 +256,13 @@ fn check_chain(
                     ));
                 }
             }
-            other => errors.push(format!("{at}: expected RDS, found {other:?}")),
+            // A TCP or TLS listener's probe port.
+            Some(RouteSpecifier::RouteConfig(rc)) => {
+                check_route_configuration(rc, clusters, errors);
+            }
+            other => errors.push(format!(
+                "{at}: expected a route configuration, found {other:?}"
+            )),
         }
         for (i, hf) in hcm.http_filters.iter().enumerate() {
             let Some(http_filter::ConfigType::TypedConfig(any)) = &hf.config_type else {

@@ -518,6 +518,7 @@ mod tests {
             tls: true,
             default_secret: Some("web/cert".into()),
             client_validation,
+            protocol: model::ListenerProtocol::Http,
         }
     }
 

@@ -32,6 +32,7 @@ pub mod render;
 mod route;
 pub use route::{LISTENER_HEADER, NO_LISTENER};
 mod secret;
+mod stream;
 mod translator;
 mod validate;
 

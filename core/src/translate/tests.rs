@@ -724,6 +724,7 @@ fn a_gateway_listeners_route_configuration_is_served_in_parts_whole() {
         tls: false,
         default_secret: None,
         client_validation: None,
+        protocol: model::ListenerProtocol::Http,
     }];
     config.clusters = vec![cluster("a")];
     let mut vh = vhost("ns/web", &["web.test"], "a");

@@ -12,3 +12,6 @@ pub mod grpcroutes;
 pub mod httproutes;
 pub mod listenersets;
 pub mod referencegrants;
+pub mod tcproutes;
+pub mod tlsroutes;
+pub mod udproutes;

@@ -141,6 +141,9 @@ impl Translator {
         if let Some(l) = &host.model.listener {
             match self.served_gateway_listeners.get(l) {
                 None => errors.push(format!("Gateway listener {l:?} is not served")),
+                Some(gl) if !gl.protocol.is_http() => {
+                    errors.extend(stream::check_virtual_host(gl, &host.model));
+                }
                 Some(gl) if gl.tls && host.model.tls.is_none() => errors.push(format!(
                     "Gateway listener {l:?} is HTTPS: the virtual host needs TLS"
                 )),

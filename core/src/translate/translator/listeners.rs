@@ -2,6 +2,9 @@
 //! listeners (one port each, no conflicts), and their rebuild when TLS hosts or endpoint
 //! probes change.
 
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+
 use super::*;
 
 impl Translator {
@@ -108,6 +111,14 @@ impl Translator {
         }
         let catch_all = probe::catch_all_virtual_host();
         for name in &changed {
+            // Served over RDS or inline (its protocol may have changed): every virtual host
+            // of its route configuration is sent again, or taken back.
+            let first = (name.clone(), String::new(), EntryKind::Probe);
+            let entries: Vec<EntryKey> = (self.route_entries.range(first..))
+                .take_while(|((rc, _, _), _)| rc == name)
+                .map(|(key, _)| key.clone())
+                .collect();
+            out.entries_changed.extend(entries);
             // A probe host not installed answers 404 there too, never a user's backend.
             let entry = served.contains_key(name).then(|| catch_all.encode_to_vec());
             let key = (name.clone(), catch_all.name.clone(), EntryKind::Probe);
@@ -138,6 +149,10 @@ impl Translator {
             .collect();
         let mut listeners = listener::listeners(&self.listeners, &tls_hosts_of(None), &probes);
         for (name, gateway) in &self.served_gateway_listeners {
+            if !gateway.protocol.is_http() {
+                listeners.push(self.stream_listener(name, gateway));
+                continue;
+            }
             // Its default chain only with a secret that can serve.
             let default_secret = gateway.default_secret.as_deref().filter(|s| {
                 self.secrets
@@ -165,5 +180,25 @@ impl Translator {
         for l in &listeners {
             out.puts.push(Resource::new(l.name.clone(), proto::pack(l)));
         }
+    }
+
+    /// A TCP or TLS Gateway listener: its served virtual hosts' chains, and its route
+    /// configuration inline.
+    fn stream_listener(&self, name: &str, gateway: &model::GatewayListener) -> Listener {
+        let hosts: Vec<stream::StreamHost<'_>> = self
+            .stream_hosts
+            .iter()
+            .filter(|(_, s)| s.listener == name)
+            .map(|(vhost, s)| stream::StreamHost {
+                virtual_host: vhost,
+                hosts: &s.hosts,
+                secret: s.secret.as_deref(),
+                backends: &s.backends,
+            })
+            .collect();
+        let routes = self.route_configuration(name);
+        // Encoded a moment ago from valid parts: it decodes.
+        let routes = RouteConfiguration::decode(routes.value.as_slice()).unwrap_or_default();
+        stream::stream_listener(&self.listeners, gateway, &hosts, routes)
     }
 }

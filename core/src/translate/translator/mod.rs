@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use super::{
     HTTP_LISTENER, HTTPS_LISTENER, Inputs, PROBE_CATCH_ALL_VHOST, PROBE_LISTENER, Problem,
     ROUTE_CONFIG_NAME, Subject, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint,
-    listener, probe, proto, route, secret, unique_by_name, validate,
+    listener, probe, proto, route, secret, stream, unique_by_name, validate,
 };
 use crate::model;
 use crate::xds::snapshot::{
@@ -52,7 +52,7 @@ mod placement;
 use found::Found;
 use hosts::{DomainKey, Host, domain_key, route_config_of};
 use inputs::{build_clusters, decrement, edits, remove_from};
-use placement::{EntryKey, EntryKind, Output, TlsServed, Uses};
+use placement::{EntryKey, EntryKind, Output, StreamServed, TlsServed, Uses};
 
 /// A change to one input: its new definition, or its removal by name.
 #[derive(Clone, Debug)]
@@ -127,6 +127,9 @@ pub struct Translator {
     served_uses: HashMap<String, Uses>,
     /// Served TLS virtual hosts: Gateway listener, hosts and secret, by virtual host name.
     tls_hosts: BTreeMap<String, TlsServed>,
+    /// Served virtual hosts of TCP and TLS Gateway listeners: one filter chain each, by
+    /// virtual host name.
+    stream_hosts: BTreeMap<String, StreamServed>,
     /// Encoded virtual hosts of the route configurations.
     route_entries: BTreeMap<EntryKey, Vec<u8>>,
     /// The route configuration each placed version probe is in, by id.
@@ -187,6 +190,7 @@ impl Translator {
             cluster_secrets: HashMap::new(),
             served_uses: HashMap::new(),
             tls_hosts: BTreeMap::new(),
+            stream_hosts: BTreeMap::new(),
             route_entries: BTreeMap::new(),
             probe_entries: HashMap::new(),
             probe_cluster_uses: HashMap::new(),
@@ -457,6 +461,11 @@ impl Translator {
         self.place_clusters(&dirty_clusters, &mut out);
         dirty_secrets.extend(std::mem::take(&mut out.touched_secrets));
         self.place_secrets(&dirty_secrets, &mut out);
+        // A TCP or TLS listener holds its route configuration (its version probes) inline.
+        out.listeners_changed |= out
+            .routes_changed
+            .iter()
+            .any(|rc| self.is_stream_listener(rc));
         if out.listeners_changed {
             self.place_listeners(&mut out);
         }

@@ -22,6 +22,15 @@ pub(super) enum EntryKind {
     User,
 }
 
+/// A served virtual host's filter chain on a TCP or TLS Gateway listener.
+#[derive(Clone, PartialEq)]
+pub(super) struct StreamServed {
+    pub(super) listener: String,
+    pub(super) hosts: Vec<String>,
+    pub(super) secret: Option<String>,
+    pub(super) backends: Vec<(String, u32)>,
+}
+
 /// What one apply changed, gathered for the snapshot at its end.
 #[derive(Default)]
 pub(super) struct Output {
@@ -63,12 +72,22 @@ impl Translator {
                 .collect(),
             secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
         };
-        let tls = host.model.tls.as_ref().map(|t| TlsServed {
-            listener: host.model.listener.clone(),
-            hosts: host.served_hosts.clone(),
-            secret: t.secret.clone(),
-            listener_hostname: t.listener_hostname.clone(),
-        });
+        let stream = (host.model.listener.as_ref())
+            .filter(|l| self.is_stream_listener(l))
+            .map(|l| StreamServed {
+                listener: l.clone(),
+                hosts: host.served_hosts.clone(),
+                secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
+                backends: stream::backends(&host.model),
+            });
+        let tls = (host.model.tls.as_ref())
+            .filter(|_| stream.is_none())
+            .map(|t| TlsServed {
+                listener: host.model.listener.clone(),
+                hosts: host.served_hosts.clone(),
+                secret: t.secret.clone(),
+                listener_hostname: t.listener_hostname.clone(),
+            });
         let moved_from = self
             .served_uses
             .get(name)
@@ -84,6 +103,7 @@ impl Translator {
         );
         self.set_uses(name, Some(uses), out);
         self.set_tls_host(name, tls, out);
+        self.set_stream_host(name, stream, out);
     }
 
     /// Takes a virtual host out of its route configuration (if it was in).
@@ -95,6 +115,7 @@ impl Translator {
         }
         self.set_uses(name, None, out);
         self.set_tls_host(name, None, out);
+        self.set_stream_host(name, None, out);
     }
 
     pub(super) fn set_entry(&mut self, key: EntryKey, bytes: Option<Vec<u8>>, out: &mut Output) {
@@ -149,6 +170,22 @@ impl Translator {
         match tls {
             Some(tls) => self.tls_hosts.insert(name.to_owned(), tls),
             None => self.tls_hosts.remove(name),
+        };
+        out.listeners_changed = true;
+    }
+
+    pub(super) fn set_stream_host(
+        &mut self,
+        name: &str,
+        stream: Option<StreamServed>,
+        out: &mut Output,
+    ) {
+        if self.stream_hosts.get(name) == stream.as_ref() {
+            return;
+        }
+        match stream {
+            Some(stream) => self.stream_hosts.insert(name.to_owned(), stream),
+            None => self.stream_hosts.remove(name),
         };
         out.listeners_changed = true;
     }
@@ -330,13 +367,7 @@ impl Translator {
                 out.removes.push((ROUTE, name));
                 continue;
             }
-            let first = (name.clone(), String::new(), EntryKind::Probe);
-            let entries = self
-                .route_entries
-                .range(first..)
-                .take_while(|((rc, _, _), _)| *rc == name)
-                .map(|(_, bytes)| bytes.as_slice());
-            let body = route::route_configuration(&name, entries);
+            let body = self.route_configuration(&name);
             if in_parts {
                 let parts = vhds::parts_name(&name);
                 out.puts.push(Resource::new(
@@ -363,7 +394,26 @@ impl Translator {
             .update(out.removes, out.puts.into_iter().map(Arc::new));
     }
 
+    /// Whether a route configuration is served over RDS: the shared one, and those of the
+    /// HTTP(S) Gateway listeners (a TCP or TLS listener holds its own inline).
     pub(super) fn serves_route_config(&self, name: &str) -> bool {
-        name == ROUTE_CONFIG_NAME || self.served_gateway_listeners.contains_key(name)
+        name == ROUTE_CONFIG_NAME
+            || (self.served_gateway_listeners.get(name)).is_some_and(|l| l.protocol.is_http())
+    }
+
+    /// A served TCP or TLS Gateway listener.
+    pub(super) fn is_stream_listener(&self, name: &str) -> bool {
+        (self.served_gateway_listeners.get(name)).is_some_and(|l| !l.protocol.is_http())
+    }
+
+    /// A route configuration as its encoded virtual hosts give it.
+    pub(super) fn route_configuration(&self, name: &str) -> envoy_types::pb::google::protobuf::Any {
+        let first = (name.to_owned(), String::new(), EntryKind::Probe);
+        let entries = self
+            .route_entries
+            .range(first..)
+            .take_while(|((rc, _, _), _)| rc == name)
+            .map(|(_, bytes)| bytes.as_slice());
+        route::route_configuration(name, entries)
     }
 }

@@ -1,0 +1,285 @@
+//! TCP and TLS Gateway listeners on real Envoy: connections forwarded whole (TCP; TLS
+//! passed through by server name, or decrypted first), and each listener's version probes
+//! answered on its probe port by the listener itself, so a probe that reads a version is
+//! proof that new connections are forwarded by it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard::model;
+use switchyard::xds::{Ordering, Protocol};
+use switchyard_e2e::{
+    Backend, Envoy, InProcessServer, StandaloneDir, free_port, https_get, pem_fingerprint,
+};
+
+const IP: &str = "127.0.0.51";
+const TLS: &str = "apps/gw/443/tls";
+const TCP: &str = "apps/gw/5432/tcp";
+const TOKEN: &str = "t";
+
+fn cluster_of(backend: &Backend) -> model::Cluster {
+    let service = model::ServiceRef {
+        namespace: "apps".into(),
+        name: backend.name.clone(),
+        port: backend.address.port(),
+    };
+    model::Cluster {
+        name: model::cluster_name(&service, &model::ClusterSettings::default()),
+        service,
+        settings: Default::default(),
+        endpoints: vec![model::Endpoint {
+            address: IP.into(),
+            port: backend.address.port(),
+            condition: model::EndpointCondition::READY,
+            zone: None,
+        }],
+    }
+}
+
+fn forwarding(cluster: &str) -> model::Route {
+    model::Route {
+        name: "all".into(),
+        path: model::PathMatch::Prefix("/".into()),
+        headers: Vec::new(),
+        method: None,
+        query: Vec::new(),
+        action: model::RouteAction::Forward(model::Forward {
+            backends: vec![model::WeightedCluster {
+                cluster: cluster.into(),
+                weight: 1,
+                request_headers: Default::default(),
+            }],
+            ..Default::default()
+        }),
+        request_headers: Default::default(),
+        response_headers: Default::default(),
+    }
+}
+
+fn vhost(name: &str, listener: &str, host: &str, cluster: &str) -> model::VirtualHost {
+    model::VirtualHost {
+        name: name.into(),
+        listener: Some(listener.into()),
+        hosts: vec![host.into()],
+        tls: None,
+        routes: vec![forwarding(cluster)],
+        leaving: false,
+        created: None,
+    }
+}
+
+fn probe(id: &str, listener: &str, version: &str) -> model::VersionProbe {
+    model::VersionProbe {
+        id: id.into(),
+        version: version.into(),
+        listener: Some(listener.into()),
+        ..Default::default()
+    }
+}
+
+struct Ports {
+    tls: u16,
+    tls_probe: u16,
+    tcp: u16,
+    tcp_probe: u16,
+}
+
+fn listener(
+    name: &str,
+    port: u16,
+    probe_port: u16,
+    protocol: model::ListenerProtocol,
+) -> model::GatewayListener {
+    model::GatewayListener {
+        name: name.into(),
+        port,
+        probe_port,
+        tls: false,
+        default_secret: None,
+        client_validation: None,
+        protocol,
+    }
+}
+
+/// The version a listener's probe port answers for `id`, if any.
+async fn version_answered(probe_port: u16, id: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .ok()?;
+    let answer = client
+        .get(format!("http://{IP}:{probe_port}/"))
+        .header("host", model::version_probe_host(id, TOKEN))
+        .send()
+        .await
+        .ok()?;
+    (answer.status() == 200)
+        .then(|| {
+            answer
+                .headers()
+                .get("x-switchyard-version")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .flatten()
+}
+
+async fn wait_for_version(probe_port: u16, id: &str, version: &str) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if version_answered(probe_port, id).await.as_deref() == Some(version) {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{id} never answered version {version} on port {probe_port}");
+}
+
+/// One plain HTTP GET over a new connection: the body.
+async fn plain_get(address: SocketAddr) -> Result<String, String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let answer = client
+        .get(format!("http://{address}/"))
+        .header("host", "db.example.com")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    answer.text().await.map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_envoy() {
+    let work = StandaloneDir::new();
+    let backend_cert =
+        switchyard::certgen::generate(&["abc.example.com".to_owned()], 1).expect("certgen");
+    let gateway_cert =
+        switchyard::certgen::generate(&["tls.example.com".to_owned()], 1).expect("certgen");
+    let secure = Backend::start_tls(
+        "secure",
+        IP,
+        (&backend_cert.server.cert_pem, &backend_cert.server.key_pem),
+        None,
+    )
+    .await;
+    let plain = Backend::start("plain", IP).await;
+    let other = Backend::start("other", IP).await;
+    let clusters = [cluster_of(&secure), cluster_of(&plain), cluster_of(&other)];
+    let ports = Ports {
+        tls: free_port(),
+        tls_probe: free_port(),
+        tcp: free_port(),
+        tcp_probe: free_port(),
+    };
+    let mut terminate = vhost("apps/terminate", TLS, "tls.example.com", &clusters[1].name);
+    terminate.tls = Some(model::VirtualHostTls {
+        secret: "apps/gateway-cert".into(),
+        redirect_http: false,
+        listener_hostname: None,
+    });
+    let mut config = model::Config {
+        listeners: model::ListenerSettings {
+            address: IP.into(),
+            http_port: free_port(),
+            https_port: free_port(),
+            probe_port: free_port(),
+            probe_token: TOKEN.into(),
+            ..Default::default()
+        },
+        gateway_listeners: vec![
+            listener(
+                TLS,
+                ports.tls,
+                ports.tls_probe,
+                model::ListenerProtocol::Tls,
+            ),
+            listener(
+                TCP,
+                ports.tcp,
+                ports.tcp_probe,
+                model::ListenerProtocol::Tcp,
+            ),
+        ],
+        virtual_hosts: vec![
+            vhost(
+                "apps/passthrough",
+                TLS,
+                "abc.example.com",
+                &clusters[0].name,
+            ),
+            terminate,
+            vhost("apps/db", TCP, "*", &clusters[1].name),
+        ],
+        clusters: clusters.to_vec(),
+        secrets: vec![model::TlsSecret {
+            name: "apps/gateway-cert".into(),
+            certificate_chain: gateway_cert.server.cert_pem.clone(),
+            private_key: gateway_cert.server.key_pem.clone(),
+        }],
+        endpoint_probes: Vec::new(),
+        version_probes: vec![
+            probe("apps/passthrough", TLS, "p1"),
+            probe("apps/terminate", TLS, "t1"),
+            probe("apps/db", TCP, "d1"),
+        ],
+    };
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, [], "{:#?}", translation.problems);
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    server.desired.publish(Arc::new(translation.snapshot));
+    server.desired.open();
+    let envoy = Envoy::start(&work.work, "envoy-stream", IP, server.port, Protocol::Delta);
+    for (port, id, version) in [
+        (ports.tls_probe, "apps/passthrough", "p1"),
+        (ports.tls_probe, "apps/terminate", "t1"),
+        (ports.tcp_probe, "apps/db", "d1"),
+    ] {
+        wait_for_version(port, id, version).await;
+    }
+
+    let tls_address: SocketAddr = format!("{IP}:{}", ports.tls).parse().expect("an address");
+    // Passed through: the backend's own certificate, its answer.
+    let (certificate, answer) = https_get(tls_address, "abc.example.com", "/")
+        .await
+        .expect("passed through");
+    assert_eq!(certificate, pem_fingerprint(&backend_cert.server.cert_pem));
+    assert_eq!(answer.body, "secure");
+    // Decrypted by Envoy with the listener's certificate, then sent on as it is.
+    let (certificate, answer) = https_get(tls_address, "tls.example.com", "/")
+        .await
+        .expect("terminated");
+    assert_eq!(certificate, pem_fingerprint(&gateway_cert.server.cert_pem));
+    assert_eq!(answer.body, "plain");
+    // A name no route has: the connection is closed.
+    let refused = https_get(tls_address, "nobody.example.com", "/").await;
+    assert!(refused.is_err(), "{refused:?}");
+    // TCP: every connection to the route's backend.
+    let tcp_address: SocketAddr = format!("{IP}:{}", ports.tcp).parse().expect("an address");
+    assert_eq!(plain_get(tcp_address).await.as_deref(), Ok("plain"));
+
+    // The TCP route moves. Once the probe port answers the new version, every new
+    // connection goes to the new backend: the answer and the forwarding are one resource.
+    config.virtual_hosts[2].routes = vec![forwarding(&clusters[2].name)];
+    config.version_probes[2].version = "d2".into();
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, []);
+    server.desired.publish(Arc::new(translation.snapshot));
+    let took = wait_for_version(ports.tcp_probe, "apps/db", "d2").await;
+    for _ in 0..20 {
+        assert_eq!(plain_get(tcp_address).await.as_deref(), Ok("other"));
+    }
+    // The other chains were left as they were.
+    assert_eq!(
+        version_answered(ports.tls_probe, "apps/passthrough")
+            .await
+            .as_deref(),
+        Some("p1")
+    );
+    println!("TCP move: version answered {took:?} after the change");
+    drop(envoy);
+}

@@ -1,5 +1,6 @@
 //! Golden tests of the Gateway API front-end: `tests/golden/gateway/<case>/input.yaml`
-//! (GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes, ReferenceGrants and the Services, Namespaces,
+//! (GatewayClasses, Gateways, ListenerSets, HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes,
+//! ReferenceGrants and the Services, Namespaces,
 //! Secrets and ConfigMaps they name) gives exactly `expected.yaml`: the status of every object of
 //! Switchyard's and what each Gateway serves, in the route vocabulary; and `units.yaml`:
 //! the units the Gateways roll out, with the version and clusters each one's ProxyConfigs
@@ -16,6 +17,8 @@ use switchyard::gateway::api::grpcroutes::GrpcRoute;
 use switchyard::gateway::api::httproutes::HttpRoute;
 use switchyard::gateway::api::listenersets::ListenerSet;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
+use switchyard::gateway::api::tcproutes::TcpRoute;
+use switchyard::gateway::api::tlsroutes::TlsRoute;
 use switchyard::gateway::controller::{known, known_ca};
 use switchyard::gateway::translate::{
     CONTROLLER_NAME, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
@@ -33,6 +36,8 @@ fn translated(case: &str) -> Translation {
     let listener_sets: Vec<ListenerSet> = golden::of_kind(&docs, "ListenerSet");
     let routes: Vec<HttpRoute> = golden::of_kind(&docs, "HTTPRoute");
     let grpc_routes: Vec<GrpcRoute> = golden::of_kind(&docs, "GRPCRoute");
+    let tls_routes: Vec<TlsRoute> = golden::of_kind(&docs, "TLSRoute");
+    let tcp_routes: Vec<TcpRoute> = golden::of_kind(&docs, "TCPRoute");
     let grants: Vec<ReferenceGrant> = golden::of_kind(&docs, "ReferenceGrant");
     let services: Vec<Service> = golden::of_kind(&docs, "Service");
     let namespaces: Vec<Namespace> = golden::of_kind(&docs, "Namespace");
@@ -53,6 +58,8 @@ fn translated(case: &str) -> Translation {
         listener_sets: &listener_sets,
         routes: &routes,
         grpc_routes: &grpc_routes,
+        tls_routes: &tls_routes,
+        tcp_routes: &tcp_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,

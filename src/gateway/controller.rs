@@ -178,6 +178,8 @@ async fn pass(
     let gateways = owned(&stores.gateways);
     let routes = owned(&stores.routes);
     let grpc_routes = stores.grpc_routes.as_ref().map(owned).unwrap_or_default();
+    let tls_routes = stores.tls_routes.as_ref().map(owned).unwrap_or_default();
+    let tcp_routes = stores.tcp_routes.as_ref().map(owned).unwrap_or_default();
     let grants = owned(&stores.grants);
     let services = owned(&stores.shared.services);
     let namespaces = owned(&stores.namespaces);
@@ -202,6 +204,8 @@ async fn pass(
         listener_sets: &listener_sets,
         routes: &routes,
         grpc_routes: &grpc_routes,
+        tls_routes: &tls_routes,
+        tcp_routes: &tcp_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,
@@ -214,6 +218,8 @@ async fn pass(
         gateways = translation.gateways.len(),
         routes = translation.routes.len(),
         grpc_routes = translation.grpc_routes.len(),
+        tls_routes = translation.tls_routes.len(),
+        tcp_routes = translation.tcp_routes.len(),
         "Gateway API translated"
     );
     let proxy_configs = owned(&stores.shared.proxy_configs);
@@ -228,6 +234,8 @@ async fn pass(
         listener_sets: &listener_sets,
         routes: &routes,
         grpc_routes: &grpc_routes,
+        tls_routes: &tls_routes,
+        tcp_routes: &tcp_routes,
         policies: &policies,
         addresses: &addresses,
         units: &units,

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use switchyard_core::hash;
 use switchyard_core::route::{
-    ListenerProtocol, ResolvedListener, ResolvedRoute, ResolvedTls, SecretRef, assemble,
+    ListenerProtocol, ResolvedListener, ResolvedRoute, ResolvedTls, Rule, SecretRef, assemble,
 };
 
 use super::service::GatewayKey;
@@ -129,7 +129,7 @@ fn host_unit(
     let namespace = &gateway.0;
     // The unit's ProxyConfigs are in the Gateway's namespace: a cluster's namespace is
     // written out unless it is the Gateway's.
-    let rules = vh
+    let rules: Vec<Rule> = vh
         .rules
         .iter()
         .map(|r| {
@@ -150,16 +150,36 @@ fn host_unit(
             .flatten()
             .map(|s| (s.namespace, s.name))
     };
-    let tls = listener
-        .tls
-        .then(|| certificate(&port.certificates, &vh.hostname).or_else(default))
-        .flatten()
-        .map(|(ns, name)| ResolvedTls {
-            namespace: (ns != *namespace).then_some(ns),
-            secret_name: name,
-            redirect_http: false,
-            listener_hostname: vh.listener_hostname.clone(),
-        });
+    let tls = if listener.protocol == ListenerProtocol::Tls {
+        // Its listener's certificate when that listener decrypts; none: passed through.
+        (port.certificates.iter())
+            .find(|c| Some(&c.hostname) == vh.listener_hostname.as_ref())
+            .and_then(|c| c.secrets.first().cloned())
+            .map(|(ns, name)| ResolvedTls {
+                namespace: (ns != *namespace).then_some(ns),
+                secret_name: name,
+                redirect_http: false,
+                listener_hostname: None,
+            })
+    } else {
+        listener
+            .tls
+            .then(|| certificate(&port.certificates, &vh.hostname).or_else(default))
+            .flatten()
+            .map(|(ns, name)| ResolvedTls {
+                namespace: (ns != *namespace).then_some(ns),
+                secret_name: name,
+                redirect_http: false,
+                listener_hostname: vh.listener_hostname.clone(),
+            })
+    };
+    // A connection passed through is the client's TLS: the Gateway adds none of its own.
+    let passed_through = listener.protocol == ListenerProtocol::Tls && tls.is_none();
+    let rules = if passed_through {
+        rules.into_iter().map(Rule::without_backend_tls).collect()
+    } else {
+        rules
+    };
     Unit {
         gateway: gateway.clone(),
         port: port.port,

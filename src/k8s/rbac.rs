@@ -68,6 +68,18 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "tlsroutes",
+        &["get", "list", "watch"],
+        "Gateway API: the routes attached to them",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "tcproutes",
+        &["get", "list", "watch"],
+        "Gateway API: the routes attached to them",
+    ),
+    (
+        "gateway.networking.k8s.io",
         "referencegrants",
         &["get", "list", "watch"],
         "Gateway API: references across namespaces",
@@ -105,6 +117,18 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "gateway.networking.k8s.io",
         "grpcroutes/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "tlsroutes/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "tcproutes/status",
         &["patch"],
         "Gateway API status",
     ),

@@ -15,6 +15,8 @@ use crate::gateway::api::grpcroutes::GrpcRoute;
 use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::api::referencegrants::ReferenceGrant;
+use crate::gateway::api::tcproutes::TcpRoute;
+use crate::gateway::api::tlsroutes::TlsRoute;
 use crate::gateway::controller::{known, known_ca};
 use crate::gateway::service::FLEET_PORTS;
 use crate::gateway::translate::{
@@ -30,6 +32,8 @@ pub struct Objects {
     pub listener_sets: Vec<ListenerSet>,
     pub routes: Vec<HttpRoute>,
     pub grpc_routes: Vec<GrpcRoute>,
+    pub tls_routes: Vec<TlsRoute>,
+    pub tcp_routes: Vec<TcpRoute>,
     pub grants: Vec<ReferenceGrant>,
     pub services: Vec<Service>,
     pub namespaces: Vec<Namespace>,
@@ -53,6 +57,8 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         listener_sets: &objects.listener_sets,
         routes: &objects.routes,
         grpc_routes: &objects.grpc_routes,
+        tls_routes: &objects.tls_routes,
+        tcp_routes: &objects.tcp_routes,
         grants: &objects.grants,
         services: &objects.services,
         namespaces: &objects.namespaces,
@@ -124,7 +130,13 @@ fn problems(translation: &Translation) -> Vec<String> {
     }
     let routes = (translation.routes.iter()).map(|r| ("HTTPRoute", r));
     let grpc_routes = (translation.grpc_routes.iter()).map(|r| ("GRPCRoute", r));
-    for (kind, route) in routes.chain(grpc_routes) {
+    let tls_routes = (translation.tls_routes.iter()).map(|r| ("TLSRoute", r));
+    let tcp_routes = (translation.tcp_routes.iter()).map(|r| ("TCPRoute", r));
+    let all = routes
+        .chain(grpc_routes)
+        .chain(tls_routes)
+        .chain(tcp_routes);
+    for (kind, route) in all {
         for parent in &route.parents {
             let on = match &parent.listener_set {
                 Some((namespace, name)) => format!("ListenerSet {namespace}/{name}"),

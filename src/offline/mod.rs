@@ -172,6 +172,8 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
         listener_sets: of_kind(path, &docs, "ListenerSet")?,
         routes: of_kind(path, &docs, "HTTPRoute")?,
         grpc_routes: of_kind(path, &docs, "GRPCRoute")?,
+        tls_routes: of_kind(path, &docs, "TLSRoute")?,
+        tcp_routes: of_kind(path, &docs, "TCPRoute")?,
         grants: of_kind(path, &docs, "ReferenceGrant")?,
         services: services.clone(),
         namespaces: of_kind(path, &docs, "Namespace")?,

@@ -210,9 +210,11 @@ pub fn check_virtual_host(
                 model::RouteAction::Forward(_) | model::RouteAction::Respond(_)
             )
     };
-    if !matches!(vh.routes.as_slice(), [r] if forwards_all(r)) {
+    // No route: every connection is refused (a name a listener keeps from a less
+    // specific one).
+    if !matches!(vh.routes.as_slice(), [] | [_] if vh.routes.iter().all(forwards_all)) {
         errors.push(format!(
-            "Gateway listener {name:?} is {kind}: the virtual host has one route, for every path, that forwards (or refuses) each connection"
+            "Gateway listener {name:?} is {kind}: the virtual host has at most one route, for every path, that forwards (or refuses) each connection"
         ));
     }
     errors

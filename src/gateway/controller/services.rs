@@ -19,6 +19,8 @@ use kube::ResourceExt;
 
 use super::super::api::grpcroutes::GrpcRoute;
 use super::super::api::httproutes::HttpRoute;
+use super::super::api::tcproutes::TcpRoute;
+use super::super::api::tlsroutes::TlsRoute;
 use super::super::service;
 use crate::k8s::watched::{Filter, Watched};
 
@@ -51,17 +53,35 @@ macro_rules! names {
     }};
 }
 
+/// Whether a TLSRoute or a TCPRoute (no filters, so no mirrors) names the Service
+/// `namespace`/`name` in a backendRef.
+macro_rules! names_backend {
+    ($route:expr, $namespace:expr, $name:expr) => {{
+        let route = $route;
+        let own = route.namespace().unwrap_or_default();
+        (route.spec.rules.iter())
+            .flat_map(|rule| &rule.backend_refs)
+            .any(|b| &b.name == $name && b.namespace.as_ref().unwrap_or(&own) == $namespace)
+    }};
+}
+
+/// The routes whose backendRefs name Services, of every kind watched.
+pub struct Named<'a> {
+    pub routes: &'a Watched<HttpRoute>,
+    pub grpc_routes: Option<&'a Watched<GrpcRoute>>,
+    pub tls_routes: Option<&'a Watched<TlsRoute>>,
+    pub tcp_routes: Option<&'a Watched<TcpRoute>>,
+}
+
 /// Passes the Services a translation reads: those in `fleet_namespace` labelled as a
 /// Gateway's (this controller's or another's: both hold fleet ports), the fleet Service,
-/// and those an HTTPRoute or a GRPCRoute names in a backendRef or a mirror.
-pub fn read_by_translation(
-    fleet_service: &(String, String),
-    routes: &Watched<HttpRoute>,
-    grpc_routes: Option<&Watched<GrpcRoute>>,
-) -> Filter<Service> {
+/// and those a route names in a backendRef or a mirror.
+pub fn read_by_translation(fleet_service: &(String, String), named: Named<'_>) -> Filter<Service> {
     let (fleet_namespace, fleet_name) = fleet_service.clone();
-    let routes = routes.clone();
-    let grpc_routes = grpc_routes.cloned();
+    let routes = named.routes.clone();
+    let grpc_routes = named.grpc_routes.cloned();
+    let tls_routes = named.tls_routes.cloned();
+    let tcp_routes = named.tcp_routes.cloned();
     Arc::new(move |s: &Service| {
         let namespace = s.namespace().unwrap_or_default();
         let name = s.name_any();
@@ -75,6 +95,10 @@ pub fn read_by_translation(
         by_http
             || (grpc_routes.iter())
                 .any(|g| (g.state().iter()).any(|r| names!(r, &namespace, &name)))
+            || (tls_routes.iter())
+                .any(|t| (t.state().iter()).any(|r| names_backend!(r, &namespace, &name)))
+            || (tcp_routes.iter())
+                .any(|t| (t.state().iter()).any(|r| names_backend!(r, &namespace, &name)))
     })
 }
 

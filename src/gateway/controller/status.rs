@@ -16,9 +16,11 @@ use crate::gateway::api::gateways::Gateway;
 use crate::gateway::api::grpcroutes::GrpcRoute;
 use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::listenersets::ListenerSet;
+use crate::gateway::api::tcproutes::TcpRoute;
+use crate::gateway::api::tlsroutes::TlsRoute;
 use crate::gateway::rollout::{Outcome, UnitState};
 use crate::gateway::service::GatewayKey;
-use crate::gateway::translate::gateway::{GRPC_ROUTE, HTTP_ROUTE};
+use crate::gateway::translate::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE};
 use crate::gateway::translate::{
     Cond, GROUP, GatewayOutcome, ListenerOutcome, ListenerSetOutcome, ParentOutcome, RouteOutcome,
     Translation,
@@ -33,6 +35,8 @@ pub(super) struct Written<'a> {
     pub listener_sets: &'a [ListenerSet],
     pub routes: &'a [HttpRoute],
     pub grpc_routes: &'a [GrpcRoute],
+    pub tls_routes: &'a [TlsRoute],
+    pub tcp_routes: &'a [TcpRoute],
     pub policies: &'a [BackendTlsPolicy],
     pub addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
     pub units: &'a [Unit],
@@ -52,6 +56,8 @@ pub(super) fn write_statuses(
         listener_sets,
         routes,
         grpc_routes,
+        tls_routes,
+        tcp_routes,
         policies,
         addresses,
         units,
@@ -128,6 +134,26 @@ pub(super) fn write_statuses(
         outcomes: &translation.grpc_routes,
     };
     write_route_statuses(settings, &grpc, grpc_routes, units, outcome);
+    let tls_routes = tls_routes.iter().map(|r| RouteRead {
+        meta: &r.metadata,
+        status: r.status.as_ref().map(to_value),
+    });
+    let tls = RoutesOfKind {
+        kind: TLS_ROUTE,
+        status: &TLS_ROUTE_STATUS,
+        outcomes: &translation.tls_routes,
+    };
+    write_route_statuses(settings, &tls, tls_routes, units, outcome);
+    let tcp_routes = tcp_routes.iter().map(|r| RouteRead {
+        meta: &r.metadata,
+        status: r.status.as_ref().map(to_value),
+    });
+    let tcp = RoutesOfKind {
+        kind: TCP_ROUTE,
+        status: &TCP_ROUTE_STATUS,
+        outcomes: &translation.tcp_routes,
+    };
+    write_route_statuses(settings, &tcp, tcp_routes, units, outcome);
     for policy in policies.iter() {
         let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
         let name = policy.metadata.name.as_deref().unwrap_or_default();
@@ -222,6 +248,20 @@ pub(super) static ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
 
 pub(super) static GRPC_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<GrpcRoute>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
+
+pub(super) static TLS_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<TlsRoute>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
+
+pub(super) static TCP_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<TcpRoute>(
         Write::Merge,
         &["Accepted", "ResolvedRefs", SERVED],
     ))

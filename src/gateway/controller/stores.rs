@@ -18,13 +18,15 @@ use super::super::api::grpcroutes::GrpcRoute;
 use super::super::api::httproutes::HttpRoute;
 use super::super::api::listenersets::ListenerSet;
 use super::super::api::referencegrants::ReferenceGrant;
+use super::super::api::tcproutes::TcpRoute;
+use super::super::api::tlsroutes::TlsRoute;
 use super::super::service::GATEWAY_LABEL;
 use super::super::translate::client_validation::CA_KEY;
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
 use super::status::{
     CLASS_STATUS, GATEWAY_STATUS, GRPC_ROUTE_STATUS, LISTENER_SET_STATUS, POLICY_STATUS,
-    ROUTE_STATUS,
+    ROUTE_STATUS, TCP_ROUTE_STATUS, TLS_ROUTE_STATUS,
 };
 use crate::api::ProxyConfig;
 use crate::k8s::index::Watches;
@@ -41,6 +43,10 @@ pub(super) struct Stores {
     /// None when the GRPCRoute CRD (standard since v1.1) was not installed when the
     /// controller started.
     pub grpc_routes: Option<Watched<GrpcRoute>>,
+    /// None when the TLSRoute CRD (standard since v1.5) was not installed when the
+    /// controller started; the same for TCPRoute's (standard since v1.5).
+    pub tls_routes: Option<Watched<TlsRoute>>,
+    pub tcp_routes: Option<Watched<TcpRoute>>,
     pub grants: Watched<ReferenceGrant>,
     pub namespaces: Watched<Namespace>,
     /// For the CA certificates of client validation and backend TLS (`ca.crt`).
@@ -91,11 +97,19 @@ impl Stores {
         let grpc_routes = crd_installed(client, GRPC_ROUTE_CRD)
             .await
             .then(|| Watched::start(shared.scope.apis(client), all()));
+        let tls_routes = crd_installed(client, TLS_ROUTE_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
+        let tcp_routes = crd_installed(client, TCP_ROUTE_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
             gateways: Watched::start(shared.scope.apis(client), all()),
             routes: Watched::start(shared.scope.apis(client), all()),
             grpc_routes,
+            tls_routes,
+            tcp_routes,
             grants: Watched::start(shared.scope.apis(client), all()),
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             config_maps: Watched::start(shared.scope.apis(client), all()),
@@ -109,6 +123,12 @@ impl Stores {
         if let Some(routes) = &stores.grpc_routes {
             routes.notify_unless_echo(changes, None, echoes.status(&GRPC_ROUTE_STATUS));
         }
+        if let Some(routes) = &stores.tls_routes {
+            routes.notify_unless_echo(changes, None, echoes.status(&TLS_ROUTE_STATUS));
+        }
+        if let Some(routes) = &stores.tcp_routes {
+            routes.notify_unless_echo(changes, None, echoes.status(&TCP_ROUTE_STATUS));
+        }
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
         stores.config_maps.notify(changes);
@@ -120,8 +140,12 @@ impl Stores {
         }
         let services = services::read_by_translation(
             fleet_service,
-            &stores.routes,
-            stores.grpc_routes.as_ref(),
+            services::Named {
+                routes: &stores.routes,
+                grpc_routes: stores.grpc_routes.as_ref(),
+                tls_routes: stores.tls_routes.as_ref(),
+                tcp_routes: stores.tcp_routes.as_ref(),
+            },
         );
         shared.services.notify_if(changes, services);
         shared.tls_secrets.notify(changes);
@@ -153,6 +177,14 @@ impl Stores {
                 None => true,
             }
             && match &self.grpc_routes {
+                Some(routes) => routes.ready().await,
+                None => true,
+            }
+            && match &self.tls_routes {
+                Some(routes) => routes.ready().await,
+                None => true,
+            }
+            && match &self.tcp_routes {
                 Some(routes) => routes.ready().await,
                 None => true,
             }
@@ -193,6 +225,10 @@ const LISTENER_SET_CRD: &str = "listenersets.gateway.networking.k8s.io";
 
 /// The CRD of GRPCRoute: in the standard channel since v1.1.
 const GRPC_ROUTE_CRD: &str = "grpcroutes.gateway.networking.k8s.io";
+
+/// The CRDs of TLSRoute and TCPRoute: in the standard channel since v1.5.
+const TLS_ROUTE_CRD: &str = "tlsroutes.gateway.networking.k8s.io";
+const TCP_ROUTE_CRD: &str = "tcproutes.gateway.networking.k8s.io";
 
 /// Whether the CRD `name` is installed (an error reading it counts as not: its kind is
 /// then not watched, and says so).

@@ -38,12 +38,20 @@ pub struct ParentRef {
 macro_rules! route_of {
     ($route:expr, $kind:expr) => {{
         let route = $route;
+        route_of!(
+            route,
+            $kind,
+            route.spec.hostnames.as_deref().unwrap_or_default()
+        )
+    }};
+    ($route:expr, $kind:expr, $hostnames:expr) => {{
+        let route = $route;
         $crate::gateway::translate::attach::Route {
             kind: $kind,
             namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
             name: route.metadata.name.as_deref().unwrap_or_default(),
             generation: route.metadata.generation.unwrap_or(0),
-            hostnames: route.spec.hostnames.as_deref().unwrap_or_default(),
+            hostnames: $hostnames,
             parents: (route.spec.parent_refs.iter().flatten())
                 .map(|p| $crate::gateway::translate::attach::ParentRef {
                     group: p.group.clone(),
@@ -83,6 +91,8 @@ pub enum Specificity {
     /// Whether its method match is exact, the characters of the service and of the
     /// method it matches, and its number of header matches.
     Grpc(bool, usize, usize, usize),
+    /// A connection has nothing to match: the older route's rule first.
+    Stream,
 }
 
 /// A lowered rule with its place in the Gateway API's order of precedence: the more

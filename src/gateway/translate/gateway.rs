@@ -20,10 +20,15 @@ use crate::gateway::api::gateways::{
 
 pub const HTTP_ROUTE: &str = "HTTPRoute";
 pub const GRPC_ROUTE: &str = "GRPCRoute";
+pub const TLS_ROUTE: &str = "TLSRoute";
+pub const TCP_ROUTE: &str = "TCPRoute";
 
 /// The route kinds Switchyard serves on HTTP and HTTPS listeners: a listener that names
 /// none lists both in its supportedKinds.
-const HTTP_KINDS: [&str; 2] = [HTTP_ROUTE, GRPC_ROUTE];
+const HTTP_KINDS: &[&str] = &[HTTP_ROUTE, GRPC_ROUTE];
+/// On TLS listeners, and on TCP listeners.
+const TLS_KINDS: &[&str] = &[TLS_ROUTE];
+const TCP_KINDS: &[&str] = &[TCP_ROUTE];
 
 /// A Gateway of Switchyard's, its listeners checked, collecting the routes that attach.
 pub struct Listening<'a> {
@@ -391,7 +396,8 @@ fn conflict_with_precedent(
         .filter(|l| !l.conflicted() && l.spec.port == spec.port)
         .map(|l| l.spec.as_ref())
         .collect();
-    if on_port.iter().any(|l| l.protocol != spec.protocol) {
+    let nameless = spec.protocol == "TCP" && !on_port.is_empty();
+    if nameless || on_port.iter().any(|l| l.protocol != spec.protocol) {
         return Some("ProtocolConflict");
     }
     let hostname = spec.hostname.as_deref().map(str::to_ascii_lowercase);
@@ -415,7 +421,9 @@ fn conflicts(listeners: &[GatewayListeners]) -> Vec<Option<&'static str>> {
         .enumerate()
         .map(|(i, l)| {
             let on_port = &protocols[&l.port];
-            if on_port.iter().any(|p| *p != l.protocol) {
+            // A TCP port has no name to tell two listeners' connections apart.
+            let nameless = l.protocol == "TCP" && on_port.len() > 1;
+            if nameless || on_port.iter().any(|p| *p != l.protocol) {
                 return Some("ProtocolConflict");
             }
             let hostname = l.hostname.as_deref().map(str::to_ascii_lowercase);
@@ -477,9 +485,15 @@ fn checked<'a>(
         secrets: Vec::new(),
         client_validation: None,
     };
-    let https = match out.spec.protocol.as_str() {
-        "HTTP" => false,
-        "HTTPS" => true,
+    let mode = (out.spec.tls.as_ref()).and_then(|t| t.mode.clone());
+    let passthrough = mode == Some(GatewayListenersTlsMode::Passthrough);
+    // Whether its connections are decrypted with its certificates, and the route kinds
+    // it serves.
+    let (decrypts, served_kinds) = match out.spec.protocol.as_str() {
+        "HTTP" => (false, HTTP_KINDS),
+        "HTTPS" => (true, HTTP_KINDS),
+        "TLS" => (!passthrough, TLS_KINDS),
+        "TCP" => (false, TCP_KINDS),
         other => {
             // No route kind Switchyard serves goes on this protocol: one named is invalid.
             let names_kinds = (out.spec.allowed_routes.as_ref())
@@ -498,7 +512,7 @@ fn checked<'a>(
                 Cond::no(
                     "Accepted",
                     "UnsupportedProtocol",
-                    format!("protocol {other} is not supported; use HTTP or HTTPS"),
+                    format!("protocol {other} is not supported; use HTTP, HTTPS, TLS or TCP"),
                 ),
                 resolved,
                 Cond::no("Conflicted", "NoConflicts", "no conflict"),
@@ -508,20 +522,20 @@ fn checked<'a>(
     };
     let spec = out.spec.clone();
     let spec = spec.as_ref();
-    let (kinds, kinds_problem) = route_kinds(spec);
+    let (kinds, kinds_problem) = route_kinds(spec, served_kinds);
     out.supported_kinds = kinds;
-    let refs_problem = if https {
+    let refs_problem = if decrypts {
         let from = (declarer.kind, declarer.namespace);
         certificates(inputs, from, spec, &mut out.secrets).err()
     } else {
         None
     };
-    let validation = https
+    let validation = (spec.protocol == "HTTPS")
         .then(|| client_validation::of_port(inputs, gateway, spec.port))
         .flatten();
     let no_valid_ca = validation.as_ref().is_some_and(|v| v.resolved.is_none());
-    let accepted = match (https, spec.tls.as_ref().and_then(|t| t.mode.as_ref())) {
-        (true, Some(GatewayListenersTlsMode::Passthrough)) => Some(Cond::no(
+    let accepted = match (spec.protocol.as_str(), passthrough) {
+        ("HTTPS", true) => Some(Cond::no(
             "Accepted",
             "UnsupportedProtocol",
             "TLS passthrough is not supported on HTTPS listeners",
@@ -576,15 +590,15 @@ fn has_filters(spec: &GatewayListeners) -> bool {
 
 /// The kinds the listener admits that Switchyard supports, and what it names that
 /// Switchyard does not.
-fn route_kinds(spec: &GatewayListeners) -> (Vec<String>, Option<Problem>) {
+fn route_kinds(spec: &GatewayListeners, served: &[&str]) -> (Vec<String>, Option<Problem>) {
     let Some(kinds) = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
-        return (HTTP_KINDS.map(str::to_owned).to_vec(), None);
+        return (served.iter().map(|k| (*k).to_owned()).collect(), None);
     };
     let mut supported = Vec::new();
     let mut unsupported = Vec::new();
     for k in kinds {
         let group = k.group.as_deref().unwrap_or(GROUP);
-        if group == GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
+        if group == GROUP && served.contains(&k.kind.as_str()) {
             if !supported.contains(&k.kind) {
                 supported.push(k.kind.clone());
             }
@@ -617,7 +631,11 @@ fn certificates(
     if refs.is_empty() {
         return Err((
             "InvalidCertificateRef",
-            "an HTTPS listener needs tls.certificateRefs".to_owned(),
+            match spec.protocol.as_str() {
+                "TLS" => "a TLS listener in mode Terminate needs tls.certificateRefs",
+                _ => "an HTTPS listener needs tls.certificateRefs",
+            }
+            .to_owned(),
         ));
     }
     for r in refs {

@@ -7,7 +7,7 @@
 use super::attach::{Lowered, Ranked, Route, Specificity, route_of};
 use super::backend_ref::{Backends, Referrer, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
-use super::gateway::{GRPC_ROUTE, HTTP_ROUTE};
+use super::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE};
 use super::{Cond, GatewayRule, Inputs};
 use crate::gateway::api::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersCors,
@@ -106,7 +106,8 @@ pub fn lower_rules(
             },
             problem,
         ) = lower_filters(rule, &at);
-        if grpc {
+        let stream = kind == TLS_ROUTE || kind == TCP_ROUTE;
+        if grpc || stream {
             options.websocket = None;
         }
         let draft = |options: &RuleOptions, matches| Draft {
@@ -140,6 +141,10 @@ pub fn lower_rules(
             // gRPC is HTTP/2, whatever the Service's appProtocol says.
             (backends.iter_mut()).for_each(|b| b.cluster.http2 = true);
             (mirrors.iter_mut()).for_each(|m| m.cluster.http2 = true);
+        }
+        if stream {
+            // Connections are forwarded as they come, whatever they carry.
+            (backends.iter_mut()).for_each(|b| b.cluster.http2 = false);
         }
         // A redirect answers by itself: it has no backends to miss.
         let unavailable_weight = if redirect.is_some() {

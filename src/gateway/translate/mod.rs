@@ -87,6 +87,7 @@ pub mod hostname;
 pub mod http_route;
 pub mod listener_set;
 pub mod reference_grant;
+pub mod stream_route;
 pub mod virtual_host;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,6 +103,8 @@ use super::api::grpcroutes::GrpcRoute;
 use super::api::httproutes::{HttpRoute, HttpRouteRules};
 use super::api::listenersets::ListenerSet;
 use super::api::referencegrants::ReferenceGrant;
+use super::api::tcproutes::TcpRoute;
+use super::api::tlsroutes::TlsRoute;
 pub use client_validation::KnownCaBundle;
 pub use listener_set::ListenerSetOutcome;
 use switchyard_core::route::{ClientValidation, Rule, SecretRef};
@@ -127,6 +130,8 @@ pub struct Inputs<'a> {
     pub listener_sets: &'a [ListenerSet],
     pub routes: &'a [HttpRoute],
     pub grpc_routes: &'a [GrpcRoute],
+    pub tls_routes: &'a [TlsRoute],
+    pub tcp_routes: &'a [TcpRoute],
     pub grants: &'a [ReferenceGrant],
     pub services: &'a [Service],
     /// For listeners that admit routes from namespaces by label.
@@ -159,6 +164,10 @@ pub struct Translation {
     pub routes: Vec<RouteOutcome>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub grpc_routes: Vec<RouteOutcome>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tls_routes: Vec<RouteOutcome>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tcp_routes: Vec<RouteOutcome>,
     /// The BackendTLSPolicies of Services the Gateways send to.
     pub policies: Vec<backend_tls::PolicyOutcome>,
 }
@@ -258,7 +267,8 @@ pub struct GatewayVirtualHost {
     /// On an HTTPS port of several listeners: the hostname of the listener that claims
     /// this one (`*`: the listener without a hostname; `-`: none). A request that came in
     /// on another listener's certificate is answered 421 (GatewayHTTPSListenerDetect-
-    /// MisdirectedRequests).
+    /// MisdirectedRequests). On a TLS port: that of the listener whose mode serves it
+    /// (passed through, or decrypted with its certificate).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listener_hostname: Option<String>,
 }
@@ -357,6 +367,8 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         .collect();
     let mut routes = Vec::new();
     let mut grpc_routes = Vec::new();
+    let mut tls_routes = Vec::new();
+    let mut tcp_routes = Vec::new();
     let mut attached = Vec::new();
     // Once per pass: lowering reads them, and so do the BackendTLSPolicies' ancestors.
     let grpc_rules: Vec<_> = (inputs.grpc_routes.iter())
@@ -372,12 +384,22 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
                 grpc_route::route(r),
                 grpc_route::lower(inputs, r, rules, seniority),
             ),
+            AnyRoute::Tls(r) => (
+                stream_route::tls_route(r),
+                stream_route::lower_tls(inputs, r, seniority),
+            ),
+            AnyRoute::Tcp(r) => (
+                stream_route::tcp_route(r),
+                stream_route::lower_tcp(inputs, r, seniority),
+            ),
         };
         let (outcome, rules) = attach::attach(inputs, &view, &lowered, &mut gateways, &attached);
         if !outcome.parents.is_empty() {
             match route {
                 AnyRoute::Http(_) => routes.push(outcome),
                 AnyRoute::Grpc(..) => grpc_routes.push(outcome),
+                AnyRoute::Tls(_) => tls_routes.push(outcome),
+                AnyRoute::Tcp(_) => tcp_routes.push(outcome),
             }
         }
         attached.extend(rules);
@@ -402,6 +424,15 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     for (service, gateways) in senders(grpc_rules, &grpc_routes) {
         by_service.entry(service).or_default().extend(gateways);
     }
+    // A TLSRoute's backends: a BackendTLSPolicy encrypts what a Terminate listener
+    // decrypted.
+    let tls_rules: Vec<(&ObjectMeta, Vec<HttpRouteRules>)> = (inputs.tls_routes.iter())
+        .map(|r| (&r.metadata, stream_route::tls_rules(r)))
+        .collect();
+    let tls_rules = tls_rules.iter().map(|(m, rules)| (*m, rules.as_slice()));
+    for (service, gateways) in senders(tls_rules, &tls_routes) {
+        by_service.entry(service).or_default().extend(gateways);
+    }
     let ancestors = |namespace: &str, service: &str| {
         (by_service.get(&(namespace.to_owned(), service.to_owned())))
             .cloned()
@@ -414,6 +445,8 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         listener_sets,
         routes,
         grpc_routes,
+        tls_routes,
+        tcp_routes,
         policies,
     }
 }
@@ -485,6 +518,8 @@ enum AnyRoute<'a> {
     Http(&'a HttpRoute),
     /// With its rules in HTTPRoute's fields.
     Grpc(&'a GrpcRoute, &'a Result<Vec<HttpRouteRules>, String>),
+    Tls(&'a TlsRoute),
+    Tcp(&'a TcpRoute),
 }
 
 /// Routes of every kind oldest first, then by namespace and name: the Gateway API's
@@ -497,7 +532,9 @@ fn sorted_routes<'a>(
     let http = (inputs.routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Http(r)));
     let grpc = (inputs.grpc_routes.iter().zip(grpc_rules))
         .map(|(r, rules)| (seniority(&r.metadata), AnyRoute::Grpc(r, rules)));
-    let mut sorted: Vec<_> = http.chain(grpc).collect();
+    let tls = (inputs.tls_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Tls(r)));
+    let tcp = (inputs.tcp_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Tcp(r)));
+    let mut sorted: Vec<_> = http.chain(grpc).chain(tls).chain(tcp).collect();
     // Stable: an HTTPRoute before a GRPCRoute of the same namespace and name.
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     sorted.into_iter().map(|(_, r)| r).collect()

@@ -80,6 +80,11 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
         let mut seen = BTreeSet::new();
         rules.retain(|(_, r)| seen.insert(r.order));
         if let Some(config) = ports.get_mut(&port) {
+            if forwards_connections(&config.protocol) {
+                // A connection goes to one route: the most precedent (the oldest, as
+                // attached), though every one attached is accepted.
+                rules.truncate(1);
+            }
             let rules = (rules.into_iter())
                 .map(|(_, r)| on_port_rule(r.rule.clone(), port, &config.protocol))
                 .collect();
@@ -101,8 +106,20 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
         if config.protocol == "HTTPS" && listeners.len() > 1 {
             tag_listeners(config, listeners);
         }
+        if config.protocol == "TLS" {
+            // Which listener's mode (and certificate) each name is served with.
+            for vh in &mut config.virtual_hosts {
+                vh.listener_hostname = claimant(listeners, &vh.hostname)
+                    .map(|(_, l)| l.unwrap_or("*").to_ascii_lowercase());
+            }
+        }
     }
     ports.into_values().collect()
+}
+
+/// Whether a port of `protocol` forwards connections whole (TLS, TCP), not requests.
+pub fn forwards_connections(protocol: &str) -> bool {
+    matches!(protocol, "TLS" | "TCP")
 }
 
 /// Tags each virtual host of an HTTPS port with the listener that claims it, and gives

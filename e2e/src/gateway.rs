@@ -32,6 +32,8 @@ pub async fn install_crds(rig: &Rig) {
             "gateways.gateway.networking.k8s.io",
             "httproutes.gateway.networking.k8s.io",
             "grpcroutes.gateway.networking.k8s.io",
+            "tlsroutes.gateway.networking.k8s.io",
+            "tcproutes.gateway.networking.k8s.io",
             "referencegrants.gateway.networking.k8s.io",
         ])
         .await;

@@ -6,6 +6,7 @@
 
 pub mod ads_client;
 mod backend;
+pub mod connections;
 mod envoy;
 pub mod gateway;
 pub mod golden;

@@ -408,16 +408,34 @@ impl Rig {
     /// Service `name` on port 80, its one ready endpoint `backend`.
     async fn register_backend(&mut self, name: &str, backend: Backend) -> &Backend {
         k::apply_service(&self.client, &self.namespace, name, 80).await;
-        let address = backend.address.ip().to_string();
+        self.backends.insert(name.to_string(), backend);
+        self.publish_endpoints(name).await;
+        &self.backends[name]
+    }
+
+    /// [`Rig::add_backend`] (or, with `identity`, [`Rig::add_tls_backend`]) whose
+    /// EndpointSlice comes only once [`Rig::publish_endpoints`] is called, as a Pod becomes
+    /// ready some time after its Service exists.
+    pub async fn add_backend_unpublished(&mut self, name: &str, identity: Option<(&str, &str)>) {
+        let ip = self.next_backend_ip();
+        let backend = match identity {
+            None => Backend::start(name, &ip).await,
+            Some(identity) => Backend::start_tls(name, &ip, identity, None).await,
+        };
+        k::apply_service(&self.client, &self.namespace, name, 80).await;
+        self.backends.insert(name.to_string(), backend);
+    }
+
+    /// The EndpointSlice of the backend `name`: its one endpoint, ready.
+    pub async fn publish_endpoints(&self, name: &str) {
+        let address = self.backends[name].address;
         k::apply_endpoint_slice(
             &self.client,
             &self.namespace,
             name,
-            &[(&address, backend.address.port(), true, true, false)],
+            &[(&address.ip().to_string(), address.port(), true, true, false)],
         )
         .await;
-        self.backends.insert(name.to_string(), backend);
-        &self.backends[name]
     }
 
     /// A Service `name` of `n` Pods at fixed addresses, none of them started or ready yet:

@@ -1,7 +1,8 @@
 //! TCP and TLS Gateway listeners on real Envoy: connections forwarded whole (TCP; TLS
 //! passed through by server name, or decrypted first), and each listener's version probes
 //! answered on its probe port by the listener itself, so a probe that reads a version is
-//! proof that new connections are forwarded by it.
+//! proof that new connections are forwarded by it; a connection opened before a move stays
+//! on its backend until Envoy's drain time ends, then is closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use std::time::{Duration, Instant};
 use switchyard::model;
 use switchyard::xds::{Ordering, Protocol};
 use switchyard_e2e::{
-    Backend, Envoy, InProcessServer, StandaloneDir, free_port, https_get, pem_fingerprint,
+    Backend, Envoy, HttpConnection, InProcessServer, StandaloneDir, free_port, https_get,
+    pem_fingerprint,
 };
 
 const IP: &str = "127.0.0.51";
@@ -262,6 +264,15 @@ async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_e
     let tcp_address: SocketAddr = format!("{IP}:{}", ports.tcp).parse().expect("an address");
     assert_eq!(plain_get(tcp_address).await.as_deref(), Ok("plain"));
 
+    // A connection opened before the move.
+    let mut kept = HttpConnection::connect(tcp_address)
+        .await
+        .expect("a connection");
+    assert_eq!(
+        kept.answer("db.example.com", "/").await,
+        Ok((200, "plain".into()))
+    );
+
     // The TCP route moves. Once the probe port answers the new version, every new
     // connection goes to the new backend: the answer and the forwarding are one resource.
     config.virtual_hosts[2].routes = vec![forwarding(&clusters[2].name)];
@@ -273,6 +284,15 @@ async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_e
     for _ in 0..20 {
         assert_eq!(plain_get(tcp_address).await.as_deref(), Ok("other"));
     }
+    // The connection opened before stays on its backend while its filter chain drains,
+    // then Envoy closes it (these Envoys drain for 1 s; the chart's, envoy.drainSeconds).
+    assert_eq!(
+        kept.answer("db.example.com", "/").await,
+        Ok((200, "plain".into()))
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = kept.answer("db.example.com", "/").await;
+    assert!(after.is_err() || kept.is_closed(), "{after:?}");
     // The other chains were left as they were.
     assert_eq!(
         version_answered(ports.tls_probe, "apps/passthrough")

@@ -313,6 +313,12 @@ impl HttpConnection {
 
     /// GET `path` for `host` on this connection (at most 2 s): the status.
     pub async fn get(&mut self, host: &str, path: &str) -> Result<u16, String> {
+        self.answer(host, path).await.map(|(status, _)| status)
+    }
+
+    /// GET `path` for `host` on this connection (at most 2 s): the status, and the backend
+    /// that answered (`x-backend`, or "-").
+    pub async fn answer(&mut self, host: &str, path: &str) -> Result<(u16, String), String> {
         let exchange = async {
             self.sender.ready().await.map_err(|e| error_chain(&e))?;
             let request = http::Request::get(path)
@@ -322,10 +328,14 @@ impl HttpConnection {
             let response =
                 (self.sender.send_request(request).await).map_err(|e| error_chain(&e))?;
             let status = response.status().as_u16();
+            let backend = (response.headers().get("x-backend"))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_owned();
             http_body_util::BodyExt::collect(response.into_body())
                 .await
                 .map_err(|e| error_chain(&e))?;
-            Ok(status)
+            Ok((status, backend))
         };
         tokio::time::timeout(Duration::from_secs(2), exchange)
             .await

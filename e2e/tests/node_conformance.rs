@@ -1,8 +1,8 @@
 //! The Gateway API conformance suite (v1.7.0, `e2e/conformance`, built by
 //! `e2e/provision.sh`) against Switchyard on a real node, installed with the chart: the
-//! GATEWAY-HTTP and GATEWAY-GRPC profiles in one run: their core features (Gateway,
-//! HTTPRoute, GRPCRoute, ReferenceGrant) and the extended ones Switchyard claims
-//! ([`FEATURES`]). Its echo
+//! GATEWAY-HTTP, GATEWAY-GRPC, GATEWAY-TLS and GATEWAY-TCP profiles in one run: their core
+//! features (Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant) and the
+//! extended ones Switchyard claims ([`FEATURES`]). Its echo
 //! backend is imported under the references its manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
 //! reaches each Gateway at its address.
 //!
@@ -64,13 +64,17 @@ const FEATURES: &[&str] = &[
     "BackendTLSPolicySANValidation",
     "GatewayBackendClientCertificate",
     "ListenerSet",
+    "TLSRoute",
+    "TLSRouteModeTerminate",
+    "TLSRouteModeMixed",
+    "TCPRoute",
     // In no profile (the suite runs their tests all the same).
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
 ];
 
 /// The profiles run, sharing the node and the suite's base resources.
-const PROFILES: &str = "GATEWAY-HTTP,GATEWAY-GRPC";
+const PROFILES: &str = "GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP";
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each
 /// failing one waits out its timeouts.

@@ -301,5 +301,33 @@ async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_e
         Some("p1")
     );
     println!("TCP move: version answered {took:?} after the change");
+
+    // A share of backends the front-end could not use: Envoy takes the listener (the
+    // version is answered), and that share of the connections is closed.
+    let mut route = forwarding(&clusters[2].name);
+    if let model::RouteAction::Forward(f) = &mut route.action {
+        f.unavailable_weight = 1;
+    }
+    config.virtual_hosts[2].routes = vec![route];
+    config.version_probes[2].version = "d3".into();
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, []);
+    server.desired.publish(Arc::new(translation.snapshot));
+    wait_for_version(ports.tcp_probe, "apps/db", "d3").await;
+    let mut answered = 0;
+    let mut closed = 0;
+    for _ in 0..40 {
+        match plain_get(tcp_address).await {
+            Ok(body) => {
+                assert_eq!(body, "other");
+                answered += 1;
+            }
+            Err(_) => closed += 1,
+        }
+    }
+    assert!(
+        answered > 0 && closed > 0,
+        "{answered} answered, {closed} closed"
+    );
     drop(envoy);
 }

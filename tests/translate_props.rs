@@ -773,6 +773,33 @@ proptest! {
         // User virtual hosts served (not the version probes' own), with their domains, in
         // the route configuration of their listener.
         let mut served: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+        // On a TCP or TLS listener, each one a filter chain named after it: its hosts are
+        // its server names (none: every name).
+        for r in t.snapshot.resources(LISTENER).unwrap().values() {
+            let l: Listener = decode(&r.body.value);
+            for chain in l.filter_chains.iter().filter(|c| c.name.contains('/')) {
+                let Some(vh) = config.virtual_hosts.iter().find(|h| h.name == chain.name) else {
+                    continue;
+                };
+                let forwards = chain.filters.iter().any(|f| f.name == "envoy.filters.network.tcp_proxy");
+                if !forwards {
+                    continue;
+                }
+                prop_assert_eq!(vh.listener.as_deref(), Some(l.name.as_str()));
+                let names = chain.filter_chain_match.iter().flat_map(|m| m.server_names.clone());
+                let mut domains: Vec<String> = names.collect();
+                if domains.is_empty() {
+                    // No server names: every name, so every host it holds ("*" among them).
+                    let (_, hosts) = (vh.hosts.iter().map(|h| h.to_ascii_lowercase()))
+                        .partition::<Vec<_>, _>(|h| h == "*");
+                    domains = std::iter::once("*".to_owned()).chain(hosts).collect();
+                }
+                prop_assert!(
+                    served.insert(vh.name.clone(), (vh.routes.len(), domains)).is_none(),
+                    "{:?} served twice", vh.name
+                );
+            }
+        }
         for rc in route_configurations(&t) {
             let name = &rc.name;
             for v in &rc.virtual_hosts {

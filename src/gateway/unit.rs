@@ -127,20 +127,6 @@ fn host_unit(
     presenting: Option<&SecretRef>,
 ) -> Unit {
     let namespace = &gateway.0;
-    // The unit's ProxyConfigs are in the Gateway's namespace: a cluster's namespace is
-    // written out unless it is the Gateway's.
-    let rules: Vec<Rule> = vh
-        .rules
-        .iter()
-        .map(|r| {
-            let route_ns = r.route.split_once('/').map_or("", |(ns, _)| ns);
-            let rule = r.rule.clone().moved(route_ns, namespace);
-            match presenting {
-                Some(secret) => rule.presenting(secret),
-                None => rule,
-            }
-        })
-        .collect();
     // A tagged virtual host needs a filter chain of its own to tag its requests: for a
     // name no listener's certificate covers (`*` on a port without a listener for every
     // name), the port's default certificate.
@@ -175,11 +161,24 @@ fn host_unit(
     };
     // A connection passed through is the client's TLS: the Gateway adds none of its own.
     let passed_through = listener.protocol == ListenerProtocol::Tls && tls.is_none();
-    let rules = if passed_through {
-        rules.into_iter().map(Rule::without_backend_tls).collect()
-    } else {
-        rules
-    };
+    // The unit's ProxyConfigs are in the Gateway's namespace: a cluster's namespace is
+    // written out unless it is the Gateway's.
+    let rules: Vec<Rule> = vh
+        .rules
+        .iter()
+        .map(|r| {
+            let route_ns = r.route.split_once('/').map_or("", |(ns, _)| ns);
+            let rule = match (&r.passed_through, passed_through) {
+                (Some(passed), true) => passed.clone(),
+                _ => r.rule.clone(),
+            };
+            let rule = rule.moved(route_ns, namespace);
+            match presenting {
+                Some(secret) => rule.presenting(secret),
+                None => rule,
+            }
+        })
+        .collect();
     Unit {
         gateway: gateway.clone(),
         port: port.port,
@@ -247,6 +246,7 @@ mod tests {
             route: route.into(),
             kind: crate::gateway::translate::gateway::HTTP_ROUTE,
             rule: checked.rule("r".into(), backends),
+            passed_through: None,
         }
     }
 

@@ -133,18 +133,6 @@ impl Rule {
         self
     }
 
-    /// The rule with its backends sent to in the clear: a connection passed through
-    /// already carries the client's TLS (a BackendTLSPolicy is for what the fleet
-    /// decrypted).
-    pub fn without_backend_tls(mut self) -> Self {
-        let clusters = (self.0.backends.iter_mut().map(|b| &mut b.cluster))
-            .chain(self.0.mirrors.iter_mut().map(|m| &mut m.cluster));
-        for cluster in clusters {
-            cluster.tls = None;
-        }
-        self
-    }
-
     /// The rule of a route in namespace `from`, as a route in namespace `to` holds it
     /// (a Gateway's ProxyConfigs hold the rules of HTTPRoutes of other namespaces): a
     /// cluster's namespace is written out unless it is `to`.

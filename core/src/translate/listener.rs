@@ -143,7 +143,7 @@ pub fn gateway_listeners(
 /// Whom a listener faces: clients (access-logged, behind the proxies the client IP
 /// settings trust), or the prober.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Side {
+pub(super) enum Side {
     Public,
     Probe,
 }
@@ -171,7 +171,10 @@ fn manager_extras(settings: &model::ListenerSettings, side: Side) -> ManagerExtr
 /// The PROXY protocol filter, when the public listeners read one. Connections without
 /// the header are served too, with their own source address: so it can be turned on
 /// before the load balancer sends it, and off after it stops, dropping nothing.
-fn proxy_protocol(settings: &model::ListenerSettings, side: Side) -> Option<ListenerFilter> {
+pub(super) fn proxy_protocol(
+    settings: &model::ListenerSettings,
+    side: Side,
+) -> Option<ListenerFilter> {
     (side == Side::Public && settings.client_ip.proxy_protocol).then(|| ListenerFilter {
         name: PROXY_PROTOCOL_FILTER.to_owned(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(

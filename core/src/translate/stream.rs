@@ -32,11 +32,16 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext,
 };
 
-use super::listener::{HCM_FILTER, ROUTER_FILTER, TLS_INSPECTOR_FILTER, TLS_TRANSPORT_SOCKET};
+use super::listener::{
+    self, HCM_FILTER, ROUTER_FILTER, Side, TLS_INSPECTOR_FILTER, TLS_TRANSPORT_SOCKET,
+};
 use super::{access_log, proto};
 use crate::model;
 
 pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+/// The name of the probe port's filter chain (a virtual host's chain is named after it;
+/// no virtual host has this name, which has no `/`).
+pub const PROBE_CHAIN: &str = "probe";
 /// The transport protocol the TLS inspector gives a connection that opens with a TLS
 /// handshake.
 const TLS_TRANSPORT: &str = "tls";
@@ -75,17 +80,18 @@ pub fn stream_listener(
             ..Default::default()
         }],
         filter_chains: chains,
-        // Server names are read from the handshake (the probe port's plain HTTP is told
-        // apart at once, as not TLS).
-        listener_filters: tls
-            .then(|| ListenerFilter {
+        // The PROXY header, when the load balancer sends one, comes first; then server
+        // names are read from the handshake (the probe port's plain HTTP is told apart at
+        // once, as not TLS).
+        listener_filters: listener::proxy_protocol(settings, Side::Public)
+            .into_iter()
+            .chain(tls.then(|| ListenerFilter {
                 name: TLS_INSPECTOR_FILTER.to_owned(),
                 config_type: Some(listener_filter::ConfigType::TypedConfig(proto::pack(
                     &TlsInspector::default(),
                 ))),
                 ..Default::default()
-            })
-            .into_iter()
+            }))
             .collect(),
         ..Default::default()
     }
@@ -238,9 +244,10 @@ pub fn backends(vh: &model::VirtualHost) -> Vec<(String, u32)> {
     }
 }
 
-/// The probe port's chain: plain HTTP, routed with the listener's route configuration
-/// inline.
-fn probe_chain(listener: &str, probe_port: u16, routes: RouteConfiguration) -> FilterChain {
+/// The probe port's chain: plain HTTP, routed with the probe virtual hosts of the
+/// listener's route configuration, inline (they answer by themselves: no cluster to check).
+fn probe_chain(listener: &str, probe_port: u16, mut routes: RouteConfiguration) -> FilterChain {
+    routes.validate_clusters = proto::bool_value(false);
     let hcm = HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
         stat_prefix: listener.to_owned(),
@@ -255,7 +262,7 @@ fn probe_chain(listener: &str, probe_port: u16, routes: RouteConfiguration) -> F
         ..Default::default()
     };
     FilterChain {
-        name: "probe".to_owned(),
+        name: PROBE_CHAIN.to_owned(),
         filter_chain_match: Some(FilterChainMatch {
             destination_port: proto::u32_value(u32::from(probe_port)),
             ..Default::default()

@@ -235,7 +235,17 @@ const TCP_ROUTE_CRD: &str = "tcproutes.gateway.networking.k8s.io";
 async fn crd_installed(client: &Client, name: &str) -> bool {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     match crds.get_opt(name).await {
-        Ok(Some(_)) => true,
+        Ok(Some(crd)) if serves(&crd, VERSION) => true,
+        Ok(Some(_)) => {
+            // An older release's (TLSRoute and TCPRoute served v1alpha2 only before
+            // v1.5): a watch of v1 would never list, and hold every other kind back.
+            info!(
+                crd = name,
+                "does not serve {VERSION}: its kind is not served (install the CRDs of \
+                 Gateway API v1.7, then restart the operator)"
+            );
+            false
+        }
         Ok(None) => {
             info!(
                 crd = name,
@@ -250,11 +260,52 @@ async fn crd_installed(client: &Client, name: &str) -> bool {
     }
 }
 
+/// The version of the Gateway API's kinds that the generated types read.
+const VERSION: &str = "v1";
+
+/// Whether `crd` serves `version`.
+fn serves(crd: &CustomResourceDefinition, version: &str) -> bool {
+    (crd.spec.versions.iter()).any(|v| v.name == version && v.served)
+}
+
 /// A ConfigMap as a CA certificate reference: its `ca.crt`.
 pub fn known_ca(config_map: &ConfigMap) -> KnownCaBundle {
     KnownCaBundle {
         namespace: config_map.metadata.namespace.clone().unwrap_or_default(),
         name: config_map.metadata.name.clone().unwrap_or_default(),
         ca_crt: (config_map.data.as_ref()).and_then(|d| d.get(CA_KEY).cloned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crd_of_an_older_release_without_v1_is_not_served() {
+        let crd = |versions: serde_json::Value| -> CustomResourceDefinition {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "tcproutes.gateway.networking.k8s.io"},
+                "spec": {
+                    "group": "gateway.networking.k8s.io",
+                    "names": {"kind": "TCPRoute", "plural": "tcproutes"},
+                    "scope": "Namespaced",
+                    "versions": versions,
+                },
+            }))
+            .expect("a CRD")
+        };
+        let old = crd(serde_json::json!([{"name": "v1alpha2", "served": true, "storage": true}]));
+        assert!(!serves(&old, VERSION));
+        let unserved = crd(serde_json::json!([
+            {"name": "v1", "served": false, "storage": false},
+            {"name": "v1alpha2", "served": true, "storage": true},
+        ]));
+        assert!(!serves(&unserved, VERSION));
+        let current = crd(serde_json::json!([
+            {"name": "v1", "served": true, "storage": true},
+            {"name": "v1alpha2", "served": false, "storage": false},
+        ]));
+        assert!(serves(&current, VERSION));
     }
 }

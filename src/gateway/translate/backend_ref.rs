@@ -19,10 +19,13 @@ use crate::k8s::services::service_cluster;
 use switchyard_core::route::spec::Backend;
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedCluster, ResolvedMirror};
 
-/// The route that refers to backends: its kind (what a ReferenceGrant names) and namespace.
+/// The route that refers to backends: its kind (what a ReferenceGrant names) and namespace,
+/// and whether the BackendTLSPolicies of its backends apply (not to a connection passed
+/// through whole: it carries the client's own TLS, or none the Gateway may add).
 pub struct Referrer<'a> {
     pub kind: &'static str,
     pub namespace: &'a str,
+    pub backend_tls: bool,
 }
 
 /// A reference to a backend, as a backendRef and a mirror's backendRef both give it.
@@ -277,6 +280,9 @@ fn backend_cluster(
     })?;
     if target_ns != namespace {
         cluster.namespace = Some(target_ns.to_owned());
+    }
+    if !referrer.backend_tls {
+        return Ok(Some(cluster));
     }
     match backend_tls::for_backend(inputs, target_ns, backend.name, &cluster.port_name) {
         BackendTls::None => {}

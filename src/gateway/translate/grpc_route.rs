@@ -53,6 +53,7 @@ pub fn lower(
         namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
         name: route.metadata.name.as_deref().unwrap_or_default(),
         seniority,
+        backend_tls: true,
     };
     http_route::lower_rules(inputs, &of, rules, &lower_matches)
 }

@@ -57,6 +57,7 @@ pub fn lower(inputs: &Inputs<'_>, route: &HttpRoute, seniority: usize) -> Result
         namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
         name: route.metadata.name.as_deref().unwrap_or_default(),
         seniority,
+        backend_tls: true,
     };
     lower_rules(inputs, &of, rules, &lower_matches)
 }
@@ -72,6 +73,8 @@ pub struct RuleOf<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub seniority: usize,
+    /// Whether its backends' BackendTLSPolicies apply ([`Referrer::backend_tls`]).
+    pub backend_tls: bool,
 }
 
 /// A rule's matches in the vocabulary, each with how specific it is.
@@ -93,6 +96,7 @@ pub fn lower_rules(
         namespace,
         name,
         seniority,
+        backend_tls,
     } = *of;
     let grpc = kind == GRPC_ROUTE;
     let mut rules = Vec::new();
@@ -127,7 +131,11 @@ pub fn lower_rules(
         if let Some(problem) = problem {
             return Err(problem);
         }
-        let referrer = Referrer { kind, namespace };
+        let referrer = Referrer {
+            kind,
+            namespace,
+            backend_tls,
+        };
         let Backends {
             usable: mut backends,
             unavailable: unavailable_weight,
@@ -171,6 +179,7 @@ pub fn lower_rules(
                     route: format!("{namespace}/{name}"),
                     kind,
                     rule: if grpc { made.grpc() } else { made },
+                    passed_through: None,
                 },
             });
         }

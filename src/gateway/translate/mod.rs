@@ -285,6 +285,10 @@ pub struct GatewayRule {
     /// Its share of 500s is the weight of the backendRefs that cannot be used; a rule
     /// without a usable backend answers 500 to every request.
     pub rule: Rule,
+    /// A TLSRoute's rule as a Passthrough listener serves it: its backends without the
+    /// TLS of their BackendTLSPolicies (`rule` is the Terminate listeners').
+    #[serde(skip)]
+    pub passed_through: Option<Rule>,
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]

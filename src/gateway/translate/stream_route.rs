@@ -63,29 +63,32 @@ pub fn tls_rules(route: &TlsRoute) -> Vec<HttpRouteRules> {
     as_http_rules!(route.spec.rules)
 }
 
-/// A TLSRoute's rules in the vocabulary (it is the `seniority`-th oldest route).
+/// A TLSRoute's rules in the vocabulary (it is the `seniority`-th oldest route): as a
+/// Terminate listener serves them (the BackendTLSPolicies of their backends apply), each
+/// with its variant for a Passthrough listener (they do not).
 pub fn lower_tls(
     inputs: &Inputs<'_>,
     route: &TlsRoute,
     seniority: usize,
 ) -> Result<Lowered, String> {
-    lower(
-        inputs,
-        TLS_ROUTE,
-        &route.metadata,
-        &tls_rules(route),
-        seniority,
-    )
+    let rules = tls_rules(route);
+    let mut terminated = lower(inputs, TLS_ROUTE, &route.metadata, &rules, seniority, true)?;
+    let passed = lower(inputs, TLS_ROUTE, &route.metadata, &rules, seniority, false)?;
+    for (t, p) in terminated.rules.iter_mut().zip(passed.rules) {
+        t.rule.passed_through = Some(p.rule.rule);
+    }
+    Ok(terminated)
 }
 
-/// A TCPRoute's rules in the vocabulary (it is the `seniority`-th oldest route).
+/// A TCPRoute's rules in the vocabulary (it is the `seniority`-th oldest route). No
+/// BackendTLSPolicy applies: the Gateway API defines none for a TCPRoute.
 pub fn lower_tcp(
     inputs: &Inputs<'_>,
     route: &TcpRoute,
     seniority: usize,
 ) -> Result<Lowered, String> {
     let rules = as_http_rules!(route.spec.rules);
-    lower(inputs, TCP_ROUTE, &route.metadata, &rules, seniority)
+    lower(inputs, TCP_ROUTE, &route.metadata, &rules, seniority, false)
 }
 
 fn lower(
@@ -94,12 +97,14 @@ fn lower(
     metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     rules: &[HttpRouteRules],
     seniority: usize,
+    backend_tls: bool,
 ) -> Result<Lowered, String> {
     let of = RuleOf {
         kind,
         namespace: metadata.namespace.as_deref().unwrap_or_default(),
         name: metadata.name.as_deref().unwrap_or_default(),
         seniority,
+        backend_tls,
     };
     let everything = |_: usize, _: &str| -> Result<Matches, String> {
         Ok(vec![(RuleMatch::default(), Specificity::Stream)])

@@ -249,6 +249,11 @@ fn a_tls_port_forwards_each_server_name_whole_and_answers_its_probes_itself() {
         let name = format!("{}{id}", super::super::VERSION_PROBE_VHOST_PREFIX);
         assert!(vhosts.contains(&name.as_str()), "{name} in {vhosts:?}");
     }
+    // Its user virtual hosts are its filter chains, never routes of the probe port; the
+    // probes answer by themselves (an inline configuration's clusters are checked, and
+    // the share of closed connections names none).
+    assert!(!vhosts.iter().any(|v| v.starts_with("ns/")), "{vhosts:?}");
+    assert_eq!(routes.validate_clusters.map(|v| v.value), Some(false));
     let rds = t.snapshot.resources(ROUTE).unwrap();
     assert!(
         !rds.contains_key(TLS) && !rds.contains_key(TCP),
@@ -281,6 +286,27 @@ fn a_tcp_port_forwards_every_connection_to_its_one_virtual_host() {
         .collect();
     assert_eq!(weights, [("a", 1), (model::UNAVAILABLE_CLUSTER, 1)]);
     assert_eq!(tcp.filter_chains[1].name, "probe");
+}
+
+#[test]
+fn a_proxy_protocol_header_is_read_before_the_server_name() {
+    let mut config = config();
+    config.listeners.client_ip.proxy_protocol = true;
+    let t = translate(&config);
+    let names = |l: &Listener| -> Vec<String> {
+        l.listener_filters.iter().map(|f| f.name.clone()).collect()
+    };
+    assert_eq!(
+        names(&listener(&t, TLS)),
+        [
+            "envoy.filters.listener.proxy_protocol",
+            "envoy.filters.listener.tls_inspector"
+        ]
+    );
+    assert_eq!(
+        names(&listener(&t, TCP)),
+        ["envoy.filters.listener.proxy_protocol"]
+    );
 }
 
 #[test]

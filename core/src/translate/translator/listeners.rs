@@ -1,6 +1,6 @@
 //! The listeners: the shared HTTP, HTTPS and probe listeners' settings, the Gateway
-//! listeners (one port each, no conflicts), and their rebuild when TLS hosts or endpoint
-//! probes change.
+//! listeners (one port each, no conflicts), and their rebuild when TLS hosts, endpoint
+//! probes, or a TCP or TLS listener's served virtual hosts and version probes change.
 
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -196,9 +196,13 @@ impl Translator {
                 backends: &s.backends,
             })
             .collect();
-        let routes = self.route_configuration(name);
-        // Encoded a moment ago from valid parts: it decodes.
-        let routes = RouteConfiguration::decode(routes.value.as_slice()).unwrap_or_default();
-        stream::stream_listener(&self.listeners, gateway, &hosts, routes)
+        // Its probe port answers the version probes alone: the user virtual hosts of its
+        // route configuration are its filter chains, and an HTTP request there must not
+        // reach a TCP backend.
+        let probes =
+            route::route_configuration(name, self.entries_of(name, Some(EntryKind::Probe)));
+        let routes = RouteConfiguration::decode(probes.value.as_slice());
+        debug_assert!(routes.is_ok(), "encoded from valid parts a moment ago");
+        stream::stream_listener(&self.listeners, gateway, &hosts, routes.unwrap_or_default())
     }
 }

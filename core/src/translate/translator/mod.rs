@@ -461,7 +461,8 @@ impl Translator {
         self.place_clusters(&dirty_clusters, &mut out);
         dirty_secrets.extend(std::mem::take(&mut out.touched_secrets));
         self.place_secrets(&dirty_secrets, &mut out);
-        // A TCP or TLS listener holds its route configuration (its version probes) inline.
+        // A TCP or TLS listener answers its version probes from its route configuration's
+        // probe entries, inline (its user virtual hosts are filter chains).
         out.listeners_changed |= out
             .routes_changed
             .iter()

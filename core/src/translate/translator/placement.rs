@@ -408,12 +408,21 @@ impl Translator {
 
     /// A route configuration as its encoded virtual hosts give it.
     pub(super) fn route_configuration(&self, name: &str) -> envoy_types::pb::google::protobuf::Any {
+        route::route_configuration(name, self.entries_of(name, None))
+    }
+
+    /// The encoded virtual hosts of a route configuration, in order; of one kind only, or
+    /// all.
+    pub(super) fn entries_of<'a>(
+        &'a self,
+        name: &'a str,
+        kind: Option<EntryKind>,
+    ) -> impl Iterator<Item = &'a [u8]> + 'a {
         let first = (name.to_owned(), String::new(), EntryKind::Probe);
-        let entries = self
-            .route_entries
+        self.route_entries
             .range(first..)
-            .take_while(|((rc, _, _), _)| rc == name)
-            .map(|(_, bytes)| bytes.as_slice());
-        route::route_configuration(name, entries)
+            .take_while(move |((rc, _, _), _)| rc == name)
+            .filter(move |((_, _, k), _)| kind.is_none_or(|kind| *k == kind))
+            .map(|(_, bytes)| bytes.as_slice())
     }
 }

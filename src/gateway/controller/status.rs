@@ -114,46 +114,41 @@ pub(super) fn write_statuses(
             status,
         );
     }
-    let routes = routes.iter().map(|r| RouteRead {
-        meta: &r.metadata,
-        status: r.status.as_ref().map(to_value),
-    });
-    let http = RoutesOfKind {
-        kind: HTTP_ROUTE,
-        status: &ROUTE_STATUS,
-        outcomes: &translation.routes,
-    };
-    write_route_statuses(settings, &http, routes, units, outcome);
-    let grpc_routes = grpc_routes.iter().map(|r| RouteRead {
-        meta: &r.metadata,
-        status: r.status.as_ref().map(to_value),
-    });
-    let grpc = RoutesOfKind {
-        kind: GRPC_ROUTE,
-        status: &GRPC_ROUTE_STATUS,
-        outcomes: &translation.grpc_routes,
-    };
-    write_route_statuses(settings, &grpc, grpc_routes, units, outcome);
-    let tls_routes = tls_routes.iter().map(|r| RouteRead {
-        meta: &r.metadata,
-        status: r.status.as_ref().map(to_value),
-    });
-    let tls = RoutesOfKind {
-        kind: TLS_ROUTE,
-        status: &TLS_ROUTE_STATUS,
-        outcomes: &translation.tls_routes,
-    };
-    write_route_statuses(settings, &tls, tls_routes, units, outcome);
-    let tcp_routes = tcp_routes.iter().map(|r| RouteRead {
-        meta: &r.metadata,
-        status: r.status.as_ref().map(to_value),
-    });
-    let tcp = RoutesOfKind {
-        kind: TCP_ROUTE,
-        status: &TCP_ROUTE_STATUS,
-        outcomes: &translation.tcp_routes,
-    };
-    write_route_statuses(settings, &tcp, tcp_routes, units, outcome);
+    // Each route kind: its objects as read (generated types of their own), its kind's
+    // name and status, and the translation's outcomes of it.
+    macro_rules! route_statuses {
+        ($objects:expr, $kind:expr, $status:expr, $outcomes:expr) => {{
+            let read = $objects.iter().map(|r| RouteRead {
+                meta: &r.metadata,
+                status: r.status.as_ref().map(to_value),
+            });
+            let of_kind = RoutesOfKind {
+                kind: $kind,
+                status: $status,
+                outcomes: $outcomes,
+            };
+            write_route_statuses(settings, &of_kind, read, units, outcome);
+        }};
+    }
+    route_statuses!(routes, HTTP_ROUTE, &ROUTE_STATUS, &translation.routes);
+    route_statuses!(
+        grpc_routes,
+        GRPC_ROUTE,
+        &GRPC_ROUTE_STATUS,
+        &translation.grpc_routes
+    );
+    route_statuses!(
+        tls_routes,
+        TLS_ROUTE,
+        &TLS_ROUTE_STATUS,
+        &translation.tls_routes
+    );
+    route_statuses!(
+        tcp_routes,
+        TCP_ROUTE,
+        &TCP_ROUTE_STATUS,
+        &translation.tcp_routes
+    );
     for policy in policies.iter() {
         let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
         let name = policy.metadata.name.as_deref().unwrap_or_default();

@@ -26,11 +26,27 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
     let usable: Vec<(usize, &Listener<'_>)> = (gateway.listeners.iter().enumerate())
         .filter(|(_, l)| l.usable)
         .collect();
-    // Each port's listeners: index and hostname.
+    // Each port's listeners: index and hostname. On a TLS port, one that routes attach to
+    // but that cannot serve (its certificates do not resolve) still claims its hostname:
+    // its connections are refused, never passed through to a less specific listener's
+    // backends.
+    let claims = |l: &Listener<'_>| l.usable || (l.attachable && l.spec.protocol == "TLS");
+    let claimants: Vec<(usize, &Listener<'_>)> = (gateway.listeners.iter().enumerate())
+        .filter(|(_, l)| claims(l))
+        .collect();
     let mut on_port: BTreeMap<i32, Vec<(usize, Option<&str>)>> = BTreeMap::new();
-    for &(index, listener) in &usable {
+    for &(index, listener) in &claimants {
         (on_port.entry(listener.spec.port).or_default())
             .push((index, listener.spec.hostname.as_deref()));
+    }
+    for &(index, listener) in claimants.iter().filter(|(_, l)| !l.usable) {
+        let port = listener.spec.port;
+        let neighbours = on_port.get(&port).map(Vec::as_slice).unwrap_or_default();
+        if let Some(own) = listener.spec.hostname.as_deref()
+            && (neighbours.iter()).any(|(i, l)| *i != index && hostname::admits(*l, own))
+        {
+            hosts.entry((port, own.to_ascii_lowercase())).or_default();
+        }
     }
     for &(index, listener) in &usable {
         let port = listener.spec.port;

@@ -114,6 +114,8 @@ pub async fn run(client: Client, settings: Settings) {
     }
     let mut answered = settings.envoys.changes();
     let mut release = CrdRelease::default();
+    // Where the search for a new port's fleet port goes on (see `service::allocate`).
+    let mut next_fleet_port: Option<i32> = None;
     // When the last change was seen (long ago, at the start).
     let mut last_event: Option<tokio::time::Instant> = None;
     loop {
@@ -122,7 +124,7 @@ pub async fn run(client: Client, settings: Settings) {
             &settings,
             &stores,
             &mut rollout,
-            &mut release,
+            (&mut release, &mut next_fleet_port),
             &answered,
         )
         .await;
@@ -171,7 +173,7 @@ async fn pass(
     settings: &Settings,
     stores: &Stores,
     rollout: &mut Rollout,
-    release: &mut CrdRelease,
+    (release, next_fleet_port): (&mut CrdRelease, &mut Option<i32>),
     answered: &watch::Receiver<u64>,
 ) -> Option<Duration> {
     let classes = owned(&stores.classes);
@@ -224,7 +226,8 @@ async fn pass(
     );
     let proxy_configs = owned(&stores.shared.proxy_configs);
     let existing = (services.as_slice(), proxy_configs.as_slice());
-    let (fleet_ports, addresses) = sync_services(client, settings, &translation, existing).await;
+    let (fleet_ports, addresses) =
+        sync_services(client, settings, &translation, existing, next_fleet_port).await;
     let units = unit::units(&translation.gateways, &fleet_ports);
     let envoys = fleet_addresses(&stores.shared.fleet.state());
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
@@ -296,6 +299,7 @@ async fn sync_services(
     settings: &Settings,
     translation: &Translation,
     (services, proxy_configs): (&[Service], &[ProxyConfig]),
+    next_fleet_port: &mut Option<i32>,
 ) -> Allocated {
     let (fleet_ns, fleet_name) = &settings.fleet_service;
     let label = service::controller_label(&settings.controller_name);
@@ -335,7 +339,9 @@ async fn sync_services(
         .filter_map(|pc| pc.spec.listener.as_ref())
         .map(|l| l.port)
         .collect();
-    let allocation = service::allocate(&wanted, &ours, &others, &listening);
+    let from = next_fleet_port.unwrap_or_else(|| service::first_search(&ours));
+    let (allocation, next) = service::allocate(&wanted, &ours, &others, &listening, from);
+    *next_fleet_port = Some(next);
     let api: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
     let mut addresses = BTreeMap::new();
     for (gateway, ports) in &allocation {

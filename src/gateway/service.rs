@@ -87,18 +87,25 @@ pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
 }
 
 /// For each wanted Gateway, its listener ports with their fleet ports: those it has kept,
-/// then the lowest fleet ports nobody holds. `ours` are the Services this controller
-/// wrote; `others`, those of other controllers in the same namespace, whose ports are
-/// not to be given again; `listening`, the fleet ports ProxyConfigs still define a
-/// listener on (a removed port's, while its old configuration drains), not given to a new
-/// port until they are gone: the fleet would keep the old listener there. A port left
-/// without one (the range is used up) is missing from the answer.
+/// then the next fleet ports nobody holds from `from` on (wrapping around the range), and
+/// where the next search is to start. `ours` are the Services this controller wrote;
+/// `others`, those of other controllers in the same namespace, whose ports are not to be
+/// given again; `listening`, the fleet ports ProxyConfigs still define a listener on (a
+/// removed port's, while its old configuration drains), not given to a new port until
+/// they are gone: the fleet would keep the old listener there. A port left without one
+/// (the range is used up) is missing from the answer.
+///
+/// The search goes on from the last port given rather than from the lowest: a Gateway
+/// just deleted has no ProxyConfig left to say so, but every replica still serves its
+/// listeners for the hold of deleted routes, and a new port given its fleet port would
+/// wait that long behind them.
 pub fn allocate(
     wanted: &[Wanted],
     ours: &[Service],
     others: &[Service],
     listening: &BTreeSet<i32>,
-) -> BTreeMap<GatewayKey, Vec<(i32, i32)>> {
+    from: i32,
+) -> (BTreeMap<GatewayKey, Vec<(i32, i32)>>, i32) {
     let held: BTreeMap<GatewayKey, BTreeMap<i32, i32>> = ours
         .iter()
         .filter_map(|s| Some((gateway_of(s)?, fleet_ports(s))))
@@ -122,7 +129,11 @@ pub fn allocate(
         taken.extend(ports.iter().map(|(_, f)| *f));
         out.insert(key, ports);
     }
-    let mut free = FLEET_PORTS.filter(|p| !taken.contains(p) && !listening.contains(p));
+    let from = from.clamp(*FLEET_PORTS.start(), *FLEET_PORTS.end());
+    let mut free = (from..=*FLEET_PORTS.end())
+        .chain(*FLEET_PORTS.start()..from)
+        .filter(|p| !taken.contains(p) && !listening.contains(p));
+    let mut next = from;
     for w in wanted {
         let key = (w.namespace.clone(), w.name.clone());
         let Some(ports) = out.get_mut(&key) else {
@@ -134,11 +145,28 @@ pub fn allocate(
             }
             if let Some(fleet) = free.next() {
                 ports.push((*port, fleet));
+                next = if fleet == *FLEET_PORTS.end() {
+                    *FLEET_PORTS.start()
+                } else {
+                    fleet + 1
+                };
             }
         }
         ports.sort();
     }
-    out
+    (out, next)
+}
+
+/// Where a controller starting anew searches for fleet ports: after the highest of its
+/// own Services (the lowest, with none).
+pub fn first_search(ours: &[Service]) -> i32 {
+    let highest = (ours.iter())
+        .flat_map(|s| fleet_ports(s).into_values())
+        .max();
+    match highest {
+        Some(p) if FLEET_PORTS.contains(&p) && p < *FLEET_PORTS.end() => p + 1,
+        _ => *FLEET_PORTS.start(),
+    }
 }
 
 /// A Service's listener ports and the fleet ports they map to.
@@ -297,12 +325,14 @@ mod tests {
 
     #[test]
     fn gateways_on_one_port_get_fleet_ports_of_their_own() {
-        let out = allocate(
+        let (out, next) = allocate(
             &[wanted("a", &[80, 443]), wanted("b", &[80])],
             &[],
             &[],
             &BTreeSet::new(),
+            FIRST,
         );
+        assert_eq!(next, 20003);
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20000), (443, 20001)]
@@ -316,11 +346,12 @@ mod tests {
             existing("a", &[(80, 20005)]),
             existing("gone", &[(80, 20000)]),
         ];
-        let out = allocate(
+        let (out, _) = allocate(
             &[wanted("a", &[80, 8080]), wanted("b", &[80])],
             &before,
             &[],
             &BTreeSet::new(),
+            FIRST,
         );
         assert_eq!(
             out[&("web".into(), "a".into())],
@@ -332,7 +363,13 @@ mod tests {
     #[test]
     fn the_ports_of_another_controller_are_never_given() {
         let theirs = [existing("theirs", &[(80, 20000), (443, 20002)])];
-        let out = allocate(&[wanted("a", &[80, 443])], &[], &theirs, &BTreeSet::new());
+        let (out, _) = allocate(
+            &[wanted("a", &[80, 443])],
+            &[],
+            &theirs,
+            &BTreeSet::new(),
+            FIRST,
+        );
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20001), (443, 20003)]
@@ -345,22 +382,46 @@ mod tests {
         // its Service's, but its old configuration still defines a listener there.
         let before = [existing("a", &[(80, 20000), (443, 20001)])];
         let listening = BTreeSet::from([20000, 20001]);
-        let out = allocate(&[wanted("a", &[80, 8080])], &before, &[], &listening);
+        let (out, _) = allocate(&[wanted("a", &[80, 8080])], &before, &[], &listening, FIRST);
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20000), (8080, 20002)]
         );
         // Once it is gone, the port is free again.
-        let out = allocate(
+        let (out, _) = allocate(
             &[wanted("a", &[80, 8080])],
             &before,
             &[],
             &BTreeSet::from([20000]),
+            FIRST,
         );
         assert_eq!(
             out[&("web".into(), "a".into())],
             [(80, 20000), (8080, 20001)]
         );
+    }
+
+    const FIRST: i32 = *FLEET_PORTS.start();
+
+    #[test]
+    fn a_new_port_gets_the_next_fleet_port_not_one_a_gone_gateway_just_freed() {
+        // Gateway gone had 20000 and was deleted: its listener is still served for the
+        // hold of deleted routes, with nothing left to say so.
+        let (first, next) = allocate(&[wanted("gone", &[80])], &[], &[], &BTreeSet::new(), FIRST);
+        assert_eq!(first[&("web".into(), "gone".into())], [(80, 20000)]);
+        let (out, next) = allocate(&[wanted("new", &[80])], &[], &[], &BTreeSet::new(), next);
+        assert_eq!(out[&("web".into(), "new".into())], [(80, 20001)]);
+        // At the end of the range, the search wraps around to the free ports below.
+        let last = *FLEET_PORTS.end();
+        let (out, next) = allocate(&[wanted("a", &[80, 443])], &[], &[], &BTreeSet::new(), last);
+        assert_eq!(out[&("web".into(), "a".into())], [(80, last), (443, 20000)]);
+        assert_eq!(next, 20001);
+        // A controller starting anew searches after its own Services' ports.
+        assert_eq!(
+            first_search(&[existing("a", &[(80, 20007), (443, 20003)])]),
+            20008
+        );
+        assert_eq!(first_search(&[]), FIRST);
     }
 
     #[test]

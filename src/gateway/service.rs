@@ -409,7 +409,7 @@ mod tests {
         // hold of deleted routes, with nothing left to say so.
         let (first, next) = allocate(&[wanted("gone", &[80])], &[], &[], &BTreeSet::new(), FIRST);
         assert_eq!(first[&("web".into(), "gone".into())], [(80, 20000)]);
-        let (out, next) = allocate(&[wanted("new", &[80])], &[], &[], &BTreeSet::new(), next);
+        let (out, _) = allocate(&[wanted("new", &[80])], &[], &[], &BTreeSet::new(), next);
         assert_eq!(out[&("web".into(), "new".into())], [(80, 20001)]);
         // At the end of the range, the search wraps around to the free ports below.
         let last = *FLEET_PORTS.end();

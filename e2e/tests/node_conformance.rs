@@ -87,13 +87,39 @@ fn checked_in() -> PathBuf {
     ))
 }
 
-/// The report without what changes from one run to the next (its date).
+/// The report without what changes from one run to the next: its date, and the order of
+/// its profiles (the suite lists them in no fixed order).
 fn comparable(report: &str) -> Value {
     let mut value: Value = serde_saphyr::from_str(report).expect("a ConformanceReport");
     if let Some(object) = value.as_object_mut() {
         object.remove("date");
+        if let Some(Value::Array(profiles)) = object.get_mut("profiles") {
+            profiles.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        }
     }
     value
+}
+
+#[test]
+fn the_order_of_the_profiles_is_no_difference() {
+    let report = |profiles: &[&str]| {
+        let listed: String = (profiles.iter())
+            .map(|p| format!("- name: {p}\n  summary: of {p}\n"))
+            .collect();
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\ndate: \"2026-12-05T08:00:00Z\"\n\
+             profiles:\n{listed}"
+        )
+    };
+    let written = comparable(&report(&["GATEWAY-TLS", "GATEWAY-HTTP"]));
+    assert_eq!(
+        written,
+        comparable(&report(&["GATEWAY-HTTP", "GATEWAY-TLS"]))
+    );
+    // What a profile says still counts.
+    let mut other = written.clone();
+    other["profiles"][0]["summary"] = Value::from("else");
+    assert_ne!(written, other);
 }
 
 #[tokio::test]

@@ -262,15 +262,20 @@ fn listener(
 ) -> Listener {
     Listener {
         name: name.to_owned(),
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: settings.address.clone(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(port))),
-                ..Default::default()
-            })),
-        }),
+        address: Some(socket_address(&settings.address, port)),
         filter_chains,
         ..Default::default()
+    }
+}
+
+/// The address `host`:`port` (TCP).
+pub(super) fn socket_address(host: &str, port: u16) -> Address {
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: host.to_owned(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(port))),
+            ..Default::default()
+        })),
     }
 }
 

@@ -10,9 +10,7 @@
 //! resource that forwards by V: Envoy takes a listener whole or not at all, so no answer
 //! can run ahead of the forwarding it speaks for, as an answer over RDS could.
 
-use envoy_types::pb::envoy::config::core::v3::{
-    Address, SocketAddress, TransportSocket, address, socket_address, transport_socket,
-};
+use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
 use envoy_types::pb::envoy::config::listener::v3::{
     AdditionalAddress, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter,
     listener_filter,
@@ -34,6 +32,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 
 use super::listener::{
     self, HCM_FILTER, ROUTER_FILTER, Side, TLS_INSPECTOR_FILTER, TLS_TRANSPORT_SOCKET,
+    socket_address,
 };
 use super::{access_log, proto};
 use crate::model;
@@ -94,16 +93,6 @@ pub fn stream_listener(
             }))
             .collect(),
         ..Default::default()
-    }
-}
-
-fn socket_address(host: &str, port: u16) -> Address {
-    Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: host.to_owned(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(port))),
-            ..Default::default()
-        })),
     }
 }
 

@@ -113,11 +113,7 @@ impl Translator {
         for name in &changed {
             // Served over RDS or inline (its protocol may have changed): every virtual host
             // of its route configuration is sent again, or taken back.
-            let first = (name.clone(), String::new(), EntryKind::Probe);
-            let entries: Vec<EntryKey> = (self.route_entries.range(first..))
-                .take_while(|((rc, _, _), _)| rc == name)
-                .map(|(key, _)| key.clone())
-                .collect();
+            let entries: Vec<EntryKey> = self.entries_in(name).map(|(k, _)| k.clone()).collect();
             out.entries_changed.extend(entries);
             // A probe host not installed answers 404 there too, never a user's backend.
             let entry = served.contains_key(name).then(|| catch_all.encode_to_vec());

@@ -418,11 +418,17 @@ impl Translator {
         name: &'a str,
         kind: Option<EntryKind>,
     ) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let first = (name.to_owned(), String::new(), EntryKind::Probe);
-        self.route_entries
-            .range(first..)
-            .take_while(move |((rc, _, _), _)| rc == name)
+        self.entries_in(name)
             .filter(move |((_, _, k), _)| kind.is_none_or(|kind| *k == kind))
             .map(|(_, bytes)| bytes.as_slice())
+    }
+
+    /// The entries of a route configuration, by key, in order.
+    pub(super) fn entries_in<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a EntryKey, &'a Vec<u8>)> + 'a {
+        let first = (name.to_owned(), String::new(), EntryKind::Probe);
+        (self.route_entries.range(first..)).take_while(move |((rc, _, _), _)| rc == name)
     }
 }

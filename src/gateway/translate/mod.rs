@@ -378,7 +378,11 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     let grpc_rules: Vec<_> = (inputs.grpc_routes.iter())
         .map(grpc_route::as_http_rules)
         .collect();
-    for (seniority, route) in sorted_routes(inputs, &grpc_rules).into_iter().enumerate() {
+    let tls_rules: Vec<_> = (inputs.tls_routes.iter())
+        .map(stream_route::tls_rules)
+        .collect();
+    let sorted = sorted_routes(inputs, &grpc_rules, &tls_rules);
+    for (seniority, route) in sorted.into_iter().enumerate() {
         let (view, lowered) = match route {
             AnyRoute::Http(r) => (
                 http_route::route(r),
@@ -388,9 +392,9 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
                 grpc_route::route(r),
                 grpc_route::lower(inputs, r, rules, seniority),
             ),
-            AnyRoute::Tls(r) => (
+            AnyRoute::Tls(r, rules) => (
                 stream_route::tls_route(r),
-                stream_route::lower_tls(inputs, r, seniority),
+                stream_route::lower_tls(inputs, r, rules, seniority),
             ),
             AnyRoute::Tcp(r) => (
                 stream_route::tcp_route(r),
@@ -402,7 +406,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
             match route {
                 AnyRoute::Http(_) => routes.push(outcome),
                 AnyRoute::Grpc(..) => grpc_routes.push(outcome),
-                AnyRoute::Tls(_) => tls_routes.push(outcome),
+                AnyRoute::Tls(..) => tls_routes.push(outcome),
                 AnyRoute::Tcp(_) => tcp_routes.push(outcome),
             }
         }
@@ -430,10 +434,8 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     }
     // A TLSRoute's backends: a BackendTLSPolicy encrypts what a Terminate listener
     // decrypted.
-    let tls_rules: Vec<(&ObjectMeta, Vec<HttpRouteRules>)> = (inputs.tls_routes.iter())
-        .map(|r| (&r.metadata, stream_route::tls_rules(r)))
-        .collect();
-    let tls_rules = tls_rules.iter().map(|(m, rules)| (*m, rules.as_slice()));
+    let tls_rules = (inputs.tls_routes.iter().zip(&tls_rules))
+        .map(|(r, rules)| (&r.metadata, rules.as_slice()));
     for (service, gateways) in senders(tls_rules, &tls_routes) {
         by_service.entry(service).or_default().extend(gateways);
     }
@@ -522,7 +524,8 @@ enum AnyRoute<'a> {
     Http(&'a HttpRoute),
     /// With its rules in HTTPRoute's fields.
     Grpc(&'a GrpcRoute, &'a Result<Vec<HttpRouteRules>, String>),
-    Tls(&'a TlsRoute),
+    /// With its rules in HTTPRoute's fields.
+    Tls(&'a TlsRoute, &'a [HttpRouteRules]),
     Tcp(&'a TcpRoute),
 }
 
@@ -532,11 +535,13 @@ enum AnyRoute<'a> {
 fn sorted_routes<'a>(
     inputs: &Inputs<'a>,
     grpc_rules: &'a [Result<Vec<HttpRouteRules>, String>],
+    tls_rules: &'a [Vec<HttpRouteRules>],
 ) -> Vec<AnyRoute<'a>> {
     let http = (inputs.routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Http(r)));
     let grpc = (inputs.grpc_routes.iter().zip(grpc_rules))
         .map(|(r, rules)| (seniority(&r.metadata), AnyRoute::Grpc(r, rules)));
-    let tls = (inputs.tls_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Tls(r)));
+    let tls = (inputs.tls_routes.iter().zip(tls_rules))
+        .map(|(r, rules)| (seniority(&r.metadata), AnyRoute::Tls(r, rules)));
     let tcp = (inputs.tcp_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Tcp(r)));
     let mut sorted: Vec<_> = http.chain(grpc).chain(tls).chain(tcp).collect();
     // Stable: an HTTPRoute before a GRPCRoute of the same namespace and name.

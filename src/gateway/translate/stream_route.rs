@@ -63,17 +63,18 @@ pub fn tls_rules(route: &TlsRoute) -> Vec<HttpRouteRules> {
     as_http_rules!(route.spec.rules)
 }
 
-/// A TLSRoute's rules in the vocabulary (it is the `seniority`-th oldest route): as a
-/// Terminate listener serves them (the BackendTLSPolicies of their backends apply), each
-/// with its variant for a Passthrough listener (they do not).
+/// A TLSRoute's rules (`rules`: [`tls_rules`] of it) in the vocabulary (it is the
+/// `seniority`-th oldest route): as a Terminate listener serves them (the
+/// BackendTLSPolicies of their backends apply), each with its variant for a Passthrough
+/// listener (they do not).
 pub fn lower_tls(
     inputs: &Inputs<'_>,
     route: &TlsRoute,
+    rules: &[HttpRouteRules],
     seniority: usize,
 ) -> Result<Lowered, String> {
-    let rules = tls_rules(route);
-    let mut terminated = lower(inputs, TLS_ROUTE, &route.metadata, &rules, seniority, true)?;
-    let passed = lower(inputs, TLS_ROUTE, &route.metadata, &rules, seniority, false)?;
+    let mut terminated = lower(inputs, TLS_ROUTE, &route.metadata, rules, seniority, true)?;
+    let passed = lower(inputs, TLS_ROUTE, &route.metadata, rules, seniority, false)?;
     for (t, p) in terminated.rules.iter_mut().zip(passed.rules) {
         t.rule.passed_through = Some(p.rule.rule);
     }

@@ -1,8 +1,10 @@
-//! TCP and TLS Gateway listeners on real Envoy: connections forwarded whole (TCP; TLS
+//! TCP, TLS and UDP Gateway listeners on real Envoy: connections forwarded whole (TCP; TLS
 //! passed through by server name, or decrypted first), and each listener's version probes
 //! answered on its probe port by the listener itself, so a probe that reads a version is
 //! proof that new connections are forwarded by it; a connection opened before a move stays
-//! on its backend until Envoy's drain time ends, then is closed.
+//! on its backend until Envoy's drain time ends, then is closed. UDP: datagrams to the
+//! port's one backend, or by weight to several (a blend), and the version answered by the
+//! TCP listener sent with the UDP one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use switchyard_e2e::{
 const IP: &str = "127.0.0.51";
 const TLS: &str = "apps/gw/443/tls";
 const TCP: &str = "apps/gw/5432/tcp";
+const UDP: &str = "apps/gw/53/udp";
 const TOKEN: &str = "t";
 
 fn cluster_of(backend: &Backend) -> model::Cluster {
@@ -328,6 +331,189 @@ async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_e
     assert!(
         answered > 0 && closed > 0,
         "{answered} answered, {closed} closed"
+    );
+    drop(envoy);
+}
+
+/// A UDP backend answering every datagram with its name.
+async fn udp_echo(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let socket = tokio::net::UdpSocket::bind(format!("{IP}:0"))
+        .await
+        .expect("a UDP socket");
+    let address = socket.local_addr().expect("an address");
+    let task = tokio::spawn(async move {
+        let mut buffer = [0u8; 1500];
+        while let Ok((_, from)) = socket.recv_from(&mut buffer).await {
+            let _ = socket.send_to(name.as_bytes(), from).await;
+        }
+    });
+    (address, task)
+}
+
+fn udp_cluster(name: &str, address: SocketAddr) -> model::Cluster {
+    let service = model::ServiceRef {
+        namespace: "apps".into(),
+        name: name.into(),
+        port: address.port(),
+    };
+    model::Cluster {
+        name: model::cluster_name(&service, &model::ClusterSettings::default()),
+        service,
+        settings: Default::default(),
+        endpoints: vec![model::Endpoint {
+            address: IP.into(),
+            port: address.port(),
+            condition: model::EndpointCondition::READY,
+            zone: None,
+        }],
+    }
+}
+
+/// A port no UDP socket of this address has.
+fn free_udp_port() -> u16 {
+    let socket = std::net::UdpSocket::bind(format!("{IP}:0")).expect("a UDP socket");
+    socket.local_addr().expect("an address").port()
+}
+
+/// One datagram from a new socket (a session of its own): the answer, if one came.
+async fn udp_ask(port: u16) -> Option<String> {
+    let socket = tokio::net::UdpSocket::bind(format!("{IP}:0")).await.ok()?;
+    socket.connect(format!("{IP}:{port}")).await.ok()?;
+    socket.send(b"ping").await.ok()?;
+    let mut buffer = [0u8; 1500];
+    let n = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buffer))
+        .await
+        .ok()?
+        .ok()?;
+    Some(String::from_utf8_lossy(&buffer[..n]).into_owned())
+}
+
+#[tokio::test]
+async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
+    let work = StandaloneDir::new();
+    let (a, _a) = udp_echo("udp-a").await;
+    let (b, _b) = udp_echo("udp-b").await;
+    let clusters = [udp_cluster("udp-a", a), udp_cluster("udp-b", b)];
+    let (port, probe_port) = (free_udp_port(), free_port());
+    let mut dns = vhost("apps/dns", UDP, "*", &clusters[0].name);
+    let mut config = model::Config {
+        listeners: model::ListenerSettings {
+            address: IP.into(),
+            http_port: free_port(),
+            https_port: free_port(),
+            probe_port: free_port(),
+            probe_token: TOKEN.into(),
+            ..Default::default()
+        },
+        gateway_listeners: vec![listener(
+            UDP,
+            port,
+            probe_port,
+            model::ListenerProtocol::Udp,
+        )],
+        virtual_hosts: vec![dns.clone()],
+        clusters: clusters.to_vec(),
+        secrets: Vec::new(),
+        endpoint_probes: Vec::new(),
+        version_probes: vec![probe("apps/dns", UDP, "u1")],
+    };
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, [], "{:#?}", translation.problems);
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    server.desired.publish(Arc::new(translation.snapshot));
+    server.desired.open();
+    let envoy = Envoy::start(&work.work, "envoy-udp", IP, server.port, Protocol::Delta);
+    wait_for_version(probe_port, "apps/dns", "u1").await;
+    assert_eq!(udp_ask(port).await.as_deref(), Some("udp-a"));
+
+    // A session open across the move: one client socket asking every 5 ms.
+    let session = tokio::net::UdpSocket::bind(format!("{IP}:0"))
+        .await
+        .expect("a UDP socket");
+    session
+        .connect(format!("{IP}:{port}"))
+        .await
+        .expect("connected");
+    let asking = tokio::spawn(async move {
+        let mut answers: Vec<Option<String>> = Vec::new();
+        let mut buffer = [0u8; 1500];
+        for _ in 0..300 {
+            if session.send(b"ping").await.is_err() {
+                answers.push(None);
+                continue;
+            }
+            let answer =
+                tokio::time::timeout(Duration::from_millis(200), session.recv(&mut buffer))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|n| String::from_utf8_lossy(&buffer[..n]).into_owned());
+            answers.push(answer);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        answers
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The route moves. Once the probe listener answers the new version, every new session
+    // goes to the new backend.
+    dns.routes = vec![forwarding(&clusters[1].name)];
+    config.virtual_hosts = vec![dns.clone()];
+    config.version_probes[0].version = "u2".into();
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, []);
+    server.desired.publish(Arc::new(translation.snapshot));
+    let took = wait_for_version(probe_port, "apps/dns", "u2").await;
+    for _ in 0..20 {
+        assert_eq!(udp_ask(port).await.as_deref(), Some("udp-b"));
+    }
+    let answers = asking.await.expect("the session's task");
+    let unanswered = answers.iter().filter(|a| a.is_none()).count();
+    let moved = answers.iter().position(|a| a.as_deref() == Some("udp-b"));
+    println!(
+        "UDP move: version answered {took:?} after the change; the open session: {} datagrams, {unanswered} unanswered, first on the new backend at {moved:?}",
+        answers.len()
+    );
+    // Envoy replaced the listener: the open session went to the new backend with it, and
+    // stayed there.
+    let moved = moved.expect("the open session moved to the new backend");
+    assert!(
+        answers[moved..].iter().flatten().all(|a| a == "udp-b"),
+        "{answers:?}"
+    );
+
+    // Several backends by weight: a blend of their endpoints; a share of backends the
+    // front-end could not use is dropped.
+    let mut route = forwarding(&clusters[0].name);
+    if let model::RouteAction::Forward(f) = &mut route.action {
+        f.backends[0].weight = 3;
+        f.backends.push(model::WeightedCluster {
+            cluster: clusters[1].name.clone(),
+            weight: 1,
+            request_headers: Default::default(),
+        });
+        f.unavailable_weight = 1;
+    }
+    dns.routes = vec![route];
+    config.virtual_hosts = vec![dns];
+    config.version_probes[0].version = "u3".into();
+    let translation = switchyard::translate::translate(&config);
+    assert_eq!(translation.problems, []);
+    server.desired.publish(Arc::new(translation.snapshot));
+    wait_for_version(probe_port, "apps/dns", "u3").await;
+    let (mut to_a, mut to_b, mut dropped) = (0, 0, 0);
+    for _ in 0..100 {
+        match udp_ask(port).await.as_deref() {
+            Some("udp-a") => to_a += 1,
+            Some("udp-b") => to_b += 1,
+            Some(other) => panic!("answered by {other}"),
+            None => dropped += 1,
+        }
+    }
+    println!("UDP blend 3:1:1 → {to_a} to a, {to_b} to b, {dropped} dropped");
+    assert!(
+        to_a > to_b && to_b > 0 && dropped > 0,
+        "{to_a} to a, {to_b} to b, {dropped} dropped"
     );
     drop(envoy);
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster as EnvoyCluster;
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
-use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter, listener_filter};
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
@@ -18,9 +19,13 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusters,
 };
+use envoy_types::pb::envoy::extensions::filters::udp::udp_proxy::v3::{
+    Route as UdpRoute, UdpProxyConfig, udp_proxy_config::RouteSpecifier as UdpRoutes,
+};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, UpstreamTlsContext,
 };
+use envoy_types::pb::xds::r#type::matcher::v3::matcher::on_match;
 use proptest::prelude::*;
 use proptest::sample::select;
 use prost::{Message, Name};
@@ -368,6 +373,7 @@ fn gateway_listeners() -> impl Strategy<Value = Vec<GatewayListener>> {
             4 => Just(ListenerProtocol::Http),
             1 => Just(ListenerProtocol::Tls),
             1 => Just(ListenerProtocol::Tcp),
+            1 => Just(ListenerProtocol::Udp),
         ],
     )
         .prop_map(|(name, port, tls, default_secret, validation, protocol)| {
@@ -604,6 +610,26 @@ fn route_configurations(t: &Translation) -> Vec<RouteConfiguration> {
     out
 }
 
+/// A UDP listener's route: the virtual host it is named after, and its cluster.
+fn udp_route(l: &Listener) -> Option<(String, String)> {
+    let f = l
+        .listener_filters
+        .iter()
+        .find(|f| f.name == "envoy.filters.udp_listener.udp_proxy")?;
+    let Some(listener_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+        return None;
+    };
+    let proxy: UdpProxyConfig = decode(&any.value);
+    let Some(UdpRoutes::Matcher(m)) = proxy.route_specifier else {
+        return None;
+    };
+    let Some(on_match::OnMatch::Action(action)) = m.on_no_match?.on_match else {
+        return None;
+    };
+    let route: UdpRoute = decode(&action.typed_config?.value);
+    Some((action.name, route.cluster))
+}
+
 /// What the listeners and routes of a snapshot refer to: (clusters, secrets).
 /// The clusters and secrets the served routes, probes, TLS chains and clusters reference;
 /// `defined`: the secrets of the config that can be served.
@@ -644,6 +670,10 @@ fn references(t: &Translation, defined: &BTreeSet<String>) -> (BTreeSet<String>,
     }
     for r in t.snapshot.resources(LISTENER).unwrap().values() {
         let l: Listener = decode(&r.body.value);
+        // (The unavailable cluster is no cluster: every datagram is dropped.)
+        if let Some((_, cluster)) = udp_route(&l).filter(|(_, c)| c != UNAVAILABLE_CLUSTER) {
+            clusters.insert(cluster);
+        }
         for chain in l.filter_chains.iter().chain(&l.default_filter_chain) {
             for f in &chain.filters {
                 let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
@@ -683,6 +713,17 @@ fn references(t: &Translation, defined: &BTreeSet<String>) -> (BTreeSet<String>,
                         .map(|s| s.name),
                 );
             }
+        }
+    }
+    // A blend's clusters: the localities of its endpoints.
+    for (name, r) in t.snapshot.resources(ENDPOINT).unwrap() {
+        if name.starts_with("switchyard/blend/") {
+            let cla: ClusterLoadAssignment = decode(&r.body.value);
+            clusters.extend(
+                (cla.endpoints.into_iter())
+                    .filter_map(|l| l.locality.map(|l| l.sub_zone))
+                    .filter(|c| c != UNAVAILABLE_CLUSTER),
+            );
         }
     }
     // The secrets served clusters present to their backends, those the config can serve
@@ -777,6 +818,13 @@ proptest! {
         // its server names (none: every name).
         for r in t.snapshot.resources(LISTENER).unwrap().values() {
             let l: Listener = decode(&r.body.value);
+            // On a UDP listener, the one its route is named after.
+            if let Some((vhost, _)) = udp_route(&l)
+                && let Some(vh) = config.virtual_hosts.iter().find(|h| h.name == vhost)
+            {
+                prop_assert_eq!(vh.listener.as_deref(), Some(l.name.as_str()));
+                served.insert(vh.name.clone(), (vh.routes.len(), vec!["*".to_owned()]));
+            }
             for chain in l.filter_chains.iter().filter(|c| c.name.contains('/')) {
                 let Some(vh) = config.virtual_hosts.iter().find(|h| h.name == chain.name) else {
                     continue;

@@ -200,6 +200,9 @@ pub enum ListenerProtocol {
     Tls,
     /// TCP connections, sent whole to the backends of its one virtual host.
     Tcp,
+    /// UDP datagrams, sent to the backends of its one virtual host: those of one client
+    /// address and port (a session) to one backend.
+    Udp,
 }
 
 impl ListenerProtocol {

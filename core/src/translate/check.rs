@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::{
+    FilterChain, Listener, filter, listener_filter,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, header_matcher::HeaderMatchSpecifier, route::Action,
     route_action::ClusterSpecifier, route_match::PathSpecifier,
@@ -19,11 +21,15 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusters,
 };
+use envoy_types::pb::envoy::extensions::filters::udp::udp_proxy::v3::{
+    Route as UdpRoute, UdpProxyConfig, udp_proxy_config::RouteSpecifier as UdpRoutes,
+};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::xds::r#type::matcher::v3::matcher::on_match;
 use prost::{Message, Name};
 
 use super::{cluster::eds_name, validate};
@@ -65,6 +71,7 @@ pub fn check_consistency(snapshot: &Snapshot) -> Result<(), String> {
             continue;
         };
         expect_name(r, &listener.name, &mut errors);
+        check_udp_proxy(&listener, &clusters, &mut errors);
         let mut server_names: BTreeMap<String, String> = BTreeMap::new();
         for chain in listener
             .filter_chains
@@ -202,6 +209,40 @@ fn check_route_configuration(
                     errors.push(format!("{at}: cluster {c:?} is not in the snapshot"));
                 }
             }
+        }
+    }
+}
+
+/// A UDP listener's proxy: one cluster, in the snapshot (or the unavailable one).
+fn check_udp_proxy(listener: &Listener, clusters: &BTreeSet<String>, errors: &mut Vec<String>) {
+    let at = format!("listener {:?}", listener.name);
+    for f in &listener.listener_filters {
+        let Some(listener_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+            continue;
+        };
+        if any.type_url != UdpProxyConfig::type_url() {
+            continue;
+        }
+        let Some(proxy) = unpack::<UdpProxyConfig>(any, &at, errors) else {
+            continue;
+        };
+        let route = match &proxy.route_specifier {
+            Some(UdpRoutes::Matcher(m)) => (m.on_no_match.as_ref())
+                .and_then(|o| match &o.on_match {
+                    Some(on_match::OnMatch::Action(a)) => a.typed_config.as_ref(),
+                    _ => None,
+                })
+                .and_then(|any| unpack::<UdpRoute>(any, &at, errors)),
+            _ => None,
+        };
+        match route {
+            Some(r) if r.cluster == model::UNAVAILABLE_CLUSTER || clusters.contains(&r.cluster) => {
+            }
+            Some(r) => errors.push(format!(
+                "{at}: cluster {:?} is not in the snapshot",
+                r.cluster
+            )),
+            None => errors.push(format!("{at}: udp_proxy without a route to a cluster")),
         }
     }
 }

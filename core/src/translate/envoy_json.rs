@@ -44,6 +44,9 @@ use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::P
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::envoy::extensions::filters::udp::udp_proxy::v3::{
+    Route as UdpRoute, UdpProxyConfig,
+};
 use envoy_types::pb::envoy::extensions::http::early_header_mutation::header_mutation::v3::HeaderMutation as EarlyHeaderMutation;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret, UpstreamTlsContext,
@@ -79,6 +82,8 @@ pub fn root_types() -> Vec<String> {
         Secret::full_name(),
         HttpConnectionManager::full_name(),
         TcpProxy::full_name(),
+        UdpProxyConfig::full_name(),
+        UdpRoute::full_name(),
         HealthCheck::full_name(),
         StdoutAccessLog::full_name(),
         Router::full_name(),

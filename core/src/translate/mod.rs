@@ -20,6 +20,7 @@ use crate::xds;
 mod access_log;
 mod check;
 mod cluster;
+mod datagram;
 mod endpoint;
 pub mod envoy_json;
 mod http_filters;

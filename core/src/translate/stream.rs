@@ -171,8 +171,8 @@ fn tcp_proxy(
     }
 }
 
-/// Why a virtual host cannot be served on `listener`, a TCP or TLS one: each connection
-/// goes whole to the backends of its one route.
+/// Why a virtual host cannot be served on `listener`, a TCP, TLS or UDP one: each
+/// connection (or session) goes whole to the backends of its one route.
 pub fn check_virtual_host(
     listener: &model::GatewayListener,
     vh: &model::VirtualHost,
@@ -180,18 +180,23 @@ pub fn check_virtual_host(
     let mut errors = Vec::new();
     let kind = match listener.protocol {
         model::ListenerProtocol::Tcp => "TCP",
+        model::ListenerProtocol::Udp => "UDP",
         _ => "TLS",
     };
     let name = &listener.name;
-    if listener.protocol == model::ListenerProtocol::Tcp {
+    let what = match listener.protocol {
+        model::ListenerProtocol::Udp => "datagrams have",
+        _ => "connections have",
+    };
+    if listener.protocol != model::ListenerProtocol::Tls {
         if vh.tls.is_some() {
             errors.push(format!(
-                "Gateway listener {name:?} is TCP: the virtual host cannot have TLS"
+                "Gateway listener {name:?} is {kind}: the virtual host cannot have TLS"
             ));
         }
         if vh.hosts.iter().any(|h| h != "*") {
             errors.push(format!(
-                "Gateway listener {name:?} is TCP: connections have no host name, the virtual host's only host is \"*\""
+                "Gateway listener {name:?} is {kind}: {what} no host name, the virtual host's only host is \"*\""
             ));
         }
     }
@@ -235,7 +240,11 @@ pub fn backends(vh: &model::VirtualHost) -> Vec<(String, u32)> {
 
 /// The probe port's chain: plain HTTP, routed with the probe virtual hosts of the
 /// listener's route configuration, inline (they answer by themselves: no cluster to check).
-fn probe_chain(listener: &str, probe_port: u16, mut routes: RouteConfiguration) -> FilterChain {
+pub(super) fn probe_chain(
+    listener: &str,
+    probe_port: u16,
+    mut routes: RouteConfiguration,
+) -> FilterChain {
     routes.validate_clusters = proto::bool_value(false);
     let hcm = HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
@@ -265,4 +274,4 @@ fn probe_chain(listener: &str, probe_port: u16, mut routes: RouteConfiguration) 
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

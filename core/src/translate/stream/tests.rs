@@ -16,7 +16,7 @@ use crate::xds::snapshot::{LISTENER, ROUTE, SECRET};
 const TLS: &str = "ns/gw/443/tls";
 const TCP: &str = "ns/gw/5432/tcp";
 
-fn cluster(name: &str) -> model::Cluster {
+pub(in crate::translate) fn cluster(name: &str) -> model::Cluster {
     model::Cluster {
         name: name.into(),
         service: model::ServiceRef {
@@ -29,7 +29,10 @@ fn cluster(name: &str) -> model::Cluster {
     }
 }
 
-fn forwarding(backends: &[(&str, u32)], unavailable_weight: u32) -> model::Route {
+pub(in crate::translate) fn forwarding(
+    backends: &[(&str, u32)],
+    unavailable_weight: u32,
+) -> model::Route {
     model::Route {
         name: "r".into(),
         path: model::PathMatch::Prefix("/".into()),
@@ -52,7 +55,12 @@ fn forwarding(backends: &[(&str, u32)], unavailable_weight: u32) -> model::Route
     }
 }
 
-fn vhost(name: &str, listener: &str, hosts: &[&str], route: model::Route) -> model::VirtualHost {
+pub(in crate::translate) fn vhost(
+    name: &str,
+    listener: &str,
+    hosts: &[&str],
+    route: model::Route,
+) -> model::VirtualHost {
     model::VirtualHost {
         name: name.into(),
         listener: Some(listener.into()),
@@ -64,7 +72,7 @@ fn vhost(name: &str, listener: &str, hosts: &[&str], route: model::Route) -> mod
     }
 }
 
-fn gateway_listener(
+pub(in crate::translate) fn gateway_listener(
     name: &str,
     port: u16,
     protocol: model::ListenerProtocol,
@@ -80,7 +88,7 @@ fn gateway_listener(
     }
 }
 
-fn probe(id: &str, listener: &str, version: &str) -> model::VersionProbe {
+pub(in crate::translate) fn probe(id: &str, listener: &str, version: &str) -> model::VersionProbe {
     model::VersionProbe {
         id: id.into(),
         version: version.into(),
@@ -137,19 +145,21 @@ fn config() -> model::Config {
     }
 }
 
-fn listener(t: &super::super::Translation, name: &str) -> Listener {
+pub(in crate::translate) fn listener(t: &super::super::Translation, name: &str) -> Listener {
     let resource = &t.snapshot.resources(LISTENER).expect("listeners")[name];
     Listener::decode(resource.body.value.as_slice()).expect("a Listener")
 }
 
-fn typed<M: Message + Default>(config: &Option<filter::ConfigType>) -> M {
+pub(in crate::translate) fn typed<M: Message + Default>(config: &Option<filter::ConfigType>) -> M {
     let Some(filter::ConfigType::TypedConfig(any)) = config else {
         panic!("a typed config");
     };
     M::decode(any.value.as_slice()).expect("decodes")
 }
 
-fn port_of(address: &Option<envoy_types::pb::envoy::config::core::v3::Address>) -> u32 {
+pub(in crate::translate) fn port_of(
+    address: &Option<envoy_types::pb::envoy::config::core::v3::Address>,
+) -> u32 {
     use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
     let Some(address::Address::SocketAddress(s)) = address.as_ref().and_then(|a| a.address.clone())
     else {

@@ -145,6 +145,10 @@ impl Translator {
             .collect();
         let mut listeners = listener::listeners(&self.listeners, &tls_hosts_of(None), &probes);
         for (name, gateway) in &self.served_gateway_listeners {
+            if gateway.protocol == model::ListenerProtocol::Udp {
+                listeners.extend(self.udp_listeners(name, gateway));
+                continue;
+            }
             if !gateway.protocol.is_http() {
                 listeners.push(self.stream_listener(name, gateway));
                 continue;
@@ -192,13 +196,29 @@ impl Translator {
                 backends: &s.backends,
             })
             .collect();
-        // Its probe port answers the version probes alone: the user virtual hosts of its
-        // route configuration are its filter chains, and an HTTP request there must not
-        // reach a TCP backend.
+        stream::stream_listener(&self.listeners, gateway, &hosts, self.probe_routes(name))
+    }
+
+    /// A UDP Gateway listener, and the TCP listener answering its version probes.
+    fn udp_listeners(&self, name: &str, gateway: &model::GatewayListener) -> [Listener; 2] {
+        let served = (self.stream_hosts.iter())
+            .find(|(_, s)| s.listener == name)
+            .and_then(|(vhost, s)| Some((vhost.as_str(), s.backends.first()?.0.as_str())));
+        [
+            datagram::udp_listener(&self.listeners, gateway, served),
+            datagram::probe_listener(&self.listeners, gateway, self.probe_routes(name)),
+        ]
+    }
+
+    /// The version probes of a TCP, TLS or UDP listener's route configuration. Its probe
+    /// port answers them alone: the user virtual hosts of its route configuration are its
+    /// filter chains (or its one cluster), and an HTTP request there must not reach a
+    /// backend.
+    fn probe_routes(&self, name: &str) -> RouteConfiguration {
         let probes =
             route::route_configuration(name, self.entries_of(name, Some(EntryKind::Probe)));
         let routes = RouteConfiguration::decode(probes.value.as_slice());
         debug_assert!(routes.is_ok(), "encoded from valid parts a moment ago");
-        stream::stream_listener(&self.listeners, gateway, &hosts, routes.unwrap_or_default())
+        routes.unwrap_or_default()
     }
 }

@@ -34,8 +34,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
 use super::{
     HTTP_LISTENER, HTTPS_LISTENER, Inputs, PROBE_CATCH_ALL_VHOST, PROBE_LISTENER, Problem,
-    ROUTE_CONFIG_NAME, Subject, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, endpoint,
-    listener, probe, proto, route, secret, stream, unique_by_name, validate,
+    ROUTE_CONFIG_NAME, Subject, Translation, VERSION_PROBE_VHOST_PREFIX, cluster, datagram,
+    endpoint, listener, probe, proto, route, secret, stream, unique_by_name, validate,
 };
 use crate::model;
 use crate::xds::snapshot::{
@@ -130,6 +130,9 @@ pub struct Translator {
     /// Served virtual hosts of TCP and TLS Gateway listeners: one filter chain each, by
     /// virtual host name.
     stream_hosts: BTreeMap<String, StreamServed>,
+    /// The blends served UDP virtual hosts send to (see [`datagram`]), by name: served
+    /// while used, like a cluster.
+    blends: BTreeMap<String, datagram::Blend>,
     /// Encoded virtual hosts of the route configurations.
     route_entries: BTreeMap<EntryKey, Vec<u8>>,
     /// The route configuration each placed version probe is in, by id.
@@ -191,6 +194,7 @@ impl Translator {
             served_uses: HashMap::new(),
             tls_hosts: BTreeMap::new(),
             stream_hosts: BTreeMap::new(),
+            blends: BTreeMap::new(),
             route_entries: BTreeMap::new(),
             probe_entries: HashMap::new(),
             probe_cluster_uses: HashMap::new(),

@@ -22,7 +22,8 @@ pub(super) enum EntryKind {
     User,
 }
 
-/// A served virtual host's filter chain on a TCP or TLS Gateway listener.
+/// A served virtual host's filter chain on a TCP or TLS Gateway listener, or its cluster on
+/// a UDP one (`backends`: that one cluster).
 #[derive(Clone, PartialEq)]
 pub(super) struct StreamServed {
     pub(super) listener: String,
@@ -65,21 +66,38 @@ impl Translator {
         let bytes =
             route::encode_virtual_host(route::virtual_host(&host.model, &host.served_hosts));
         let route_config = route_config_of(host.model.listener.as_ref()).to_owned();
-        let uses = Uses {
-            route_config: route_config.clone(),
-            clusters: route::referenced_clusters(&host.model)
-                .map(str::to_owned)
-                .collect(),
-            secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
-        };
+        let mut clusters: BTreeSet<String> = route::referenced_clusters(&host.model)
+            .map(str::to_owned)
+            .collect();
+        let mut blend = None;
         let stream = (host.model.listener.as_ref())
             .filter(|l| self.is_stream_listener(l))
-            .map(|l| StreamServed {
-                listener: l.clone(),
-                hosts: host.served_hosts.clone(),
-                secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
-                backends: stream::backends(&host.model),
+            .map(|l| {
+                let mut backends = stream::backends(&host.model);
+                if self.is_udp_listener(l) {
+                    // One cluster per session: a blend of several (a cluster of its own).
+                    let target = datagram::target(&backends);
+                    backends = vec![(target.cluster().to_owned(), 1)];
+                    if let datagram::Target::Blend(b) = target {
+                        clusters.insert(b.name.clone());
+                        blend = Some(b);
+                    }
+                }
+                StreamServed {
+                    listener: l.clone(),
+                    hosts: host.served_hosts.clone(),
+                    secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
+                    backends,
+                }
             });
+        if let Some(b) = blend {
+            self.blends.insert(b.name.clone(), b);
+        }
+        let uses = Uses {
+            route_config: route_config.clone(),
+            clusters,
+            secret: host.model.tls.as_ref().map(|t| t.secret.clone()),
+        };
         let tls = (host.model.tls.as_ref())
             .filter(|_| stream.is_none())
             .map(|t| TlsServed {
@@ -301,7 +319,12 @@ impl Translator {
     /// CDS and EDS: a cluster is served while something served uses it.
     pub(super) fn place_clusters(&mut self, names: &BTreeSet<String>, out: &mut Output) {
         let mut used = Vec::new();
+        let mut blends = BTreeSet::new();
         for name in names {
+            if self.blends.contains_key(name) {
+                blends.insert(name.clone());
+                continue;
+            }
             self.problems.remove(&Found::Cluster(name.clone()));
             let served = (self.clusters.get(name)).filter(|_| self.cluster_uses.contains_key(name));
             // The secret a served cluster presents to its backends is served with it.
@@ -337,6 +360,36 @@ impl Translator {
             }
             out.puts.push(built.cds);
             out.puts.push(built.eds);
+        }
+        // A blend is made again when one of its clusters changed.
+        blends.extend(
+            (self.blends.values())
+                .filter(|b| b.clusters().any(|c| names.contains(c)))
+                .map(|b| b.name.clone()),
+        );
+        self.place_blends(&blends, out);
+    }
+
+    /// CDS and EDS of blends: served while a served UDP virtual host uses them.
+    fn place_blends(&mut self, names: &BTreeSet<String>, out: &mut Output) {
+        for name in names {
+            if !self.cluster_uses.contains_key(name) {
+                self.blends.remove(name);
+                out.removes.push((CLUSTER, name.clone()));
+                out.removes.push((ENDPOINT, name.clone()));
+                continue;
+            }
+            let Some(blend) = self.blends.get(name) else {
+                continue;
+            };
+            let clusters = &self.clusters;
+            let assignment = datagram::blend_load_assignment(blend, |c| clusters.get(c));
+            out.puts.push(Resource::new(
+                name.clone(),
+                proto::pack(&datagram::blend_cluster(blend)),
+            ));
+            out.puts
+                .push(Resource::new(name.clone(), proto::pack(&assignment)));
         }
     }
 
@@ -401,9 +454,15 @@ impl Translator {
             || (self.served_gateway_listeners.get(name)).is_some_and(|l| l.protocol.is_http())
     }
 
-    /// A served TCP or TLS Gateway listener.
+    /// A served TCP, TLS or UDP Gateway listener.
     pub(super) fn is_stream_listener(&self, name: &str) -> bool {
         (self.served_gateway_listeners.get(name)).is_some_and(|l| !l.protocol.is_http())
+    }
+
+    /// A served UDP Gateway listener.
+    pub(super) fn is_udp_listener(&self, name: &str) -> bool {
+        (self.served_gateway_listeners.get(name))
+            .is_some_and(|l| l.protocol == model::ListenerProtocol::Udp)
     }
 
     /// A route configuration as its encoded virtual hosts give it.

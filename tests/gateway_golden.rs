@@ -19,6 +19,7 @@ use switchyard::gateway::api::listenersets::ListenerSet;
 use switchyard::gateway::api::referencegrants::ReferenceGrant;
 use switchyard::gateway::api::tcproutes::TcpRoute;
 use switchyard::gateway::api::tlsroutes::TlsRoute;
+use switchyard::gateway::api::udproutes::UdpRoute;
 use switchyard::gateway::controller::{known, known_ca};
 use switchyard::gateway::translate::{
     CONTROLLER_NAME, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
@@ -38,6 +39,7 @@ fn translated(case: &str) -> Translation {
     let grpc_routes: Vec<GrpcRoute> = golden::of_kind(&docs, "GRPCRoute");
     let tls_routes: Vec<TlsRoute> = golden::of_kind(&docs, "TLSRoute");
     let tcp_routes: Vec<TcpRoute> = golden::of_kind(&docs, "TCPRoute");
+    let udp_routes: Vec<UdpRoute> = golden::of_kind(&docs, "UDPRoute");
     let grants: Vec<ReferenceGrant> = golden::of_kind(&docs, "ReferenceGrant");
     let services: Vec<Service> = golden::of_kind(&docs, "Service");
     let namespaces: Vec<Namespace> = golden::of_kind(&docs, "Namespace");
@@ -60,6 +62,7 @@ fn translated(case: &str) -> Translation {
         grpc_routes: &grpc_routes,
         tls_routes: &tls_routes,
         tcp_routes: &tcp_routes,
+        udp_routes: &udp_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,

@@ -34,6 +34,7 @@ pub async fn install_crds(rig: &Rig) {
             "grpcroutes.gateway.networking.k8s.io",
             "tlsroutes.gateway.networking.k8s.io",
             "tcproutes.gateway.networking.k8s.io",
+            "udproutes.gateway.networking.k8s.io",
             "referencegrants.gateway.networking.k8s.io",
         ])
         .await;

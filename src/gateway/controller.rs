@@ -182,6 +182,7 @@ async fn pass(
     let grpc_routes = stores.grpc_routes.as_ref().map(owned).unwrap_or_default();
     let tls_routes = stores.tls_routes.as_ref().map(owned).unwrap_or_default();
     let tcp_routes = stores.tcp_routes.as_ref().map(owned).unwrap_or_default();
+    let udp_routes = stores.udp_routes.as_ref().map(owned).unwrap_or_default();
     let grants = owned(&stores.grants);
     let services = owned(&stores.shared.services);
     let namespaces = owned(&stores.namespaces);
@@ -208,6 +209,7 @@ async fn pass(
         grpc_routes: &grpc_routes,
         tls_routes: &tls_routes,
         tcp_routes: &tcp_routes,
+        udp_routes: &udp_routes,
         grants: &grants,
         services: &services,
         namespaces: &namespaces,
@@ -222,6 +224,7 @@ async fn pass(
         grpc_routes = translation.grpc_routes.len(),
         tls_routes = translation.tls_routes.len(),
         tcp_routes = translation.tcp_routes.len(),
+        udp_routes = translation.udp_routes.len(),
         "Gateway API translated"
     );
     let proxy_configs = owned(&stores.shared.proxy_configs);
@@ -239,6 +242,7 @@ async fn pass(
         grpc_routes: &grpc_routes,
         tls_routes: &tls_routes,
         tcp_routes: &tcp_routes,
+        udp_routes: &udp_routes,
         policies: &policies,
         addresses: &addresses,
         units: &units,
@@ -345,13 +349,20 @@ async fn sync_services(
     let api: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
     let mut addresses = BTreeMap::new();
     for (gateway, ports) in &allocation {
-        let infrastructure = (translation.gateways.iter())
-            .find(|g| (&g.namespace, &g.name) == (&gateway.0, &gateway.1))
+        let outcome = (translation.gateways.iter())
+            .find(|g| (&g.namespace, &g.name) == (&gateway.0, &gateway.1));
+        let infrastructure = outcome
             .map(|g| g.infrastructure.clone())
             .unwrap_or_default();
+        let udp_ports: BTreeSet<i32> = (outcome.iter())
+            .flat_map(|g| &g.ports)
+            .filter(|p| p.protocol == "UDP")
+            .map(|p| p.port)
+            .collect();
         let desired = service::service(
             gateway,
             ports,
+            &udp_ports,
             &infrastructure,
             (fleet_ns, &selector),
             &settings.service_type,
@@ -410,7 +421,14 @@ fn same_service(current: &Service, desired: &Service) -> bool {
             .and_then(|a| a.get(service::INFRASTRUCTURE_ANNOTATION))
             .cloned()
     };
+    let protocols = |s: &Service| -> Vec<(i32, Option<String>)> {
+        (s.spec.iter())
+            .flat_map(|spec| spec.ports.iter().flatten())
+            .map(|p| (p.port, p.protocol.clone()))
+            .collect()
+    };
     service::fleet_ports(current) == service::fleet_ports(desired)
+        && protocols(current) == protocols(desired)
         && spec(current) == spec(desired)
         && current.metadata.labels == desired.metadata.labels
         && infrastructure(current) == infrastructure(desired)

@@ -188,9 +188,11 @@ pub const INFRASTRUCTURE_ANNOTATION: &str = "switchyard.dev/infrastructure";
 
 /// The Service of a Gateway: in the fleet's namespace, selecting its Pods, with the labels
 /// and annotations of its `spec.infrastructure` (Switchyard's own win where they meet).
+/// Its ports are TCP but for `udp_ports` (those of UDP listeners).
 pub fn service(
     gateway: &GatewayKey,
     ports: &[(i32, i32)],
+    udp_ports: &BTreeSet<i32>,
     infrastructure: &Infrastructure,
     fleet: (&str, &BTreeMap<String, String>),
     service_type: &str,
@@ -228,7 +230,14 @@ pub fn service(
                         name: Some(format!("port-{port}")),
                         port: *port,
                         target_port: Some(IntOrString::Int(*fleet)),
-                        protocol: Some("TCP".to_owned()),
+                        protocol: Some(
+                            if udp_ports.contains(port) {
+                                "UDP"
+                            } else {
+                                "TCP"
+                            }
+                            .to_owned(),
+                        ),
                         ..ServicePort::default()
                     })
                     .collect(),
@@ -282,6 +291,7 @@ mod tests {
         service(
             &("web".into(), name.into()),
             ports,
+            &BTreeSet::new(),
             &Infrastructure::default(),
             ("fleet", &BTreeMap::new()),
             "ClusterIP",
@@ -302,7 +312,17 @@ mod tests {
         let gateway = ("web".to_owned(), "edge".to_owned());
         let with = |infrastructure: &Infrastructure| {
             let fleet = ("fleet", &BTreeMap::new());
-            service(&gateway, &[], infrastructure, fleet, "ClusterIP", "ours").metadata
+            let udp = BTreeSet::new();
+            service(
+                &gateway,
+                &[],
+                &udp,
+                infrastructure,
+                fleet,
+                "ClusterIP",
+                "ours",
+            )
+            .metadata
         };
         let meta = with(&infrastructure);
         let labels = meta.labels.unwrap_or_default();

@@ -88,6 +88,7 @@ fn listener(gateway: &GatewayKey, port: &PortConfig, fleet: i32) -> ResolvedList
         protocol: match port.protocol.as_str() {
             "TLS" => ListenerProtocol::Tls,
             "TCP" => ListenerProtocol::Tcp,
+            "UDP" => ListenerProtocol::Udp,
             _ => ListenerProtocol::Http,
         },
     }

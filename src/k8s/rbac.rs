@@ -80,6 +80,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     ),
     (
         "gateway.networking.k8s.io",
+        "udproutes",
+        &["get", "list", "watch"],
+        "Gateway API: the routes attached to them",
+    ),
+    (
+        "gateway.networking.k8s.io",
         "referencegrants",
         &["get", "list", "watch"],
         "Gateway API: references across namespaces",
@@ -129,6 +135,12 @@ pub const RULES: &[(&str, &str, &[&str], &str)] = &[
     (
         "gateway.networking.k8s.io",
         "tcproutes/status",
+        &["patch"],
+        "Gateway API status",
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "udproutes/status",
         &["patch"],
         "Gateway API status",
     ),

@@ -13,17 +13,40 @@ use switchyard_core::route::{ResolveError, ServiceLookup};
 
 /// The cluster of the Service port `backend` names among `services` of `namespace`: what
 /// a TrafficRoute's backend resolves to, for other front-ends (Gateway API backendRefs).
+/// A port of `protocol`: TCP for requests and connections, UDP for datagrams.
 pub fn service_cluster(
     namespace: &str,
     services: &[&Service],
     backend: &Backend,
+    protocol: Protocol,
 ) -> Result<ResolvedCluster, ResolveError> {
-    ServiceIndex::new(Some(namespace), services).cluster(backend)
+    let mut index = ServiceIndex::new(Some(namespace), services);
+    index.protocol = protocol;
+    index.cluster(backend)
 }
 
-/// The Services of one namespace, by name: the core's [`ServiceLookup`].
+/// The transport protocol of a Service port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+        }
+    }
+}
+
+/// The Services of one namespace, by name: the core's [`ServiceLookup`], for ports of
+/// one protocol (TCP unless told).
 pub(crate) struct ServiceIndex<'a> {
     by_name: BTreeMap<&'a str, &'a Service>,
+    protocol: Protocol,
 }
 
 impl<'a> ServiceIndex<'a> {
@@ -50,7 +73,10 @@ impl<'a> ServiceIndex<'a> {
                 }
             }
         }
-        Self { by_name }
+        Self {
+            by_name,
+            protocol: Protocol::Tcp,
+        }
     }
 }
 
@@ -93,9 +119,13 @@ impl ServiceLookup for ServiceIndex<'_> {
                     .peek()
                     .copied()
                     .ok_or_else(|| not_found(number.to_string()))?;
-                match same_number.find(|p| is_tcp(p)) {
+                match same_number.find(|p| self.is_wanted(p)) {
                     Some(p) => p,
-                    None => return Err(unsupported(not_tcp(&format!("port {number}"), first))),
+                    None => {
+                        return Err(unsupported(
+                            self.not_wanted(&format!("port {number}"), first),
+                        ));
+                    }
                 }
             }
             (None, Some(port_name)) => {
@@ -103,8 +133,10 @@ impl ServiceLookup for ServiceIndex<'_> {
                     .iter()
                     .find(|p| p.name.as_deref() == Some(port_name.as_str()))
                     .ok_or_else(|| not_found(port_name.clone()))?;
-                if !is_tcp(p) {
-                    return Err(unsupported(not_tcp(&format!("port {port_name:?}"), p)));
+                if !self.is_wanted(p) {
+                    return Err(unsupported(
+                        self.not_wanted(&format!("port {port_name:?}"), p),
+                    ));
                 }
                 p
             }
@@ -124,15 +156,21 @@ impl ServiceLookup for ServiceIndex<'_> {
     }
 }
 
-fn is_tcp(port: &ServicePort) -> bool {
-    port.protocol.as_deref().is_none_or(|p| p == "TCP")
-}
+impl ServiceIndex<'_> {
+    fn is_wanted(&self, port: &ServicePort) -> bool {
+        port.protocol.as_deref().unwrap_or("TCP") == self.protocol.name()
+    }
 
-fn not_tcp(what: &str, port: &ServicePort) -> String {
-    format!(
-        "{what} is {}; HTTP needs a TCP port",
-        port.protocol.as_deref().unwrap_or("TCP")
-    )
+    fn not_wanted(&self, what: &str, port: &ServicePort) -> String {
+        let needs = match self.protocol {
+            Protocol::Tcp => "HTTP, TLS and TCP need a TCP port",
+            Protocol::Udp => "UDP needs a UDP port",
+        };
+        format!(
+            "{what} is {}; {needs}",
+            port.protocol.as_deref().unwrap_or("TCP")
+        )
+    }
 }
 
 /// Upstream HTTP/2 without TLS: appProtocol `h2c`, `kubernetes.io/h2c` or `grpc`.

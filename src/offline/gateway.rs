@@ -17,6 +17,7 @@ use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::api::referencegrants::ReferenceGrant;
 use crate::gateway::api::tcproutes::TcpRoute;
 use crate::gateway::api::tlsroutes::TlsRoute;
+use crate::gateway::api::udproutes::UdpRoute;
 use crate::gateway::controller::{known, known_ca};
 use crate::gateway::service::FLEET_PORTS;
 use crate::gateway::translate::{
@@ -34,6 +35,7 @@ pub struct Objects {
     pub grpc_routes: Vec<GrpcRoute>,
     pub tls_routes: Vec<TlsRoute>,
     pub tcp_routes: Vec<TcpRoute>,
+    pub udp_routes: Vec<UdpRoute>,
     pub grants: Vec<ReferenceGrant>,
     pub services: Vec<Service>,
     pub namespaces: Vec<Namespace>,
@@ -59,6 +61,7 @@ pub fn live_proxy_configs(objects: &Objects) -> (Vec<ProxyConfig>, Vec<String>) 
         grpc_routes: &objects.grpc_routes,
         tls_routes: &objects.tls_routes,
         tcp_routes: &objects.tcp_routes,
+        udp_routes: &objects.udp_routes,
         grants: &objects.grants,
         services: &objects.services,
         namespaces: &objects.namespaces,
@@ -132,10 +135,12 @@ fn problems(translation: &Translation) -> Vec<String> {
     let grpc_routes = (translation.grpc_routes.iter()).map(|r| ("GRPCRoute", r));
     let tls_routes = (translation.tls_routes.iter()).map(|r| ("TLSRoute", r));
     let tcp_routes = (translation.tcp_routes.iter()).map(|r| ("TCPRoute", r));
+    let udp_routes = (translation.udp_routes.iter()).map(|r| ("UDPRoute", r));
     let all = routes
         .chain(grpc_routes)
         .chain(tls_routes)
-        .chain(tcp_routes);
+        .chain(tcp_routes)
+        .chain(udp_routes);
     for (kind, route) in all {
         for parent in &route.parents {
             let on = match &parent.listener_set {

@@ -174,6 +174,7 @@ fn from_manifests(path: &Path) -> Result<(Config, Vec<String>), Error> {
         grpc_routes: of_kind(path, &docs, "GRPCRoute")?,
         tls_routes: of_kind(path, &docs, "TLSRoute")?,
         tcp_routes: of_kind(path, &docs, "TCPRoute")?,
+        udp_routes: of_kind(path, &docs, "UDPRoute")?,
         grants: of_kind(path, &docs, "ReferenceGrant")?,
         services: services.clone(),
         namespaces: of_kind(path, &docs, "Namespace")?,

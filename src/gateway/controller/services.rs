@@ -21,6 +21,7 @@ use super::super::api::grpcroutes::GrpcRoute;
 use super::super::api::httproutes::HttpRoute;
 use super::super::api::tcproutes::TcpRoute;
 use super::super::api::tlsroutes::TlsRoute;
+use super::super::api::udproutes::UdpRoute;
 use super::super::service;
 use crate::k8s::watched::{Filter, Watched};
 
@@ -71,6 +72,7 @@ pub struct Named<'a> {
     pub grpc_routes: Option<&'a Watched<GrpcRoute>>,
     pub tls_routes: Option<&'a Watched<TlsRoute>>,
     pub tcp_routes: Option<&'a Watched<TcpRoute>>,
+    pub udp_routes: Option<&'a Watched<UdpRoute>>,
 }
 
 /// Passes the Services a translation reads: those in `fleet_namespace` labelled as a
@@ -82,6 +84,7 @@ pub fn read_by_translation(fleet_service: &(String, String), named: Named<'_>) -
     let grpc_routes = named.grpc_routes.cloned();
     let tls_routes = named.tls_routes.cloned();
     let tcp_routes = named.tcp_routes.cloned();
+    let udp_routes = named.udp_routes.cloned();
     Arc::new(move |s: &Service| {
         let namespace = s.namespace().unwrap_or_default();
         let name = s.name_any();
@@ -99,6 +102,8 @@ pub fn read_by_translation(fleet_service: &(String, String), named: Named<'_>) -
                 .any(|t| (t.state().iter()).any(|r| names_backend!(r, &namespace, &name)))
             || (tcp_routes.iter())
                 .any(|t| (t.state().iter()).any(|r| names_backend!(r, &namespace, &name)))
+            || (udp_routes.iter())
+                .any(|u| (u.state().iter()).any(|r| names_backend!(r, &namespace, &name)))
     })
 }
 

@@ -18,9 +18,10 @@ use crate::gateway::api::httproutes::HttpRoute;
 use crate::gateway::api::listenersets::ListenerSet;
 use crate::gateway::api::tcproutes::TcpRoute;
 use crate::gateway::api::tlsroutes::TlsRoute;
+use crate::gateway::api::udproutes::UdpRoute;
 use crate::gateway::rollout::{Outcome, UnitState};
 use crate::gateway::service::GatewayKey;
-use crate::gateway::translate::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE};
+use crate::gateway::translate::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE};
 use crate::gateway::translate::{
     Cond, GROUP, GatewayOutcome, ListenerOutcome, ListenerSetOutcome, ParentOutcome, RouteOutcome,
     Translation,
@@ -37,6 +38,7 @@ pub(super) struct Written<'a> {
     pub grpc_routes: &'a [GrpcRoute],
     pub tls_routes: &'a [TlsRoute],
     pub tcp_routes: &'a [TcpRoute],
+    pub udp_routes: &'a [UdpRoute],
     pub policies: &'a [BackendTlsPolicy],
     pub addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
     pub units: &'a [Unit],
@@ -58,6 +60,7 @@ pub(super) fn write_statuses(
         grpc_routes,
         tls_routes,
         tcp_routes,
+        udp_routes,
         policies,
         addresses,
         units,
@@ -148,6 +151,12 @@ pub(super) fn write_statuses(
         TCP_ROUTE,
         &TCP_ROUTE_STATUS,
         &translation.tcp_routes
+    );
+    route_statuses!(
+        udp_routes,
+        UDP_ROUTE,
+        &UDP_ROUTE_STATUS,
+        &translation.udp_routes
     );
     for policy in policies.iter() {
         let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
@@ -257,6 +266,13 @@ pub(super) static TLS_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(||
 
 pub(super) static TCP_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
     Arc::new(StatusKind::namespaced::<TcpRoute>(
+        Write::Merge,
+        &["Accepted", "ResolvedRefs", SERVED],
+    ))
+});
+
+pub(super) static UDP_ROUTE_STATUS: LazyLock<Arc<StatusKind>> = LazyLock::new(|| {
+    Arc::new(StatusKind::namespaced::<UdpRoute>(
         Write::Merge,
         &["Accepted", "ResolvedRefs", SERVED],
     ))

@@ -20,13 +20,14 @@ use super::super::api::listenersets::ListenerSet;
 use super::super::api::referencegrants::ReferenceGrant;
 use super::super::api::tcproutes::TcpRoute;
 use super::super::api::tlsroutes::TlsRoute;
+use super::super::api::udproutes::UdpRoute;
 use super::super::service::GATEWAY_LABEL;
 use super::super::translate::client_validation::CA_KEY;
 use super::super::translate::{KnownCaBundle, KnownSecret};
 use super::services;
 use super::status::{
     CLASS_STATUS, GATEWAY_STATUS, GRPC_ROUTE_STATUS, LISTENER_SET_STATUS, POLICY_STATUS,
-    ROUTE_STATUS, TCP_ROUTE_STATUS, TLS_ROUTE_STATUS,
+    ROUTE_STATUS, TCP_ROUTE_STATUS, TLS_ROUTE_STATUS, UDP_ROUTE_STATUS,
 };
 use crate::api::ProxyConfig;
 use crate::k8s::index::Watches;
@@ -47,6 +48,7 @@ pub(super) struct Stores {
     /// controller started; the same for TCPRoute's (standard since v1.5).
     pub tls_routes: Option<Watched<TlsRoute>>,
     pub tcp_routes: Option<Watched<TcpRoute>>,
+    pub udp_routes: Option<Watched<UdpRoute>>,
     pub grants: Watched<ReferenceGrant>,
     pub namespaces: Watched<Namespace>,
     /// For the CA certificates of client validation and backend TLS (`ca.crt`).
@@ -103,6 +105,9 @@ impl Stores {
         let tcp_routes = crd_installed(client, TCP_ROUTE_CRD)
             .await
             .then(|| Watched::start(shared.scope.apis(client), all()));
+        let udp_routes = crd_installed(client, UDP_ROUTE_CRD)
+            .await
+            .then(|| Watched::start(shared.scope.apis(client), all()));
         let stores = Self {
             classes: Watched::start(vec![Api::all(client.clone())], all()),
             gateways: Watched::start(shared.scope.apis(client), all()),
@@ -110,6 +115,7 @@ impl Stores {
             grpc_routes,
             tls_routes,
             tcp_routes,
+            udp_routes,
             grants: Watched::start(shared.scope.apis(client), all()),
             namespaces: Watched::start(vec![Api::all(client.clone())], all()),
             config_maps: Watched::start(shared.scope.apis(client), all()),
@@ -129,6 +135,9 @@ impl Stores {
         if let Some(routes) = &stores.tcp_routes {
             routes.notify_unless_echo(changes, None, echoes.status(&TCP_ROUTE_STATUS));
         }
+        if let Some(routes) = &stores.udp_routes {
+            routes.notify_unless_echo(changes, None, echoes.status(&UDP_ROUTE_STATUS));
+        }
         stores.grants.notify(changes);
         stores.namespaces.notify(changes);
         stores.config_maps.notify(changes);
@@ -145,6 +154,7 @@ impl Stores {
                 grpc_routes: stores.grpc_routes.as_ref(),
                 tls_routes: stores.tls_routes.as_ref(),
                 tcp_routes: stores.tcp_routes.as_ref(),
+                udp_routes: stores.udp_routes.as_ref(),
             },
         );
         shared.services.notify_if(changes, services);
@@ -185,6 +195,10 @@ impl Stores {
                 None => true,
             }
             && match &self.tcp_routes {
+                Some(routes) => routes.ready().await,
+                None => true,
+            }
+            && match &self.udp_routes {
                 Some(routes) => routes.ready().await,
                 None => true,
             }
@@ -229,6 +243,7 @@ const GRPC_ROUTE_CRD: &str = "grpcroutes.gateway.networking.k8s.io";
 /// The CRDs of TLSRoute and TCPRoute: in the standard channel since v1.5.
 const TLS_ROUTE_CRD: &str = "tlsroutes.gateway.networking.k8s.io";
 const TCP_ROUTE_CRD: &str = "tcproutes.gateway.networking.k8s.io";
+const UDP_ROUTE_CRD: &str = "udproutes.gateway.networking.k8s.io";
 
 /// Whether the CRD `name` is installed (an error reading it counts as not: its kind is
 /// then not watched, and says so).

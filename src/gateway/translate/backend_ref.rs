@@ -6,6 +6,7 @@
 use k8s_openapi::api::core::v1::Service;
 
 use super::backend_tls::{self, BackendTls};
+use super::gateway::UDP_ROUTE;
 use super::reference_grant::{self, Side};
 use super::{Cond, GROUP, Inputs};
 use crate::gateway::api::httproutes::{
@@ -15,7 +16,7 @@ use crate::gateway::api::httproutes::{
     HttpRouteRulesBackendRefsFiltersUrlRewritePathType as BackendRewritePathType,
     HttpRouteRulesFiltersRequestMirror, HttpRouteRulesFiltersType as FilterType,
 };
-use crate::k8s::services::service_cluster;
+use crate::k8s::services::{Protocol, service_cluster};
 use switchyard_core::route::spec::Backend;
 use switchyard_core::route::{ResolveError, ResolvedBackend, ResolvedCluster, ResolvedMirror};
 
@@ -270,14 +271,19 @@ fn backend_cluster(
         port: Some(port),
         ..Backend::default()
     };
-    let mut cluster = service_cluster(target_ns, &services, &wanted).map_err(|e| match e {
-        ResolveError::UnsupportedBackend { .. } => ("UnsupportedProtocol", e.to_string()),
-        ResolveError::ServiceNotFound { service } => (
-            "BackendNotFound",
-            format!("Service {target_ns}/{service} does not exist"),
-        ),
-        other => ("BackendNotFound", other.to_string()),
-    })?;
+    let protocol = match referrer.kind {
+        UDP_ROUTE => Protocol::Udp,
+        _ => Protocol::Tcp,
+    };
+    let mut cluster =
+        service_cluster(target_ns, &services, &wanted, protocol).map_err(|e| match e {
+            ResolveError::UnsupportedBackend { .. } => ("UnsupportedProtocol", e.to_string()),
+            ResolveError::ServiceNotFound { service } => (
+                "BackendNotFound",
+                format!("Service {target_ns}/{service} does not exist"),
+            ),
+            other => ("BackendNotFound", other.to_string()),
+        })?;
     if target_ns != namespace {
         cluster.namespace = Some(target_ns.to_owned());
     }

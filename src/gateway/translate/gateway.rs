@@ -22,13 +22,15 @@ pub const HTTP_ROUTE: &str = "HTTPRoute";
 pub const GRPC_ROUTE: &str = "GRPCRoute";
 pub const TLS_ROUTE: &str = "TLSRoute";
 pub const TCP_ROUTE: &str = "TCPRoute";
+pub const UDP_ROUTE: &str = "UDPRoute";
 
 /// The route kinds Switchyard serves on HTTP and HTTPS listeners: a listener that names
 /// none lists both in its supportedKinds.
 const HTTP_KINDS: &[&str] = &[HTTP_ROUTE, GRPC_ROUTE];
-/// On TLS listeners, and on TCP listeners.
+/// On TLS listeners, on TCP listeners, and on UDP listeners.
 const TLS_KINDS: &[&str] = &[TLS_ROUTE];
 const TCP_KINDS: &[&str] = &[TCP_ROUTE];
+const UDP_KINDS: &[&str] = &[UDP_ROUTE];
 
 /// A Gateway of Switchyard's, its listeners checked, collecting the routes that attach.
 pub struct Listening<'a> {
@@ -396,7 +398,7 @@ fn conflict_with_precedent(
         .filter(|l| !l.conflicted() && l.spec.port == spec.port)
         .map(|l| l.spec.as_ref())
         .collect();
-    let nameless = spec.protocol == "TCP" && !on_port.is_empty();
+    let nameless = is_nameless(&spec.protocol) && !on_port.is_empty();
     if nameless || on_port.iter().any(|l| l.protocol != spec.protocol) {
         return Some("ProtocolConflict");
     }
@@ -404,6 +406,11 @@ fn conflict_with_precedent(
     (on_port.iter())
         .any(|l| l.hostname.as_deref().map(str::to_ascii_lowercase) == hostname)
         .then_some("HostnameConflict")
+}
+
+/// A TCP or UDP port has no name to tell two listeners' connections (or datagrams) apart.
+fn is_nameless(protocol: &str) -> bool {
+    protocol == "TCP" || protocol == "UDP"
 }
 
 /// Why a listener conflicts with a sibling on its port, if it does: another protocol
@@ -421,8 +428,7 @@ fn conflicts(listeners: &[GatewayListeners]) -> Vec<Option<&'static str>> {
         .enumerate()
         .map(|(i, l)| {
             let on_port = &protocols[&l.port];
-            // A TCP port has no name to tell two listeners' connections apart.
-            let nameless = l.protocol == "TCP" && on_port.len() > 1;
+            let nameless = is_nameless(&l.protocol) && on_port.len() > 1;
             if nameless || on_port.iter().any(|p| *p != l.protocol) {
                 return Some("ProtocolConflict");
             }
@@ -494,6 +500,7 @@ fn checked<'a>(
         "HTTPS" => (true, HTTP_KINDS),
         "TLS" => (!passthrough, TLS_KINDS),
         "TCP" => (false, TCP_KINDS),
+        "UDP" => (false, UDP_KINDS),
         other => {
             // No route kind Switchyard serves goes on this protocol: one named is invalid.
             let names_kinds = (out.spec.allowed_routes.as_ref())
@@ -512,7 +519,7 @@ fn checked<'a>(
                 Cond::no(
                     "Accepted",
                     "UnsupportedProtocol",
-                    format!("protocol {other} is not supported; use HTTP, HTTPS, TLS or TCP"),
+                    format!("protocol {other} is not supported; use HTTP, HTTPS, TLS, TCP or UDP"),
                 ),
                 resolved,
                 Cond::no("Conflicted", "NoConflicts", "no conflict"),

@@ -7,7 +7,7 @@
 use super::attach::{Lowered, Ranked, Route, Specificity, route_of};
 use super::backend_ref::{Backends, Referrer, UrlRewrite, backends, mirrors};
 use super::duration::{gateway_duration_ms, vocabulary_duration};
-use super::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE};
+use super::gateway::{GRPC_ROUTE, HTTP_ROUTE, TCP_ROUTE, TLS_ROUTE, UDP_ROUTE};
 use super::{Cond, GatewayRule, Inputs};
 use crate::gateway::api::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersCors,
@@ -110,7 +110,7 @@ pub fn lower_rules(
             },
             problem,
         ) = lower_filters(rule, &at);
-        let stream = kind == TLS_ROUTE || kind == TCP_ROUTE;
+        let stream = [TLS_ROUTE, TCP_ROUTE, UDP_ROUTE].contains(&kind);
         if grpc || stream {
             options.websocket = None;
         }

@@ -105,6 +105,7 @@ use super::api::listenersets::ListenerSet;
 use super::api::referencegrants::ReferenceGrant;
 use super::api::tcproutes::TcpRoute;
 use super::api::tlsroutes::TlsRoute;
+use super::api::udproutes::UdpRoute;
 pub use client_validation::KnownCaBundle;
 pub use listener_set::ListenerSetOutcome;
 use switchyard_core::route::{ClientValidation, Rule, SecretRef};
@@ -132,6 +133,7 @@ pub struct Inputs<'a> {
     pub grpc_routes: &'a [GrpcRoute],
     pub tls_routes: &'a [TlsRoute],
     pub tcp_routes: &'a [TcpRoute],
+    pub udp_routes: &'a [UdpRoute],
     pub grants: &'a [ReferenceGrant],
     pub services: &'a [Service],
     /// For listeners that admit routes from namespaces by label.
@@ -168,6 +170,7 @@ pub struct Translation {
     pub tls_routes: Vec<RouteOutcome>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tcp_routes: Vec<RouteOutcome>,
+    pub udp_routes: Vec<RouteOutcome>,
     /// The BackendTLSPolicies of Services the Gateways send to.
     pub policies: Vec<backend_tls::PolicyOutcome>,
 }
@@ -238,7 +241,7 @@ pub struct ListenerOutcome {
 #[serde(rename_all = "camelCase")]
 pub struct PortConfig {
     pub port: i32,
-    /// `HTTP` or `HTTPS`.
+    /// `HTTP`, `HTTPS`, `TLS`, `TCP` or `UDP`.
     pub protocol: String,
     /// HTTPS: the certificates, by the SNI name of the listener that names them (`*` for
     /// a listener without a hostname).
@@ -373,6 +376,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
     let mut grpc_routes = Vec::new();
     let mut tls_routes = Vec::new();
     let mut tcp_routes = Vec::new();
+    let mut udp_routes = Vec::new();
     let mut attached = Vec::new();
     // Once per pass: lowering reads them, and so do the BackendTLSPolicies' ancestors.
     let grpc_rules: Vec<_> = (inputs.grpc_routes.iter())
@@ -400,6 +404,10 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
                 stream_route::tcp_route(r),
                 stream_route::lower_tcp(inputs, r, seniority),
             ),
+            AnyRoute::Udp(r) => (
+                stream_route::udp_route(r),
+                stream_route::lower_udp(inputs, r, seniority),
+            ),
         };
         let (outcome, rules) = attach::attach(inputs, &view, &lowered, &mut gateways, &attached);
         if !outcome.parents.is_empty() {
@@ -408,6 +416,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
                 AnyRoute::Grpc(..) => grpc_routes.push(outcome),
                 AnyRoute::Tls(..) => tls_routes.push(outcome),
                 AnyRoute::Tcp(_) => tcp_routes.push(outcome),
+                AnyRoute::Udp(_) => udp_routes.push(outcome),
             }
         }
         attached.extend(rules);
@@ -453,6 +462,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         grpc_routes,
         tls_routes,
         tcp_routes,
+        udp_routes,
         policies,
     }
 }
@@ -527,6 +537,7 @@ enum AnyRoute<'a> {
     /// With its rules in HTTPRoute's fields.
     Tls(&'a TlsRoute, &'a [HttpRouteRules]),
     Tcp(&'a TcpRoute),
+    Udp(&'a UdpRoute),
 }
 
 /// Routes of every kind oldest first, then by namespace and name: the Gateway API's
@@ -543,7 +554,8 @@ fn sorted_routes<'a>(
     let tls = (inputs.tls_routes.iter().zip(tls_rules))
         .map(|(r, rules)| (seniority(&r.metadata), AnyRoute::Tls(r, rules)));
     let tcp = (inputs.tcp_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Tcp(r)));
-    let mut sorted: Vec<_> = http.chain(grpc).chain(tls).chain(tcp).collect();
+    let udp = (inputs.udp_routes.iter()).map(|r| (seniority(&r.metadata), AnyRoute::Udp(r)));
+    let mut sorted: Vec<_> = http.chain(grpc).chain(tls).chain(tcp).chain(udp).collect();
     // Stable: an HTTPRoute before a GRPCRoute of the same namespace and name.
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     sorted.into_iter().map(|(_, r)| r).collect()

@@ -11,11 +11,12 @@
 
 use super::Inputs;
 use super::attach::{Lowered, Route, Specificity, route_of};
-use super::gateway::{TCP_ROUTE, TLS_ROUTE};
+use super::gateway::{TCP_ROUTE, TLS_ROUTE, UDP_ROUTE};
 use super::http_route::{self, Matches, RuleOf};
 use crate::gateway::api::httproutes::{HttpRouteRules, HttpRouteRulesBackendRefs};
 use crate::gateway::api::tcproutes::TcpRoute;
 use crate::gateway::api::tlsroutes::TlsRoute;
+use crate::gateway::api::udproutes::UdpRoute;
 use switchyard_core::route::spec::RuleMatch;
 
 /// A TLSRoute as attachment reads it.
@@ -26,6 +27,11 @@ pub fn tls_route(route: &TlsRoute) -> Route<'_> {
 /// A TCPRoute as attachment reads it: no hostnames.
 pub fn tcp_route(route: &TcpRoute) -> Route<'_> {
     route_of!(route, TCP_ROUTE, &[])
+}
+
+/// A UDPRoute as attachment reads it: no hostnames.
+pub fn udp_route(route: &UdpRoute) -> Route<'_> {
+    route_of!(route, UDP_ROUTE, &[])
 }
 
 /// A backendRef of a TLSRoute's or a TCPRoute's (generated types of their own, with the
@@ -90,6 +96,17 @@ pub fn lower_tcp(
 ) -> Result<Lowered, String> {
     let rules = as_http_rules!(route.spec.rules);
     lower(inputs, TCP_ROUTE, &route.metadata, &rules, seniority, false)
+}
+
+/// A UDPRoute's rules in the vocabulary (it is the `seniority`-th oldest route): its
+/// backendRefs are UDP ports of Services. No BackendTLSPolicy applies.
+pub fn lower_udp(
+    inputs: &Inputs<'_>,
+    route: &UdpRoute,
+    seniority: usize,
+) -> Result<Lowered, String> {
+    let rules = as_http_rules!(route.spec.rules);
+    lower(inputs, UDP_ROUTE, &route.metadata, &rules, seniority, false)
 }
 
 fn lower(

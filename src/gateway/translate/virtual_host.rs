@@ -133,9 +133,10 @@ pub fn ports(gateway: &Listening<'_>, attached: &[Attached]) -> Vec<PortConfig> 
     ports.into_values().collect()
 }
 
-/// Whether a port of `protocol` forwards connections whole (TLS, TCP), not requests.
+/// Whether a port of `protocol` forwards connections whole (TLS, TCP), or datagrams
+/// (UDP), not requests.
 pub fn forwards_connections(protocol: &str) -> bool {
-    matches!(protocol, "TLS" | "TCP")
+    matches!(protocol, "TLS" | "TCP" | "UDP")
 }
 
 /// Tags each virtual host of an HTTPS port with the listener that claims it, and gives

@@ -1,5 +1,5 @@
--- Argo CD health check for gateway.networking.k8s.io/HTTPRoute, GRPCRoute, TLSRoute and
--- TCPRoute (their statuses are alike), served by Switchyard.
+-- Argo CD health check for gateway.networking.k8s.io/HTTPRoute, GRPCRoute, TLSRoute,
+-- TCPRoute and UDPRoute (their statuses are alike), served by Switchyard.
 --
 -- Argo CD runs this with the live object in `obj` and reads the returned table:
 -- hs.status (Healthy, Progressing, Degraded, Suspended, Missing) and hs.message.

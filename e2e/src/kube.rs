@@ -687,10 +687,33 @@ pub async fn delete_namespace(client: &Client, name: &str) {
         .await;
 }
 
+/// The port of the UDP Services of [`apply_udp_service`] and their slices.
+pub const UDP_PORT_NAME: &str = "udp";
+/// The name and protocol of the one port of a Service and of its slices.
+type PortKind = (&'static str, &'static str);
+const TCP_PORT: PortKind = (PORT_NAME, "TCP");
+const UDP_PORT: PortKind = (UDP_PORT_NAME, "UDP");
+
 /// Creates or updates (server-side apply) a ClusterIP Service `name` without a selector,
 /// with one TCP port named [`PORT_NAME`]. Without a selector, no controller of a real
 /// cluster writes its EndpointSlices: [`apply_endpoint_slice`] does.
 pub async fn apply_service(client: &Client, namespace: &str, name: &str, port: u16) -> Service {
+    apply_service_of(client, namespace, name, port, TCP_PORT).await
+}
+
+/// [`apply_service`] with one UDP port named [`UDP_PORT_NAME`]; its endpoints are written
+/// by [`apply_udp_endpoint_slice`].
+pub async fn apply_udp_service(client: &Client, namespace: &str, name: &str, port: u16) -> Service {
+    apply_service_of(client, namespace, name, port, UDP_PORT).await
+}
+
+async fn apply_service_of(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    port: u16,
+    (port_name, protocol): PortKind,
+) -> Service {
     let service = Service {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -700,9 +723,9 @@ pub async fn apply_service(client: &Client, namespace: &str, name: &str, port: u
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_string()),
             ports: Some(vec![ServicePort {
-                name: Some(PORT_NAME.to_string()),
+                name: Some(port_name.to_string()),
                 port: i32::from(port),
-                protocol: Some("TCP".to_string()),
+                protocol: Some(protocol.to_string()),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -742,6 +765,27 @@ pub async fn apply_endpoint_slice(
     service: &str,
     endpoints: &[EndpointSpec<'_>],
 ) -> Vec<String> {
+    apply_endpoint_slice_of(client, namespace, service, endpoints, TCP_PORT).await
+}
+
+/// [`apply_endpoint_slice`] for a Service of [`apply_udp_service`]: its port UDP, named
+/// [`UDP_PORT_NAME`].
+pub async fn apply_udp_endpoint_slice(
+    client: &Client,
+    namespace: &str,
+    service: &str,
+    endpoints: &[EndpointSpec<'_>],
+) -> Vec<String> {
+    apply_endpoint_slice_of(client, namespace, service, endpoints, UDP_PORT).await
+}
+
+async fn apply_endpoint_slice_of(
+    client: &Client,
+    namespace: &str,
+    service: &str,
+    endpoints: &[EndpointSpec<'_>],
+    (port_name, protocol): PortKind,
+) -> Vec<String> {
     // (family, port) → endpoints, in a stable order.
     let mut groups: BTreeMap<(&str, u16), Vec<Endpoint>> = BTreeMap::new();
     for &(ip, port, ready, serving, terminating) in endpoints {
@@ -777,9 +821,9 @@ pub async fn apply_endpoint_slice(
         };
         let ports = (port != 0).then(|| {
             vec![EndpointPort {
-                name: Some(PORT_NAME.to_string()),
+                name: Some(port_name.to_string()),
                 port: Some(i32::from(port)),
-                protocol: Some("TCP".to_string()),
+                protocol: Some(protocol.to_string()),
                 ..Default::default()
             }]
         });

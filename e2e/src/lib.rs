@@ -7,6 +7,7 @@
 pub mod ads_client;
 mod backend;
 pub mod connections;
+pub mod datagrams;
 mod envoy;
 pub mod gateway;
 pub mod golden;

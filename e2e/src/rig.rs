@@ -48,6 +48,8 @@ pub struct Rig {
     pub backends: BTreeMap<String, Backend>,
     /// gRPC backends (see [`Rig::add_grpc_backend`]).
     pub grpc_backends: BTreeMap<String, crate::grpc::GrpcBackend>,
+    /// UDP backends (see [`Rig::add_udp_backend_unpublished`]).
+    pub udp_backends: BTreeMap<String, crate::datagrams::UdpEcho>,
     /// Services of several Pods each (see [`Rig::add_pods`]).
     pub pods: BTreeMap<String, Vec<Pod>>,
     pub work: PathBuf,
@@ -112,6 +114,7 @@ impl Rig {
             operators: Vec::new(),
             backends: BTreeMap::new(),
             grpc_backends: BTreeMap::new(),
+            udp_backends: BTreeMap::new(),
             pods: BTreeMap::new(),
             work,
             next_ip: 0,
@@ -424,6 +427,27 @@ impl Rig {
         };
         k::apply_service(&self.client, &self.namespace, name, 80).await;
         self.backends.insert(name.to_string(), backend);
+    }
+
+    /// A UDP backend ([`crate::datagrams::UdpEcho`]) behind Service `name`, UDP port 80;
+    /// its EndpointSlice only once [`Rig::publish_udp_endpoints`] is called.
+    pub async fn add_udp_backend_unpublished(&mut self, name: &str) {
+        let ip = self.next_backend_ip();
+        let backend = crate::datagrams::UdpEcho::start(name, &ip).await;
+        k::apply_udp_service(&self.client, &self.namespace, name, 80).await;
+        self.udp_backends.insert(name.to_string(), backend);
+    }
+
+    /// The EndpointSlice of the UDP backend `name`: its one endpoint, ready.
+    pub async fn publish_udp_endpoints(&self, name: &str) {
+        let address = self.udp_backends[name].address;
+        k::apply_udp_endpoint_slice(
+            &self.client,
+            &self.namespace,
+            name,
+            &[(&address.ip().to_string(), address.port(), true, true, false)],
+        )
+        .await;
     }
 
     /// The EndpointSlice of the backend `name`: its one endpoint, ready.

@@ -63,8 +63,9 @@ pub(crate) enum Command {
     Bootstrap(BootstrapArgs),
     /// Print what would be served for some files, with no cluster and no Envoy: a
     /// standalone configuration (directory or file), or Kubernetes manifests, a file or a
-    /// directory of them (TrafficRoutes; GatewayClasses, Gateways, HTTPRoutes,
-    /// ReferenceGrants; Services, EndpointSlices, Namespaces, TLS Secrets). Problems go to
+    /// directory of them (TrafficRoutes; GatewayClasses, Gateways, ListenerSets, HTTPRoutes,
+    /// GRPCRoutes, TLSRoutes, TCPRoutes, UDPRoutes, ReferenceGrants, BackendTLSPolicies;
+    /// Services, EndpointSlices, Namespaces, ConfigMaps, TLS Secrets). Problems go to
     /// stderr; exit status 1 if any.
     Translate {
         /// The directory or file.

@@ -50,8 +50,9 @@ pub struct ResolvedListener {
     /// HTTPS: the client certificates its connections are checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_validation: Option<ClientValidation>,
-    /// What it forwards: HTTP requests (absent), or TLS or TCP connections, each sent
-    /// whole to the backends of its virtual host's one rule.
+    /// What it forwards: HTTP requests (absent), TLS or TCP connections, each sent whole
+    /// to the backends of its virtual host's one rule, or UDP datagrams, sent to those
+    /// backends by session (client address and port).
     #[serde(default, skip_serializing_if = "ListenerProtocol::is_http")]
     pub protocol: ListenerProtocol,
 }

@@ -54,7 +54,8 @@ impl Drop for UdpEcho {
 }
 
 /// Bounded load of datagrams: `rate` per second in total, spread over `targets`, for at
-/// most `duration`. Each one is recorded with `at` the time it was sent (from the start of
+/// most `duration`, each sent on its turn (at most `rate` × [`ANSWER_TIMEOUT`] waiting for
+/// their answers at once). Each one is recorded with `at` the time it was sent (from the start of
 /// the load), its backend the answer's text, or as a failure when no answer came within
 /// [`ANSWER_TIMEOUT`].
 pub struct DatagramLoad {
@@ -75,28 +76,35 @@ impl DatagramLoad {
             let report = report.clone();
             let targets = targets.clone();
             tasks.push(traffic_runtime().spawn(async move {
+                // Open loop: each datagram is sent on its turn, whether or not those before
+                // it were answered yet, so a loss does not slow the load down.
+                let mut asking = tokio::task::JoinSet::new();
                 while let Some(i) = turns.next().await {
                     let target = targets[i % targets.len()];
-                    let sent = Instant::now();
-                    let result = ask(target).await;
-                    let (status, backend, body) = match result {
-                        Ok(backend) => (Some(200), backend, String::new()),
-                        Err(e) => (None, "-".to_owned(), e),
-                    };
-                    let answer = Answer {
-                        at: sent.duration_since(started),
-                        took: sent.elapsed(),
-                        target: target.to_string(),
-                        status,
-                        backend,
-                        headers: Vec::new(),
-                        body,
-                    };
-                    report
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .record(answer);
+                    let report = report.clone();
+                    asking.spawn(async move {
+                        let sent = Instant::now();
+                        let (status, backend, body) = match ask(target).await {
+                            Ok(backend) => (Some(200), backend, String::new()),
+                            Err(e) => (None, "-".to_owned(), e),
+                        };
+                        let answer = Answer {
+                            at: sent.duration_since(started),
+                            took: sent.elapsed(),
+                            target: target.to_string(),
+                            status,
+                            backend,
+                            headers: Vec::new(),
+                            body,
+                        };
+                        report
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .record(answer);
+                    });
+                    while asking.try_join_next().is_some() {}
                 }
+                while asking.join_next().await.is_some() {}
             }));
         }
         DatagramLoad {

@@ -482,6 +482,54 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
         "{answers:?}"
     );
 
+    // A session sending back to back, each datagram once the one before was answered (or
+    // lost), across eight more moves: Envoy replaces the listener and the session with it
+    // each time, and the datagram on its way at that instant can lose its answer. At most
+    // that one per move.
+    let session = tokio::net::UdpSocket::bind(format!("{IP}:0"))
+        .await
+        .expect("a UDP socket");
+    session
+        .connect(format!("{IP}:{port}"))
+        .await
+        .expect("connected");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asking = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let (mut sent, mut lost) = (0usize, 0usize);
+            let mut buffer = [0u8; 1500];
+            let give_up = Instant::now() + Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < give_up {
+                sent += 1;
+                let _ = session.send(b"ping").await;
+                let answered =
+                    tokio::time::timeout(Duration::from_millis(100), session.recv(&mut buffer));
+                if !matches!(answered.await, Ok(Ok(_))) {
+                    lost += 1;
+                }
+            }
+            (sent, lost)
+        }
+    });
+    let moves = 8;
+    for m in 0..moves {
+        dns.routes = vec![forwarding(&clusters[m % 2].name)];
+        config.virtual_hosts = vec![dns.clone()];
+        config.version_probes[0].version = format!("b{m}");
+        let translation = switchyard::translate::translate(&config);
+        server.desired.publish(Arc::new(translation.snapshot));
+        wait_for_version(probe_port, "apps/dns", &format!("b{m}")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, lost) = asking.await.expect("the session's task");
+    println!("UDP session back to back across {moves} moves: {sent} datagrams, {lost} unanswered");
+    assert!(
+        sent > 1000 && lost <= moves,
+        "{sent} sent, {lost} unanswered"
+    );
+
     // Several backends by weight: a blend of their endpoints; a share of backends the
     // front-end could not use is dropped.
     let mut route = forwarding(&clusters[0].name);

@@ -356,10 +356,14 @@ fn udp_cluster(name: &str, address: SocketAddr) -> model::Cluster {
         name: name.into(),
         port: address.port(),
     };
+    let settings = model::ClusterSettings {
+        udp: true,
+        ..Default::default()
+    };
     model::Cluster {
-        name: model::cluster_name(&service, &model::ClusterSettings::default()),
+        name: model::cluster_name(&service, &settings),
         service,
-        settings: Default::default(),
+        settings,
         endpoints: vec![model::Endpoint {
             address: IP.into(),
             port: address.port(),
@@ -529,6 +533,29 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
         sent > 1000 && lost <= moves,
         "{sent} sent, {lost} unanswered"
     );
+
+    // More sessions open at once than Envoy's default cap of connections per cluster
+    // (1024): each one opened after the one before was answered, and kept open.
+    let mut sessions = Vec::new();
+    let mut unanswered = 0;
+    for _ in 0..1100 {
+        let socket = tokio::net::UdpSocket::bind(format!("{IP}:0"))
+            .await
+            .expect("a UDP socket");
+        socket
+            .connect(format!("{IP}:{port}"))
+            .await
+            .expect("connected");
+        socket.send(b"ping").await.expect("sent");
+        let mut buffer = [0u8; 1500];
+        let answer = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buffer));
+        if !matches!(answer.await, Ok(Ok(_))) {
+            unanswered += 1;
+        }
+        sessions.push(socket);
+    }
+    assert_eq!(unanswered, 0, "of {} sessions open at once", sessions.len());
+    drop(sessions);
 
     // Several backends by weight: a blend of their endpoints; a share of backends the
     // front-end could not use is dropped.

@@ -126,9 +126,11 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
         proptest::collection::vec(endpoint(), 0..5),
         // TLS to the endpoints, sometimes.
         proptest::option::weighted(0.2, any::<bool>()),
+        // A UDP port, sometimes.
+        proptest::bool::weighted(0.2),
     )
         .prop_map(
-            move |(connect_timeout, http2, cb, endpoints, tls)| Cluster {
+            move |(connect_timeout, http2, cb, endpoints, tls, udp)| Cluster {
                 name: name.into(),
                 service: ServiceRef {
                     namespace: "ns".into(),
@@ -152,6 +154,7 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
                     }),
                     lb_policy: Default::default(),
                     connect_timeout,
+                    udp,
                     http2,
                     circuit_breakers: cb.map(|(max_connections, max_requests)| CircuitBreakers {
                         max_connections,

@@ -503,6 +503,10 @@ pub struct ClusterSettings {
     /// TLS to the endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+    /// Datagrams to a UDP port (the name says so: `.../udp`); Envoy's UDP proxy holds one
+    /// session per client, and those sessions are not capped as connections are.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
 }
 
 /// TLS from Envoy to a cluster's endpoints.
@@ -567,6 +571,7 @@ impl Default for ClusterSettings {
             outlier_detection: None,
             health_check: None,
             tls: None,
+            udp: false,
         }
     }
 }
@@ -599,12 +604,20 @@ pub struct HealthCheck {
     pub healthy_threshold: u32,
 }
 
-/// The readable, stable cluster name for a Service port: `namespace/name/port`, with a
-/// short hash of the settings appended when they are not the defaults, so two routes that
-/// ask for different settings get two clusters instead of fighting over one.
+/// The readable, stable cluster name for a Service port: `namespace/name/port` (and `/udp`
+/// for a UDP port), with a short hash of the settings appended when they are not the
+/// defaults, so two routes that ask for different settings get two clusters instead of
+/// fighting over one.
 pub fn cluster_name(service: &ServiceRef, settings: &ClusterSettings) -> String {
-    let base = format!("{}/{}/{}", service.namespace, service.name, service.port);
-    if *settings == ClusterSettings::default() {
+    let mut base = format!("{}/{}/{}", service.namespace, service.name, service.port);
+    if settings.udp {
+        base.push_str("/udp");
+    }
+    let default = ClusterSettings {
+        udp: settings.udp,
+        ..ClusterSettings::default()
+    };
+    if *settings == default {
         base
     } else {
         let digest = crate::hash::digest_of(settings);

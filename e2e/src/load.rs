@@ -34,7 +34,8 @@ pub fn traffic_runtime() -> tokio::runtime::Handle {
 /// One non-2xx answer, with what is needed to tell why.
 #[derive(Clone, Debug)]
 pub struct Failure {
-    /// When the answer (or error) came, from the start of the load.
+    /// From the start of the load: when the answer (or error) came; for a datagram
+    /// ([`crate::datagrams::DatagramLoad`]), when it was sent.
     pub at: Duration,
     /// How long the request took.
     pub took: Duration,

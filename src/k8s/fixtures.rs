@@ -21,6 +21,7 @@ pub fn cluster(service: &str) -> ResolvedCluster {
         port: 80,
         port_name: "http".into(),
         http2: false,
+        udp: false,
         lb_policy: None,
         tls: None,
     }

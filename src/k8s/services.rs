@@ -162,13 +162,10 @@ impl ServiceIndex<'_> {
     }
 
     fn not_wanted(&self, what: &str, port: &ServicePort) -> String {
-        let needs = match self.protocol {
-            Protocol::Tcp => "HTTP, TLS and TCP need a TCP port",
-            Protocol::Udp => "UDP needs a UDP port",
-        };
         format!(
-            "{what} is {}; {needs}",
-            port.protocol.as_deref().unwrap_or("TCP")
+            "{what} is {}; a {} port is needed",
+            port.protocol.as_deref().unwrap_or("TCP"),
+            self.protocol.name()
         )
     }
 }

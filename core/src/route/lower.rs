@@ -281,6 +281,7 @@ fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
         outlier_detection: cluster.outlier_detection.as_ref().map(outlier_detection),
         health_check: cluster.health_check.as_ref().map(health_check),
         tls: cluster.tls.as_ref().map(upstream_tls),
+        udp: cluster.udp,
         ..ClusterSettings::default()
     }
 }

@@ -202,6 +202,10 @@ pub struct ResolvedCluster {
     /// Upstream HTTP/2 (appProtocol h2c or kubernetes.io/h2c).
     #[serde(default)]
     pub http2: bool,
+    /// A UDP port of the Service (a UDPRoute's backend): a cluster of its own, apart from
+    /// a TCP port of the same number.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
     /// The load-balancing policy of the rule that sends here, when not round robin: a
     /// cluster of its own (see `model::cluster_name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -89,10 +89,8 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
         }),
         connect_timeout: Some(proto::duration(settings.connect_timeout)),
         lb_policy: lb_policy(settings.lb_policy) as i32,
-        circuit_breakers: settings
-            .circuit_breakers
-            .as_ref()
-            .map(|cb| CircuitBreakers {
+        circuit_breakers: match (&settings.circuit_breakers, settings.udp) {
+            (Some(cb), _) => Some(CircuitBreakers {
                 thresholds: vec![Thresholds {
                     priority: RoutingPriority::Default as i32,
                     max_connections: cb.max_connections.and_then(proto::u32_value),
@@ -103,6 +101,9 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
                 }],
                 ..Default::default()
             }),
+            (None, true) => Some(unlimited_sessions()),
+            (None, false) => None,
+        },
         outlier_detection: settings.outlier_detection.as_ref().map(outlier_detection),
         health_checks: settings.health_check.iter().map(health_check).collect(),
         transport_socket: (settings.tls.as_ref()).map(|tls| upstream_tls(tls, settings.http2)),
@@ -124,6 +125,20 @@ pub fn cluster(c: &model::Cluster) -> Cluster {
             .insert(HTTP_PROTOCOL_OPTIONS.to_owned(), proto::pack(&options));
     }
     cluster
+}
+
+/// Envoy's UDP proxy counts each session against its cluster's `max_connections` (1024 by
+/// default) and drops the datagrams of any session past it: a UDP cluster has no such cap
+/// unless its rule sets one.
+pub fn unlimited_sessions() -> CircuitBreakers {
+    CircuitBreakers {
+        thresholds: vec![Thresholds {
+            priority: RoutingPriority::Default as i32,
+            max_connections: proto::u32_value(u32::MAX),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 /// TLS to the endpoints: SNI, the authorities their certificate must chain to, and the

@@ -38,7 +38,7 @@ use envoy_types::pb::xds::core::v3::TypedExtensionConfig;
 use envoy_types::pb::xds::r#type::matcher::v3::{Matcher, matcher::OnMatch, matcher::on_match};
 use prost::Message;
 
-use super::{access_log, endpoint, proto, stream};
+use super::{access_log, cluster, endpoint, proto, stream};
 use crate::model;
 
 pub const UDP_PROXY_FILTER: &str = "envoy.filters.udp_listener.udp_proxy";
@@ -86,8 +86,15 @@ pub fn target(backends: &[(String, u32)]) -> Target {
         .filter(|(_, weight)| *weight > 0)
         .cloned()
         .collect();
+    // A backend named twice gets both its weights.
     members.sort();
-    members.dedup();
+    members.dedup_by(|later, first| {
+        let same = later.0 == first.0;
+        if same {
+            first.1 = first.1.saturating_add(later.1);
+        }
+        same
+    });
     match members.as_slice() {
         [] => Target::Cluster(model::UNAVAILABLE_CLUSTER.to_owned()),
         [(one, _)] => Target::Cluster(one.clone()),
@@ -114,14 +121,13 @@ impl Target {
 }
 
 /// The listener of a UDP Gateway port: every datagram to the cluster of its served virtual
-/// host (`served`: its name and [`Target`]), or, without one, dropped. The route is named
-/// after the virtual host.
+/// host (`served`: its name and [`Target`]'s cluster). The route is named after the
+/// virtual host.
 pub fn udp_listener(
     settings: &model::ListenerSettings,
     gateway: &model::GatewayListener,
-    served: Option<(&str, &str)>,
+    (virtual_host, cluster): (&str, &str),
 ) -> Listener {
-    let (virtual_host, cluster) = served.unwrap_or(("none", model::UNAVAILABLE_CLUSTER));
     let route = UdpRoute {
         cluster: cluster.to_owned(),
     };
@@ -196,6 +202,7 @@ pub fn blend_cluster(blend: &Blend) -> Cluster {
             eds_config: Some(proto::ads()),
             service_name: String::new(),
         }),
+        circuit_breakers: Some(cluster::unlimited_sessions()),
         common_lb_config: Some(CommonLbConfig {
             locality_config_specifier: Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(
                 LocalityWeightedLbConfig::default(),

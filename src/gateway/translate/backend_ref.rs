@@ -287,6 +287,7 @@ fn backend_cluster(
     if target_ns != namespace {
         cluster.namespace = Some(target_ns.to_owned());
     }
+    cluster.udp = protocol == Protocol::Udp;
     if !referrer.backend_tls {
         return Ok(Some(cluster));
     }

@@ -170,6 +170,7 @@ pub struct Translation {
     pub tls_routes: Vec<RouteOutcome>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tcp_routes: Vec<RouteOutcome>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub udp_routes: Vec<RouteOutcome>,
     /// The BackendTLSPolicies of Services the Gateways send to.
     pub policies: Vec<backend_tls::PolicyOutcome>,

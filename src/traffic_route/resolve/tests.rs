@@ -130,6 +130,7 @@ fn cluster(service: &str, port: i32, port_name: &str, http2: bool) -> ResolvedCl
         port,
         port_name: port_name.to_owned(),
         http2,
+        udp: false,
         lb_policy: None,
         tls: None,
     }

@@ -81,11 +81,7 @@ fn udp_cluster(t: &Translation) -> String {
     else {
         panic!("an action for every datagram");
     };
-    assert!(
-        ["ns/dns", "none"].contains(&action.name.as_str()),
-        "{}",
-        action.name
-    );
+    assert_eq!(action.name, "ns/dns", "named after the virtual host");
     let route = action.typed_config.expect("a route");
     UdpRoute::decode(route.value.as_slice())
         .expect("a Route")
@@ -193,6 +189,12 @@ fn backends_by_weight_are_a_blend_of_their_endpoints_made_again_when_they_change
             .and_then(|c| c.locality_config_specifier)
             .is_some()
     );
+    // Its sessions are not capped at Envoy's default 1024 connections.
+    let limits = cluster.circuit_breakers.expect("limits").thresholds;
+    assert_eq!(
+        limits[0].max_connections.as_ref().map(|v| v.value),
+        Some(u32::MAX)
+    );
     // One locality per backend of weight above 0, weighted as it is; the unavailable
     // share goes to the discard port, where datagrams go no further.
     assert_eq!(
@@ -242,14 +244,21 @@ fn backends_by_weight_are_a_blend_of_their_endpoints_made_again_when_they_change
 }
 
 #[test]
-fn without_a_usable_backend_or_a_served_virtual_host_every_datagram_is_dropped() {
-    let t = translate(&config(&[], 1));
+fn without_a_usable_backend_every_datagram_is_dropped_and_without_a_route_refused() {
+    // A rule none of whose backends can be used answers instead of forwarding.
+    let mut refusing = config(&[("a", 1)], 0);
+    refusing.virtual_hosts[0].routes[0].action = model::RouteAction::Respond(500);
+    let t = translate(&refusing);
     assert_eq!(udp_cluster(&t), model::UNAVAILABLE_CLUSTER);
+    // No virtual host served: no UDP listener (Envoy's port is closed), its probes still
+    // answered.
     let mut bare = config(&[("a", 1)], 0);
     bare.virtual_hosts.clear();
-    bare.version_probes.clear();
+    bare.version_probes = vec![probe("ns/gw-53", UDP, "l1")];
     let t = translate(&bare);
-    assert_eq!(udp_cluster(&t), model::UNAVAILABLE_CLUSTER);
+    let listeners = t.snapshot.resources(LISTENER).expect("listeners");
+    assert!(!listeners.contains_key(UDP));
+    assert!(listeners.contains_key(&probe_listener_name(UDP)));
 }
 
 #[test]
@@ -264,5 +273,52 @@ fn a_udp_virtual_host_has_no_host_name_and_no_tls() {
             .any(|m| m.contains("is UDP: datagrams have no host name")),
         "{messages:?}"
     );
-    assert_eq!(udp_cluster(&t), model::UNAVAILABLE_CLUSTER);
+    let listeners = t.snapshot.resources(LISTENER).expect("listeners");
+    assert!(!listeners.contains_key(UDP), "not served");
+}
+
+#[test]
+fn a_backend_named_twice_gets_both_its_weights() {
+    let twice = super::target(&[("a".into(), 1), ("b".into(), 1), ("a".into(), 1)]);
+    let super::Target::Blend(blend) = twice else {
+        panic!("a blend");
+    };
+    assert_eq!(blend.members, [("a".to_owned(), 2), ("b".to_owned(), 1)]);
+    // One backend named twice is that backend.
+    let once = super::target(&[("a".into(), 1), ("a".into(), 3)]);
+    assert_eq!(once, super::Target::Cluster("a".into()));
+}
+
+#[test]
+fn a_udp_cluster_is_named_apart_from_the_tcp_port_of_its_number_and_not_capped() {
+    let service = model::ServiceRef {
+        namespace: "ns".into(),
+        name: "dns".into(),
+        port: 53,
+    };
+    let udp = model::ClusterSettings {
+        udp: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        model::cluster_name(&service, &Default::default()),
+        "ns/dns/53"
+    );
+    assert_eq!(model::cluster_name(&service, &udp), "ns/dns/53/udp");
+    let tuned = model::ClusterSettings {
+        http2: true,
+        ..udp.clone()
+    };
+    assert!(model::cluster_name(&service, &tuned).starts_with("ns/dns/53/udp/"));
+    let c = super::super::cluster::cluster(&model::Cluster {
+        name: "ns/dns/53/udp".into(),
+        service,
+        settings: udp,
+        endpoints: Vec::new(),
+    });
+    let limits = c.circuit_breakers.expect("limits").thresholds;
+    assert_eq!(
+        limits[0].max_connections.as_ref().map(|v| v.value),
+        Some(u32::MAX)
+    );
 }

@@ -200,14 +200,16 @@ impl Translator {
     }
 
     /// A UDP Gateway listener, and the TCP listener answering its version probes.
-    fn udp_listeners(&self, name: &str, gateway: &model::GatewayListener) -> [Listener; 2] {
+    /// Without a served virtual host the port has no UDP listener: a datagram there is
+    /// refused (ICMP port unreachable, which a connected client reads as an error at once)
+    /// rather than dropped unseen.
+    fn udp_listeners(&self, name: &str, gateway: &model::GatewayListener) -> Vec<Listener> {
         let served = (self.stream_hosts.iter())
             .find(|(_, s)| s.listener == name)
             .and_then(|(vhost, s)| Some((vhost.as_str(), s.backends.first()?.0.as_str())));
-        [
-            datagram::udp_listener(&self.listeners, gateway, served),
-            datagram::probe_listener(&self.listeners, gateway, self.probe_routes(name)),
-        ]
+        let udp = served.map(|served| datagram::udp_listener(&self.listeners, gateway, served));
+        let probes = datagram::probe_listener(&self.listeners, gateway, self.probe_routes(name));
+        udp.into_iter().chain([probes]).collect()
     }
 
     /// The version probes of a TCP, TLS or UDP listener's route configuration. Its probe

@@ -1196,22 +1196,10 @@ spec:
 /// GatewayClass `class` of `controller`, and Gateway `connections` with a TCP listener on
 /// 5432 and a TLS one on 443 that passes connections through.
 fn connections_gateway(class: &str, controller: &str, namespace: &str) -> String {
-    format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{ name: {class} }}
-spec: {{ controllerName: {controller} }}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{ name: connections, namespace: {namespace} }}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{ name: db, port: 5432, protocol: TCP }}
-    - {{ name: secure, port: 443, protocol: TLS, tls: {{ mode: Passthrough }} }}
----"#
+    switchyard_e2e::gateway::class_and_gateway(
+        (class, controller),
+        (namespace, "connections"),
+        "\n    - { name: db, port: 5432, protocol: TCP }\n    - { name: secure, port: 443, protocol: TLS, tls: { mode: Passthrough } }",
     )
 }
 
@@ -1348,23 +1336,12 @@ async fn without_two_phases_and_ordering_the_same_tcp_and_tls_moves_fail_connect
 /// GatewayClass `class` of `controller`, Gateway `datagrams` with a UDP listener on 53,
 /// and the UDPRoute `dns` sending every datagram to `backend`.
 fn datagrams_manifests(class: &str, controller: &str, namespace: &str, backend: &str) -> String {
-    format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{ name: {class} }}
-spec: {{ controllerName: {controller} }}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{ name: datagrams, namespace: {namespace} }}
-spec:
-  gatewayClassName: {class}
-  listeners: [ {{ name: dns, port: 53, protocol: UDP }} ]
----
-{}"#,
-        dns_route(namespace, backend)
-    )
+    let gateway = switchyard_e2e::gateway::class_and_gateway(
+        (class, controller),
+        (namespace, "datagrams"),
+        "[ { name: dns, port: 53, protocol: UDP } ]",
+    );
+    format!("{gateway}{}", dns_route(namespace, backend))
 }
 
 /// The UDPRoute `dns` sending every datagram to Service `backend`'s UDP port 80.

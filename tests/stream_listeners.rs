@@ -24,18 +24,23 @@ const UDP: &str = "apps/gw/53/udp";
 const TOKEN: &str = "t";
 
 fn cluster_of(backend: &Backend) -> model::Cluster {
+    cluster_at(&backend.name, backend.address, Default::default())
+}
+
+/// The cluster of Service `name` whose one endpoint is `address`.
+fn cluster_at(name: &str, address: SocketAddr, settings: model::ClusterSettings) -> model::Cluster {
     let service = model::ServiceRef {
         namespace: "apps".into(),
-        name: backend.name.clone(),
-        port: backend.address.port(),
+        name: name.into(),
+        port: address.port(),
     };
     model::Cluster {
-        name: model::cluster_name(&service, &model::ClusterSettings::default()),
+        name: model::cluster_name(&service, &settings),
         service,
-        settings: Default::default(),
+        settings,
         endpoints: vec![model::Endpoint {
-            address: IP.into(),
-            port: backend.address.port(),
+            address: address.ip().to_string(),
+            port: address.port(),
             condition: model::EndpointCondition::READY,
             zone: None,
         }],
@@ -104,6 +109,18 @@ fn listener(
         default_secret: None,
         client_validation: None,
         protocol,
+    }
+}
+
+/// The shared listeners on free ports of [`IP`].
+fn listener_settings() -> model::ListenerSettings {
+    model::ListenerSettings {
+        address: IP.into(),
+        http_port: free_port(),
+        https_port: free_port(),
+        probe_port: free_port(),
+        probe_token: TOKEN.into(),
+        ..Default::default()
     }
 }
 
@@ -188,14 +205,7 @@ async fn tcp_and_tls_ports_forward_connections_and_prove_their_version_on_real_e
         listener_hostname: None,
     });
     let mut config = model::Config {
-        listeners: model::ListenerSettings {
-            address: IP.into(),
-            http_port: free_port(),
-            https_port: free_port(),
-            probe_port: free_port(),
-            probe_token: TOKEN.into(),
-            ..Default::default()
-        },
+        listeners: listener_settings(),
         gateway_listeners: vec![
             listener(
                 TLS,
@@ -351,26 +361,11 @@ async fn udp_echo(name: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()
 }
 
 fn udp_cluster(name: &str, address: SocketAddr) -> model::Cluster {
-    let service = model::ServiceRef {
-        namespace: "apps".into(),
-        name: name.into(),
-        port: address.port(),
-    };
-    let settings = model::ClusterSettings {
+    let udp = model::ClusterSettings {
         udp: true,
         ..Default::default()
     };
-    model::Cluster {
-        name: model::cluster_name(&service, &settings),
-        service,
-        settings,
-        endpoints: vec![model::Endpoint {
-            address: IP.into(),
-            port: address.port(),
-            condition: model::EndpointCondition::READY,
-            zone: None,
-        }],
-    }
+    cluster_at(name, address, udp)
 }
 
 /// A port no UDP socket of this address has.
@@ -401,14 +396,7 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
     let (port, probe_port) = (free_udp_port(), free_port());
     let mut dns = vhost("apps/dns", UDP, "*", &clusters[0].name);
     let mut config = model::Config {
-        listeners: model::ListenerSettings {
-            address: IP.into(),
-            http_port: free_port(),
-            https_port: free_port(),
-            probe_port: free_port(),
-            probe_token: TOKEN.into(),
-            ..Default::default()
-        },
+        listeners: listener_settings(),
         gateway_listeners: vec![listener(
             UDP,
             port,

@@ -91,6 +91,21 @@ pub async fn fleet_port(rig: &Rig, namespace: &str, name: &str, port: i32) -> u1
 /// GatewayClass `class` of `controller`, and Gateway `edge` in `namespace` with one HTTP
 /// listener on port 80, ending in a document separator.
 pub fn edge_gateway(class: &str, controller: &str, namespace: &str) -> String {
+    class_and_gateway(
+        (class, controller),
+        (namespace, "edge"),
+        "[ { name: http, port: 80, protocol: HTTP } ]",
+    )
+}
+
+/// GatewayClass `class` of `controller`, and Gateway `name` in `namespace` with
+/// `listeners` (the YAML of its `spec.listeners`, on one line or indented), ending in a
+/// document separator.
+pub fn class_and_gateway(
+    (class, controller): (&str, &str),
+    (namespace, name): (&str, &str),
+    listeners: &str,
+) -> String {
     format!(
         r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -100,10 +115,10 @@ spec: {{ controllerName: {controller} }}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{ name: edge, namespace: {namespace} }}
+metadata: {{ name: {name}, namespace: {namespace} }}
 spec:
   gatewayClassName: {class}
-  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
+  listeners: {listeners}
 ---"#
     )
 }

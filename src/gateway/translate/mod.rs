@@ -423,7 +423,7 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         attached.extend(rules);
     }
     let mut listener_sets = Vec::new();
-    let gateways = gateways
+    let gateways: Vec<GatewayOutcome> = gateways
         .into_iter()
         .map(|g| {
             let ports = virtual_host::ports(&g, &attached);
@@ -443,10 +443,11 @@ pub fn translate(inputs: &Inputs<'_>) -> Translation {
         by_service.entry(service).or_default().extend(gateways);
     }
     // A TLSRoute's backends: a BackendTLSPolicy encrypts what a Terminate listener
-    // decrypted.
+    // decrypted; a Gateway that passes the route's connections through is no ancestor.
     let tls_rules = (inputs.tls_routes.iter().zip(&tls_rules))
         .map(|(r, rules)| (&r.metadata, rules.as_slice()));
-    for (service, gateways) in senders(tls_rules, &tls_routes) {
+    let decrypted = decrypted_by(&gateways, &tls_routes);
+    for (service, gateways) in senders(tls_rules, &decrypted) {
         by_service.entry(service).or_default().extend(gateways);
     }
     let ancestors = |namespace: &str, service: &str| {
@@ -479,6 +480,38 @@ fn is_http_route(kind: &&'static str) -> bool {
 /// The Gateways that send to each Service (namespace, name): those a route is accepted
 /// by, for every Service its backendRefs and mirrors name. `routes`: each route's metadata
 /// and its rules in HTTPRoute's fields.
+/// The TLSRoutes' outcomes (`tls_routes`) with only the parents whose Gateway decrypts the
+/// route's connections (a TLS port's virtual host served with its listener's certificate).
+fn decrypted_by(gateways: &[GatewayOutcome], tls_routes: &[RouteOutcome]) -> Vec<RouteOutcome> {
+    let mut decrypting: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
+    for g in gateways {
+        for port in g.ports.iter().filter(|p| p.protocol == "TLS") {
+            for vh in &port.virtual_hosts {
+                let decrypts = (port.certificates.iter()).any(|c| {
+                    Some(&c.hostname) == vh.listener_hostname.as_ref() && !c.secrets.is_empty()
+                });
+                let routes = (vh.rules.iter()).filter(|r| r.kind == gateway::TLS_ROUTE);
+                for r in routes.filter(|_| decrypts) {
+                    decrypting.insert((&g.namespace, &g.name, &r.route));
+                }
+            }
+        }
+    }
+    (tls_routes.iter())
+        .map(|o| {
+            let route = format!("{}/{}", o.namespace, o.name);
+            let parents = (o.parents.iter())
+                .filter(|p| decrypting.contains(&(&p.gateway_namespace, &p.gateway, &route)))
+                .cloned()
+                .collect();
+            RouteOutcome {
+                parents,
+                ..o.clone()
+            }
+        })
+        .collect()
+}
+
 fn senders<'a>(
     routes: impl Iterator<Item = (&'a ObjectMeta, &'a [HttpRouteRules])>,
     outcomes: &[RouteOutcome],

@@ -1,10 +1,10 @@
 //! The Gateway API conformance suite (v1.7.0, `e2e/conformance`, built by
 //! `e2e/provision.sh`) against Switchyard on a real node, installed with the chart: the
-//! GATEWAY-HTTP, GATEWAY-GRPC, GATEWAY-TLS and GATEWAY-TCP profiles in one run: their core
-//! features (Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant) and the
-//! extended ones Switchyard claims ([`FEATURES`]). Its echo
-//! backend is imported under the references its manifests name (`e2e/images.sh`); the suite runs inside the node's network namespace and
-//! reaches each Gateway at its address.
+//! GATEWAY-HTTP, GATEWAY-GRPC, GATEWAY-TLS, GATEWAY-TCP and GATEWAY-UDP profiles in one run:
+//! their core features (Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute,
+//! ReferenceGrant) and the extended ones Switchyard claims ([`FEATURES`]). Its echo
+//! backend is imported under the references its manifests name (`e2e/images.sh`); the
+//! suite runs inside the node's network namespace and reaches each Gateway at its address.
 //!
 //! The report it writes must equal `conformance/report.yaml` but for its date: every test
 //! that passes, fails or is skipped is listed there. `UPDATE_CONFORMANCE=1` rewrites it.
@@ -68,13 +68,14 @@ const FEATURES: &[&str] = &[
     "TLSRouteModeTerminate",
     "TLSRouteModeMixed",
     "TCPRoute",
+    "UDPRoute",
     // In no profile (the suite runs their tests all the same).
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
 ];
 
 /// The profiles run, sharing the node and the suite's base resources.
-const PROFILES: &str = "GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP";
+const PROFILES: &str = "GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP";
 
 /// How long the whole suite may take: every core test passing takes a few minutes; each
 /// failing one waits out its timeouts.

@@ -1392,19 +1392,21 @@ struct DatagramMoves {
     dropped_during: usize,
     dropped_after: usize,
     /// Datagrams a backend answered whose answer never came back (a session Envoy closed
-    /// as it replaced the listener).
-    answers_lost: usize,
+    /// as it replaced the listener): sent while a move was on its way, and after.
+    answers_lost_during: usize,
+    answers_lost_after: usize,
 }
 
 impl DatagramMoves {
     fn summary(&self) -> String {
         format!(
-            "{} datagrams, unanswered {}: never reached a backend {} while a move was on its way and {} after it was Served, answer lost {}; by backend {:?}; {}",
+            "{} datagrams, unanswered {}: never reached a backend {} while a move was on its way and {} after it was Served, answer lost {} while a move was on its way and {} after; by backend {:?}; {}",
             self.report.sent,
             self.report.non_2xx(),
             self.dropped_during,
             self.dropped_after,
-            self.answers_lost,
+            self.answers_lost_during,
+            self.answers_lost_after,
             self.report.by_backend,
             self.changes.summary()
         )
@@ -1450,13 +1452,17 @@ async fn datagram_moves(
     let seen = load.finish().await;
     let (dropped, lost): (Vec<_>, Vec<_>) =
         (seen.unanswered.iter()).partition(|u| !u.reached_a_backend);
-    let during = (dropped.iter())
-        .filter(|u| windows.iter().any(|w| w.contains(&u.at)))
-        .count();
+    let during = |unanswered: &[&switchyard_e2e::datagrams::Unanswered]| {
+        (unanswered.iter())
+            .filter(|u| windows.iter().any(|w| w.contains(&u.at)))
+            .count()
+    };
+    let (dropped_during, lost_during) = (during(&dropped), during(&lost));
     DatagramMoves {
-        dropped_during: during,
-        dropped_after: dropped.len() - during,
-        answers_lost: lost.len(),
+        dropped_during,
+        dropped_after: dropped.len() - dropped_during,
+        answers_lost_during: lost_during,
+        answers_lost_after: lost.len() - lost_during,
         report: seen.report,
         changes,
     }

@@ -412,6 +412,11 @@ shutdownGracePeriod: 0s
             .arg(self.kubeconfig())
             .args([
                 "--proxy-mode=iptables",
+                // A Service's rules written as soon as it is seen, not batched a second
+                // apart: a Gateway's Service is new when a test first sends to it, and a
+                // UDP datagram sent before its rules exist is lost unseen (a TCP
+                // connection would retry its SYN).
+                "--iptables-min-sync-period=0s",
                 // No writes to the machine-wide conntrack settings.
                 "--conntrack-max-per-core=0",
                 "--oom-score-adj=0",

@@ -374,6 +374,18 @@ fn free_udp_port() -> u16 {
     socket.local_addr().expect("an address").port()
 }
 
+/// A new socket sending to the UDP listener on `port`: a session of its own at the Envoy.
+async fn udp_session(port: u16) -> tokio::net::UdpSocket {
+    let socket = tokio::net::UdpSocket::bind(format!("{IP}:0"))
+        .await
+        .expect("a UDP socket");
+    socket
+        .connect(format!("{IP}:{port}"))
+        .await
+        .expect("connected");
+    socket
+}
+
 /// One datagram from a new socket (a session of its own): the answer, if one came.
 async fn udp_ask(port: u16) -> Option<String> {
     let socket = tokio::net::UdpSocket::bind(format!("{IP}:0")).await.ok()?;
@@ -419,13 +431,7 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
     assert_eq!(udp_ask(port).await.as_deref(), Some("udp-a"));
 
     // A session open across the move: one client socket asking every 5 ms.
-    let session = tokio::net::UdpSocket::bind(format!("{IP}:0"))
-        .await
-        .expect("a UDP socket");
-    session
-        .connect(format!("{IP}:{port}"))
-        .await
-        .expect("connected");
+    let session = udp_session(port).await;
     let asking = tokio::spawn(async move {
         let mut answers: Vec<Option<String>> = Vec::new();
         let mut buffer = [0u8; 1500];
@@ -478,13 +484,7 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
     // lost), across eight more moves: Envoy replaces the listener and the session with it
     // each time, and the datagram on its way at that instant can lose its answer. At most
     // that one per move.
-    let session = tokio::net::UdpSocket::bind(format!("{IP}:0"))
-        .await
-        .expect("a UDP socket");
-    session
-        .connect(format!("{IP}:{port}"))
-        .await
-        .expect("connected");
+    let session = udp_session(port).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let asking = tokio::spawn({
         let stop = stop.clone();
@@ -527,13 +527,7 @@ async fn a_udp_port_forwards_datagrams_and_proves_its_version_on_real_envoy() {
     let mut sessions = Vec::new();
     let mut unanswered = 0;
     for _ in 0..1100 {
-        let socket = tokio::net::UdpSocket::bind(format!("{IP}:0"))
-            .await
-            .expect("a UDP socket");
-        socket
-            .connect(format!("{IP}:{port}"))
-            .await
-            .expect("connected");
+        let socket = udp_session(port).await;
         socket.send(b"ping").await.expect("sent");
         let mut buffer = [0u8; 1500];
         let answer = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buffer));

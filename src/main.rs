@@ -259,6 +259,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     envoys: envoys.clone(),
                     watches: watches.clone(),
                     status: status.clone(),
+                    problems: problems.subscribe(),
                 };
                 gateway::controller::run(client.clone(), settings)
             });

@@ -214,6 +214,7 @@ async fn nack_is_surfaced_and_envoy_keeps_its_last_good_config() {
                 port: blue.address.port(),
                 condition: model::EndpointCondition::READY,
                 zone: None,
+                leaving: false,
             }],
         }],
         ..Default::default()

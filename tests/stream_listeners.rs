@@ -43,6 +43,7 @@ fn cluster_at(name: &str, address: SocketAddr, settings: model::ClusterSettings)
             port: address.port(),
             condition: model::EndpointCondition::READY,
             zone: None,
+            leaving: false,
         }],
     }
 }

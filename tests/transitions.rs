@@ -333,6 +333,42 @@ async fn a_split_whose_canary_service_is_deleted_and_recreated_drops_nothing() {
     assert_eq!(report.non_2xx(), 0);
 }
 
+/// A route moved onto a Service whose EndpointSlices were just deleted (its Service going,
+/// or losing its selector; its server still answering, as Pods do for a while): the
+/// endpoints the operator holds for live traffic are never ready for a switch (I3). The
+/// route waits on the old backend, says why, and moves once the Service has endpoints
+/// again.
+#[tokio::test]
+async fn a_route_never_moves_onto_the_held_endpoints_of_a_deleted_slice() {
+    let rig = Rig::serving_web(&["old", "new"], "old").await;
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    rig.delete_endpoint_slices("new").await;
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("new", 1)]))
+        .await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready" && c.status == "False" && c.message.contains("held endpoints")
+            })
+        })
+        .await;
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+    eprintln!("moved onto held endpoints: {ready:?}");
+    // Well past the time the switch takes (under 0.3 s here), the old backend serves.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rig.answers().await, ["old", "old", "old"]);
+    let route = rig.route("web").await;
+    let status = route.status.expect("status");
+    assert_eq!(status.live_generation, Some(1), "{status:#?}");
+
+    rig.publish_endpoints("new").await;
+    let took = rig.wait_ready("web", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers().await, ["new", "new", "new"]);
+    let report = load.finish().await;
+    summary("moved onto held endpoints, then back", &report, &[took]);
+    assert_eq!(report.non_2xx(), 0);
+}
+
 // ------------------------------------------------------------------ TLS Secrets under HTTPS load
 
 const SECRET: &str = "web-cert";

@@ -111,6 +111,7 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
                     terminating,
                 },
                 zone: zone.map(Into::into),
+                leaving: false,
             },
         )
 }
@@ -128,9 +129,11 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
         proptest::option::weighted(0.2, any::<bool>()),
         // A UDP port, sometimes.
         proptest::bool::weighted(0.2),
+        // Endpoints held after their slices were deleted, sometimes.
+        proptest::bool::weighted(0.2),
     )
         .prop_map(
-            move |(connect_timeout, http2, cb, endpoints, tls, udp)| Cluster {
+            move |(connect_timeout, http2, cb, mut endpoints, tls, udp, held)| Cluster {
                 name: name.into(),
                 service: ServiceRef {
                     namespace: "ns".into(),
@@ -163,7 +166,12 @@ fn cluster(name: &'static str) -> impl Strategy<Value = Cluster> {
                         max_retries: Some(3),
                     }),
                 },
-                endpoints,
+                endpoints: {
+                    for endpoint in &mut endpoints {
+                        endpoint.leaving = held;
+                    }
+                    endpoints
+                },
             },
         )
 }
@@ -809,6 +817,47 @@ proptest! {
         let (clusters, secrets) = references(&t, &defined);
         prop_assert_eq!(names(&t, CLUSTER), clusters);
         prop_assert_eq!(names(&t, SECRET), secrets);
+    }
+
+    /// Endpoints held after their slices were deleted serve what is live on them, never a
+    /// switch (I3): no endpoint probe served asks a cluster of only held endpoints for
+    /// available hosts, whatever else is wrong with the config.
+    #[test]
+    fn held_endpoints_never_pass_for_a_switch(config in config()) {
+        let t = translate(&config);
+        let held: BTreeSet<&str> = (config.clusters.iter())
+            .filter(|c| !c.endpoints.is_empty() && c.endpoints.iter().all(|e| e.leaving))
+            .map(|c| c.name.as_str())
+            .collect();
+        for r in t.snapshot.resources(LISTENER).unwrap().values() {
+            let l: Listener = decode(&r.body.value);
+            let filters = (l.filter_chains.iter().chain(&l.default_filter_chain))
+                .flat_map(|chain| &chain.filters);
+            for f in filters {
+                let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                    continue;
+                };
+                if any.type_url != HttpConnectionManager::type_url() {
+                    continue;
+                }
+                let hcm: HttpConnectionManager = decode(&any.value);
+                for hf in &hcm.http_filters {
+                    let Some(http_filter::ConfigType::TypedConfig(any)) = &hf.config_type else {
+                        continue;
+                    };
+                    if any.type_url != HealthCheck::type_url() {
+                        continue;
+                    }
+                    let hc: HealthCheck = decode(&any.value);
+                    for (cluster, pct) in &hc.cluster_min_healthy_percentages {
+                        prop_assert!(
+                            pct.value == 0.0 || !held.contains(cluster.as_str()),
+                            "probe asks held cluster {cluster:?} for {}%", pct.value
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

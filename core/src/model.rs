@@ -631,6 +631,11 @@ pub struct Endpoint {
     pub port: u16,
     pub condition: EndpointCondition,
     pub zone: Option<String>,
+    /// Its Service's EndpointSlices were deleted (the Service with them, usually): the
+    /// endpoint is held as it last was, so that traffic live on it keeps flowing while a
+    /// route moves away; it is never ready for a switch to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leaving: bool,
 }
 
 /// The three EndpointSlice conditions, kept as Kubernetes states them; the translator
@@ -677,6 +682,8 @@ pub struct EndpointProbe {
     /// Unique id, sent by the prober in the `x-switchyard-probe` header.
     pub id: String,
     /// Cluster names with the minimum percentage of available hosts (0 = only present).
+    /// Above 0, a cluster whose endpoints are all held after their slices were deleted
+    /// ([`Endpoint::leaving`]) never passes: the probe is left out.
     pub clusters: BTreeMap<String, u32>,
 }
 

@@ -531,6 +531,13 @@ impl Rig {
         k::delete_service(&self.client, &self.namespace, name).await;
     }
 
+    /// Deletes a backend's EndpointSlices, not its Service: what the EndpointSlice
+    /// controller does when a Service loses its selector, and what the operator sees first
+    /// of a Service's deletion. Its server keeps running.
+    pub async fn delete_endpoint_slices(&self, name: &str) {
+        k::delete_endpoint_slices(&self.client, &self.namespace, name).await;
+    }
+
     /// Creates a deleted backend's Service and EndpointSlice again, for the server that
     /// kept running (see [`Rig::delete_service`]).
     pub async fn recreate_service(&self, name: &str) {

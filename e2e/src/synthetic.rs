@@ -47,6 +47,7 @@ pub fn config(routes: usize, seed: u64) -> Config {
                 port: 8080,
                 condition: EndpointCondition::READY,
                 zone: Some(format!("zone-{}", next() % 3)),
+                leaving: false,
             })
             .collect();
         clusters.push(Cluster {

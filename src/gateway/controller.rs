@@ -33,6 +33,7 @@ use crate::k8s::index::Watches;
 use crate::k8s::status::StatusWriter;
 use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
+use crate::translate::Problem;
 
 mod policies;
 mod services;
@@ -82,6 +83,9 @@ pub struct Settings {
     pub watches: Watches,
     /// Writes the statuses, every front-end's.
     pub status: StatusWriter,
+    /// What this replica's snapshot builder left out: a unit waiting on the fleet says
+    /// what of it is its own.
+    pub problems: watch::Receiver<Vec<Problem>>,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -95,6 +99,7 @@ pub async fn run(client: Client, settings: Settings) {
         settings.prober.clone(),
         controller,
         settings.two_phase,
+        settings.problems.clone(),
     );
     let echoes = Echoes {
         proxy_configs: rollout.echoes(),

@@ -37,6 +37,7 @@ use crate::rollout::proxy_configs::Error;
 use crate::rollout::{
     DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, label_value,
 };
+use crate::translate::Problem;
 use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 
 /// A live version seen on every Envoy is asked again after this long: Envoys that joined
@@ -107,6 +108,8 @@ pub struct Rollout {
     served: Served,
     /// Consecutive passes a unit waited, for the backoff.
     attempts: HashMap<(String, String), u32>,
+    /// What this replica's snapshot builder left out (see [`left_out`]).
+    problems: watch::Receiver<Vec<Problem>>,
 }
 
 impl Rollout {
@@ -117,6 +120,7 @@ impl Rollout {
         prober: Prober,
         controller: String,
         two_phase: bool,
+        problems: watch::Receiver<Vec<Problem>>,
     ) -> Self {
         Self {
             proxy_configs: ProxyConfigs::new(client, store),
@@ -125,6 +129,7 @@ impl Rollout {
             two_phase,
             served: Mutex::default(),
             attempts: HashMap::new(),
+            problems,
         }
     }
 
@@ -245,7 +250,12 @@ impl Rollout {
                     }
                     Phase::VerifyingLive => "new routes not served by every Envoy yet",
                 };
-                (UnitState::Waiting(lagging(why, &result)), None)
+                let mut waiting = lagging(why, &result);
+                let id = route_id(&unit.gateway.0, &unit.name);
+                for problem in left_out(&self.problems.borrow(), &id) {
+                    waiting.push_str(&format!("; left out: {problem}"));
+                }
+                (UnitState::Waiting(waiting), None)
             }
             Ok(End::Draining { after }) => (UnitState::Served, Some(after)),
             Ok(End::Served) => (UnitState::Served, None),
@@ -376,6 +386,14 @@ impl Front for Fleet<'_> {
     }
 }
 
+/// What the snapshot builder left out of unit `id` (`namespace/name`): its virtual host or
+/// its endpoint probe (a cluster that cannot take a switch), in its own words.
+fn left_out<'a>(problems: &'a [Problem], id: &str) -> impl Iterator<Item = &'a str> {
+    (problems.iter())
+        .filter(move |p| p.subject().route() == Some(id))
+        .map(Problem::message)
+}
+
 /// Why a unit waits, naming the Envoys that hold it back (the first few).
 fn lagging(why: &str, result: &FleetResult) -> String {
     let named: Vec<String> = result
@@ -417,5 +435,23 @@ fn min(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::Subject;
+
+    #[test]
+    fn a_waiting_unit_is_told_what_was_left_out_of_it_only() {
+        let problems = [
+            Problem::new(Subject::EndpointProbe("gw/web-80/1f".into()), "held"),
+            Problem::new(Subject::EndpointProbe("gw/web-8080/1f".into()), "not ours"),
+            Problem::new("gw/web-80", "its virtual host"),
+            Problem::new(Subject::Cluster("gw/new/80".into()), "a cluster's"),
+        ];
+        let told: Vec<&str> = left_out(&problems, "gw/web-80").collect();
+        assert_eq!(told, ["held", "its virtual host"]);
     }
 }

@@ -6,7 +6,10 @@
 //! old Service deleted) would otherwise leave the live route on a cluster without
 //! endpoints until the switch completes, answering 503 "no healthy upstream". So when the
 //! last slice of a Service goes, its slices stay in the model, as they last were, for
-//! `hold`, or until a slice of that Service appears again. A slice deleted while its
+//! `hold`, or until a slice of that Service appears again. They are marked leaving: their
+//! endpoints keep what is live on them serving, but never count as ready for a switch to
+//! them (I3), since a route moved onto a deleted Service would have nowhere to go once the
+//! hold ends. A slice deleted while its
 //! Service keeps others (the EndpointSlice controller moving endpoints between slices) is
 //! gone at once: the Service's endpoints are still what its slices say.
 
@@ -109,7 +112,7 @@ impl Departed {
         for slice in deleted {
             let gone = service_of(&slice).is_some_and(|s| !live_services.contains(&s));
             if gone && !self.hold.is_zero() {
-                self.held.insert(slice, now + self.hold);
+                self.held.insert(leaving_copy(slice), now + self.hold);
             }
         }
         self.held.release(now, |_, slice| {
@@ -185,14 +188,15 @@ impl DepartedConfigs {
     }
 }
 
-/// The deleted ProxyConfig as the model sees it while held: marked leaving, under a
+/// A deleted object as the model sees it while held: marked leaving, under a
 /// resourceVersion of its own, so that builders see it changed.
-fn leaving_copy(mut pc: ProxyConfig) -> ProxyConfig {
-    pc.annotations_mut()
+fn leaving_copy<K: kube::Resource>(mut object: K) -> K {
+    object
+        .annotations_mut()
         .insert(LEAVING.to_string(), "true".to_string());
-    let version = pc.resource_version().unwrap_or_default();
-    pc.metadata.resource_version = Some(format!("{version}-leaving"));
-    pc
+    let version = object.resource_version().unwrap_or_default();
+    object.meta_mut().resource_version = Some(format!("{version}-leaving"));
+    object
 }
 
 #[cfg(test)]
@@ -210,7 +214,8 @@ mod tests {
         let start = Instant::now();
         let released = departed.update(vec![slice("old-1", "old")], Vec::new, start);
         assert!(released.is_empty());
-        assert!(departed.get(&key("old-1")).is_some());
+        let held = departed.get(&key("old-1")).expect("held");
+        assert!(held.annotations().contains_key(LEAVING));
         assert_eq!(
             departed.next_release(),
             Some(start + Duration::from_secs(10))

@@ -19,8 +19,9 @@ pub use switchyard_core::route::lower::{
 };
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Set by the snapshot builder on the copy it keeps of a deleted live ProxyConfig (see
-/// `departed`): its virtual host yields its hosts to any other claimant.
+/// Set by the snapshot builder on the copy it keeps of a deleted live ProxyConfig or of the
+/// last EndpointSlice of a deleted Service (see `departed`): the virtual host yields its
+/// hosts to any other claimant; the endpoints serve what is live on them, never a switch.
 pub const LEAVING: &str = "switchyard.dev/leaving";
 
 /// A TLS Secret's content, keyed by (namespace, name) in [`Inputs::secrets`].
@@ -216,6 +217,8 @@ pub fn endpoints_by_service(
         let Some((namespace, service)) = service_of(slice) else {
             continue;
         };
+        // Held after its Service was deleted (see `departed`).
+        let leaving = slice.annotations().contains_key(LEAVING);
         for port in slice.ports.iter().flatten() {
             let Some(number) = port.port.and_then(|p| u16::try_from(p).ok()) else {
                 continue;
@@ -241,6 +244,7 @@ pub fn endpoints_by_service(
                         port: number,
                         condition,
                         zone: endpoint.zone.clone(),
+                        leaving,
                     });
                 }
             }

@@ -197,6 +197,7 @@ fn endpoints(services: &Services<'_>, namespace: &str, cluster: &ResolvedCluster
                 terminating: e.terminating,
             },
             zone: e.zone.clone(),
+            leaving: false,
         })
         .collect()
 }

@@ -35,7 +35,7 @@ impl Context {
     pub(super) fn troubles(&self, key: &(String, String)) -> Vec<Trouble> {
         let id = format!("{}/{}", key.0, key.1);
         let concerns = |p: &Problem| {
-            p.subject().virtual_host() == Some(id.as_str()) || p.subject() == &Subject::EveryRoute
+            p.subject().route() == Some(id.as_str()) || p.subject() == &Subject::EveryRoute
         };
         let fleet = self.settings.fleet.borrow();
         // What an Envoy said comes from the fleet's view, which holds this replica's too.

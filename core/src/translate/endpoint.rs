@@ -278,6 +278,7 @@ mod tests {
             port,
             condition: c,
             zone: zone.map(Into::into),
+            leaving: false,
         }
     }
 

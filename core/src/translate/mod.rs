@@ -94,6 +94,20 @@ impl Inputs<'_> {
             None
         }
     }
+
+    /// Why the endpoints of this cluster cannot count as ready for a switch to it, if they
+    /// cannot: every one is held after its Service's EndpointSlices were deleted. They keep
+    /// traffic that is live on the cluster flowing, but a route moved there would be left
+    /// with nothing once the hold ends.
+    fn switch_error(&self, name: &str) -> Option<String> {
+        let endpoints = &self.clusters.get(name)?.endpoints;
+        (!endpoints.is_empty() && endpoints.iter().all(|e| e.leaving)).then(|| {
+            format!(
+                "cluster {name:?} has only held endpoints (its Service's EndpointSlices \
+                 were deleted): they serve what is live on it, never a switch to it"
+            )
+        })
+    }
 }
 
 /// Translates the routing model into the xDS resources every Envoy should serve: a fresh

@@ -126,6 +126,10 @@ pub fn select_endpoint_probes<'a>(
         for (cluster, pct) in &p.clusters {
             if let Some(e) = inputs.cluster_error(cluster) {
                 errors.push(e);
+            } else if *pct > 0
+                && let Some(e) = inputs.switch_error(cluster)
+            {
+                errors.push(e);
             }
             if *pct > 100 {
                 errors.push(format!(

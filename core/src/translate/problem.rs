@@ -67,6 +67,17 @@ impl Subject {
             _ => None,
         }
     }
+
+    /// The route (`namespace/name`) the subject belongs to: a virtual host is named after
+    /// its route, an endpoint probe's id is the route's and a version
+    /// (`namespace/name/version`).
+    pub fn route(&self) -> Option<&str> {
+        match self {
+            Self::VirtualHost(name) => Some(name),
+            Self::EndpointProbe(id) => id.rsplit_once('/').map(|(route, _)| route),
+            _ => None,
+        }
+    }
 }
 
 /// A bare name is a virtual host's: most problems are about one.
@@ -253,6 +264,19 @@ mod tests {
             Subject::Listeners.cmp(&Subject::VirtualHost("listeners".into())),
             Ordering::Equal
         );
+    }
+
+    #[test]
+    fn a_virtual_host_and_an_endpoint_probe_belong_to_their_route() {
+        let route = |s: Subject| s.route().map(str::to_owned);
+        assert_eq!(
+            route(Subject::VirtualHost("ns/web".into())).as_deref(),
+            Some("ns/web")
+        );
+        let probe = Subject::EndpointProbe("ns/web/4f2a".into());
+        assert_eq!(route(probe).as_deref(), Some("ns/web"));
+        assert_eq!(route(Subject::VersionProbe("ns/web".into())), None);
+        assert_eq!(route(Subject::Cluster("ns/web/80".into())), None);
     }
 
     #[test]

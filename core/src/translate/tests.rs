@@ -24,6 +24,7 @@ fn cluster(name: &str) -> model::Cluster {
             port: 8080,
             condition: model::EndpointCondition::READY,
             zone: None,
+            leaving: false,
         }],
     }
 }
@@ -475,6 +476,62 @@ fn bad_endpoints_are_reported_per_cluster() {
             "endpoint address \"web-0.example\" is not an IP address; left out"
         )]
     );
+}
+
+/// A deleted Service's endpoints are held, leaving: the cluster keeps serving what is live
+/// on it, its endpoints unchanged, but an endpoint probe that asks them ready for a switch
+/// is left out and says why (I3), until the Service has endpoints of its own again;
+/// incrementally as from scratch.
+#[test]
+fn held_endpoints_serve_what_is_live_but_never_pass_for_a_switch() {
+    let mut c = config();
+    c.clusters = vec![cluster("old"), cluster("new")];
+    c.virtual_hosts = vec![vhost("ns/a", &["a.example.com"], "old")];
+    c.endpoint_probes = vec![model::EndpointProbe {
+        id: "ns/a/2".into(),
+        clusters: BTreeMap::from([("old".into(), 0), ("new".into(), 1)]),
+    }];
+    let ready = translate_ok(&c);
+    assert!(ready.problems.is_empty(), "{:?}", ready.problems);
+    assert_eq!(names(&ready, CLUSTER), ["new", "old"]);
+
+    let mut held = c.clone();
+    for endpoint in held.clusters.iter_mut().flat_map(|c| &mut c.endpoints) {
+        endpoint.leaving = true;
+    }
+    let mut translator = Translator::new();
+    translator.update(&c);
+    let applied = translator.apply(Changes {
+        clusters: held.clusters.iter().cloned().map(Edit::Put).collect(),
+        ..Changes::default()
+    });
+    assert_eq!(applied, translate_ok(&held));
+    // The live cluster is served as before; the probe and the cluster only it used are not.
+    assert_eq!(names(&applied, CLUSTER), ["old"]);
+    let endpoints = |t: &Translation, name: &str| {
+        let found = t.snapshot.resources(ENDPOINT).and_then(|rs| rs.get(name));
+        found.map(|r| r.body.value.clone())
+    };
+    assert_eq!(endpoints(&applied, "old"), endpoints(&ready, "old"));
+    assert_eq!(applied.problems.len(), 1, "{:?}", applied.problems);
+    assert_eq!(
+        applied.problems[0].subject(),
+        &Subject::EndpointProbe("ns/a/2".into())
+    );
+    assert!(
+        applied.problems[0]
+            .message()
+            .contains("cluster \"new\" has only held endpoints"),
+        "{}",
+        applied.problems[0].message()
+    );
+
+    // The Service back with endpoints of its own: the probe is served again.
+    let back = translator.apply(Changes {
+        clusters: c.clusters.iter().cloned().map(Edit::Put).collect(),
+        ..Changes::default()
+    });
+    assert_eq!(back, ready);
 }
 
 /// Found by fuzzing (fuzz/fuzz_targets/proxy_config.rs): a probe whose routes on trial

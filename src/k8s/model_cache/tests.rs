@@ -300,3 +300,31 @@ fn only_changed_clusters_are_handed_over() {
         Some(Step::Changes(c)) if c.is_empty()
     ));
 }
+
+/// The builder holds the last slice of a deleted Service as a leaving copy (see
+/// `departed`): a step takes it as a change of that slice, and the probe asking its
+/// cluster ready for a switch is left out, then back once the Service has a slice again.
+#[test]
+fn a_held_slice_serves_but_never_passes_for_a_switch() {
+    let mut rig = Rig::new();
+    let a = live("a", &["web"], "1");
+    let switch = probe("a", &["web", "new"], "1");
+    let web = slice("web-1", "web", &["10.0.0.1"], "1");
+    let new = slice("new-1", "new", &["10.0.3.1"], "1");
+    let pcs = [&a, &switch];
+    assert!(rig.step(&pcs, &[&web, &new]));
+    assert!(rig.translator.translation().problems.is_empty());
+
+    let mut held = new.clone();
+    held.annotations_mut()
+        .insert(to_model::LEAVING.into(), "true".into());
+    held.metadata.resource_version = Some("1-leaving".into());
+    assert!(!rig.step(&pcs, &[&web, &held]));
+    let problems = rig.translator.translation().problems;
+    let subjects: Vec<String> = problems.iter().map(|p| p.subject().to_string()).collect();
+    assert_eq!(subjects, ["probe/shop/a/v2"]);
+
+    let recreated = slice("new-2", "new", &["10.0.3.2"], "2");
+    assert!(!rig.step(&pcs, &[&web, &recreated]));
+    assert!(rig.translator.translation().problems.is_empty());
+}

@@ -28,6 +28,7 @@ fn endpoint(address: &str) -> model::Endpoint {
         port: 5353,
         condition: model::EndpointCondition::READY,
         zone: None,
+        leaving: false,
     }
 }
 

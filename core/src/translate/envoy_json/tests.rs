@@ -57,6 +57,7 @@ fn config() -> model::Config {
                 port: 8080,
                 condition: model::EndpointCondition::READY,
                 zone: None,
+                leaving: false,
             }],
         }],
         secrets: vec![model::TlsSecret {

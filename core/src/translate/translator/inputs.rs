@@ -5,14 +5,16 @@
 use super::*;
 
 impl Translator {
-    /// Stores a cluster change; returns its name and whether its usability changed
-    /// (defined or not, valid or not).
-    pub(super) fn edit_cluster(&mut self, edit: Edit<model::Cluster>) -> (String, bool) {
+    /// Stores a cluster change; returns its name, whether its usability changed (defined
+    /// or not, valid or not), and whether its endpoints' fitness for a switch to it did
+    /// (see `Inputs::switch_error`).
+    pub(super) fn edit_cluster(&mut self, edit: Edit<model::Cluster>) -> (String, bool, bool) {
         let name = match &edit {
             Edit::Put(c) => c.name.clone(),
             Edit::Remove(name) => name.clone(),
         };
         let was = self.inputs().cluster_error(&name);
+        let switch_was = self.inputs().switch_error(&name);
         match edit {
             Edit::Put(c) => {
                 match cluster::validate(&c) {
@@ -27,7 +29,8 @@ impl Translator {
             }
         }
         let changed = self.inputs().cluster_error(&name) != was;
-        (name, changed)
+        let switch_changed = self.inputs().switch_error(&name) != switch_was;
+        (name, changed, switch_changed)
     }
 
     /// Stores a secret change; returns its name and whether its usability changed.

@@ -336,7 +336,10 @@ impl Translator {
         }
         let mut usable_changed_clusters: HashSet<String> = HashSet::new();
         for edit in changes.clusters {
-            let (name, usable_changed) = self.edit_cluster(edit);
+            let (name, usable_changed, switch_changed) = self.edit_cluster(edit);
+            // Endpoint probes also care whether its endpoints may take a switch.
+            endpoint_probes_dirty |= switch_changed
+                && (self.endpoint_probes.values()).any(|p| p.clusters.contains_key(&name));
             // Virtual hosts and probes only care whether the cluster can be used.
             if usable_changed {
                 usable_changed_clusters.insert(name.clone());

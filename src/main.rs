@@ -228,6 +228,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             (
                 args.gateway_controller_name.clone(),
                 args.gateway_service_type.clone(),
+                args.gateway_reference_grace,
             )
         });
         move || {
@@ -249,20 +250,23 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     metrics.fleet_routes_refused.clone(),
                 ),
             );
-            let gateways = gateway_api.clone().map(|(controller_name, service_type)| {
-                let settings = gateway::controller::Settings {
-                    controller_name,
-                    fleet_service: envoy_service.clone(),
-                    service_type,
-                    prober: prober.clone(),
-                    two_phase,
-                    envoys: envoys.clone(),
-                    watches: watches.clone(),
-                    status: status.clone(),
-                    problems: problems.subscribe(),
-                };
-                gateway::controller::run(client.clone(), settings)
-            });
+            let gateways = gateway_api
+                .clone()
+                .map(|(controller_name, service_type, grace)| {
+                    let settings = gateway::controller::Settings {
+                        controller_name,
+                        fleet_service: envoy_service.clone(),
+                        service_type,
+                        prober: prober.clone(),
+                        two_phase,
+                        envoys: envoys.clone(),
+                        watches: watches.clone(),
+                        status: status.clone(),
+                        problems: problems.subscribe(),
+                        reference_grace: grace,
+                    };
+                    gateway::controller::run(client.clone(), settings)
+                });
             let rollout = traffic_route::run(
                 client.clone(),
                 traffic_route::Settings {

@@ -930,6 +930,143 @@ spec:
     )
 }
 
+/// The Served condition of the route's first parent, once `check` holds of it and of its
+/// ResolvedRefs.
+async fn wait_parent(
+    routes: &Api<HttpRoute>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Value, &Value) -> bool,
+) -> Value {
+    let status = wait_status(routes, name, what, |s| {
+        let resolved = condition(s, "/parents/0/conditions", "ResolvedRefs");
+        let served = condition(s, "/parents/0/conditions", "switchyard.dev/Served");
+        resolved.zip(served).is_some_and(|(r, s)| check(r, s))
+    })
+    .await;
+    condition(&status, "/parents/0/conditions", "switchyard.dev/Served")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until generation `generation` of route `web` waits for an object (ResolvedRefs
+/// False for `reason`), generation `kept` serving meanwhile.
+async fn wait_waiting(routes: &Api<HttpRoute>, generation: i64, reason: &str, kept: i64) {
+    let served = wait_parent(
+        routes,
+        "web",
+        &format!("generation {generation} waiting"),
+        |r, s| {
+            r["status"] == "False"
+                && r["reason"] == reason
+                && r["observedGeneration"] == generation
+                && s["status"] == "True"
+                && s["observedGeneration"] == kept
+        },
+    )
+    .await;
+    eprintln!("generation {generation} waits: {}", served["message"]);
+    let message = served["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("generation {generation} waits")),
+        "{message}"
+    );
+}
+
+/// A GitOps sync applies objects in its own order. A served HTTPRoute changed to a backend
+/// whose ReferenceGrant, or whose Service, comes a second after the route waits for it, its
+/// last generation serving (ResolvedRefs False on the new generation, Served on the old one
+/// saying why), then moves; in the other order it moves at once; no request fails either
+/// way. A change whose Service never comes is served as the specification asks, with 500s,
+/// once the grace is over; a route never served answers 500 at once.
+#[tokio::test]
+async fn a_served_httproutes_change_waits_for_the_objects_it_names_in_either_order() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("svc-0").await;
+    let ns = rig.namespace.clone();
+    let far = format!("{ns}-far");
+    k::create_namespace(&rig.client, &far).await;
+    let flags = ["--gateway-reference-grace", "3s", "--namespaces", &far];
+    let (controller, class) = start_gateway_controller(&mut rig, "grace", &flags);
+    rig.add_backend_in(&far, "far").await;
+    apply(
+        &rig,
+        &format!(
+            "{}{}",
+            edge_gateway(&class, &controller, &ns),
+            web_route(&ns, "svc-0")
+        ),
+    )
+    .await;
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    wait_served(&routes, "web", 1).await;
+    let targets = edge_targets(&rig).await;
+    let load =
+        switchyard_e2e::Load::start(targets.clone(), "web.test", 150, Duration::from_secs(120));
+
+    // The route first, its ReferenceGrant a second later.
+    let to_far = format!("    - backendRefs: [ {{ name: far, namespace: {far}, port: 80 }} ]\n");
+    apply(&rig, &web_route_with(&ns, &to_far)).await;
+    wait_waiting(&routes, 2, "RefNotPermitted", 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(answers(&targets, "web.test").await, ["svc-0"; 3]);
+    let grant = format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {{ name: from-web, namespace: {far} }}
+spec:
+  from: [ {{ group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: {ns} }} ]
+  to: [ {{ group: "", kind: Service }} ]
+"#
+    );
+    apply(&rig, &grant).await;
+    wait_served(&routes, "web", 2).await;
+    assert_eq!(answers(&targets, "web.test").await, ["far"; 3]);
+
+    // The route first, its Service a second later.
+    rig.add_backend_without_service("late").await;
+    apply(&rig, &web_route(&ns, "late")).await;
+    wait_waiting(&routes, 3, "BackendNotFound", 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(answers(&targets, "web.test").await, ["far"; 3]);
+    rig.recreate_service("late").await;
+    wait_served(&routes, "web", 3).await;
+    assert_eq!(answers(&targets, "web.test").await, ["late"; 3]);
+
+    // The Service first, then the route: no wait.
+    rig.add_backend("first").await;
+    apply(&rig, &web_route(&ns, "first")).await;
+    wait_served(&routes, "web", 4).await;
+    assert_eq!(answers(&targets, "web.test").await, ["first"; 3]);
+    let report = load.finish().await;
+    eprintln!(
+        "objects in either order: {} requests in {:.1}s, non-2xx {}, by backend {:?}",
+        report.sent,
+        report.elapsed.as_secs_f64(),
+        report.non_2xx(),
+        report.by_backend
+    );
+    assert_eq!(report.non_2xx(), 0, "failures: {:#?}", report.failures);
+
+    // A Service that never comes: the grace ends, and the change is served with its 500s.
+    apply(&rig, &web_route(&ns, "nowhere")).await;
+    wait_waiting(&routes, 5, "BackendNotFound", 4).await;
+    wait_served(&routes, "web", 5).await;
+    assert_eq!(answers(&targets, "web.test").await, ["status 500"; 3]);
+
+    // A route never served has nothing to keep: 500 at once.
+    let fresh = web_route(&ns, "nowhere")
+        .replace("name: web,", "name: fresh,")
+        .replace("web.test", "fresh.test");
+    apply(&rig, &fresh).await;
+    let served = wait_served(&routes, "fresh", 1).await;
+    assert!(!served.to_string().contains("waits"), "{served}");
+    assert_eq!(answers(&targets, "fresh.test").await, ["status 500"; 3]);
+}
+
 #[tokio::test]
 async fn without_two_phases_and_ordering_the_same_httproute_moves_drop_requests() {
     let mut rig = Rig::start(3).await;

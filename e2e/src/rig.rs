@@ -369,6 +369,27 @@ impl Rig {
         self.register_backend(name, backend).await
     }
 
+    /// A backend whose Service does not exist yet: [`Rig::recreate_service`] creates it
+    /// with its EndpointSlice.
+    pub async fn add_backend_without_service(&mut self, name: &str) {
+        let ip = self.next_backend_ip();
+        let backend = Backend::start(name, &ip).await;
+        self.backends.insert(name.to_string(), backend);
+    }
+
+    /// A backend behind Service `name` of port 80 in `namespace` (which must exist), its
+    /// endpoint ready.
+    pub async fn add_backend_in(&mut self, namespace: &str, name: &str) {
+        let ip = self.next_backend_ip();
+        let backend = Backend::start(name, &ip).await;
+        k::apply_service(&self.client, namespace, name, 80).await;
+        let address = backend.address;
+        let ip = address.ip().to_string();
+        let endpoint = (ip.as_str(), address.port(), true, true, false);
+        k::apply_endpoint_slice(&self.client, namespace, name, &[endpoint]).await;
+        self.backends.insert(format!("{namespace}/{name}"), backend);
+    }
+
     /// [`Rig::add_backend`] serving HTTPS with the certificate chain and key `identity`
     /// (PEM), on the Service's port 80 all the same; with `client_ca`, to clients presenting
     /// a certificate of that authority only.

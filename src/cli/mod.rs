@@ -197,6 +197,17 @@ pub(crate) struct OperatorArgs {
         value_parser = ["ClusterIP", "NodePort", "LoadBalancer"]
     )]
     pub(crate) gateway_service_type: String,
+    /// How long a change of a served route waits for a Service or ReferenceGrant that its
+    /// backendRefs name and that is not there yet (a GitOps sync applies objects in its own
+    /// order), its last generation serving meanwhile, before it is served answering 500 as
+    /// the Gateway API asks (0: not at all). A route never served answers 500 at once.
+    #[arg(
+        long,
+        env = "SWITCHYARD_GATEWAY_REFERENCE_GRACE",
+        default_value = "5s",
+        value_parser = parse_duration
+    )]
+    pub(crate) gateway_reference_grace: Duration,
 }
 
 #[derive(clap::Args)]

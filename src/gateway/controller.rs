@@ -35,11 +35,13 @@ use crate::prober::Prober;
 use crate::rollout::fleet_addresses;
 use crate::translate::Problem;
 
+mod grace;
 mod policies;
 mod services;
 mod status;
 mod stores;
 
+use grace::Graces;
 pub use status::SERVED;
 use status::{Written, write_statuses};
 use stores::{Echoes, Stores, owned};
@@ -86,6 +88,9 @@ pub struct Settings {
     /// What this replica's snapshot builder left out: a unit waiting on the fleet says
     /// what of it is its own.
     pub problems: watch::Receiver<Vec<Problem>>,
+    /// How long a served route's change waits for a Service or ReferenceGrant its
+    /// backendRefs name before it is served answering 500 (see [`grace`]).
+    pub reference_grace: Duration,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -119,6 +124,7 @@ pub async fn run(client: Client, settings: Settings) {
     }
     let mut answered = settings.envoys.changes();
     let mut release = CrdRelease::default();
+    let mut graces = Graces::new(settings.reference_grace);
     // Where the search for a new port's fleet port goes on (see `service::allocate`).
     let mut next_fleet_port: Option<i32> = None;
     // When the last change was seen (long ago, at the start).
@@ -129,7 +135,7 @@ pub async fn run(client: Client, settings: Settings) {
             &settings,
             &stores,
             &mut rollout,
-            (&mut release, &mut next_fleet_port),
+            (&mut release, &mut next_fleet_port, &mut graces),
             &answered,
         )
         .await;
@@ -178,7 +184,7 @@ async fn pass(
     settings: &Settings,
     stores: &Stores,
     rollout: &mut Rollout,
-    (release, next_fleet_port): (&mut CrdRelease, &mut Option<i32>),
+    (release, next_fleet_port, graces): (&mut CrdRelease, &mut Option<i32>, &mut Graces),
     answered: &watch::Receiver<u64>,
 ) -> Option<Duration> {
     let classes = owned(&stores.classes);
@@ -204,7 +210,7 @@ async fn pass(
         .map(|c| known_ca(c))
         .collect();
     let crd_version = release.get(client).await;
-    let translation = translate(&Inputs {
+    let inputs = Inputs {
         controller_name: &settings.controller_name,
         crd_version: crd_version.as_deref(),
         classes: &classes,
@@ -221,7 +227,16 @@ async fn pass(
         secrets: &secrets,
         ca_bundles: &ca_bundles,
         backend_tls_policies: &policies,
-    });
+    };
+    let translation = translate(&inputs);
+    // What is served: the same, but for routes whose change waits for an object.
+    let now = tokio::time::Instant::now();
+    let (lowered, waiting) = graces.review(&inputs, &translation, now);
+    let served = (!waiting.is_empty()).then(|| translate(&lowered.inputs(&inputs)));
+    let served = served.as_ref().unwrap_or(&translation);
+    let grace_over = (waiting.values())
+        .map(|w| w.until.saturating_duration_since(now))
+        .min();
     debug!(
         classes = translation.classes.len(),
         gateways = translation.gateways.len(),
@@ -235,8 +250,8 @@ async fn pass(
     let proxy_configs = owned(&stores.shared.proxy_configs);
     let existing = (services.as_slice(), proxy_configs.as_slice());
     let (fleet_ports, addresses) =
-        sync_services(client, settings, &translation, existing, next_fleet_port).await;
-    let units = unit::units(&translation.gateways, &fleet_ports);
+        sync_services(client, settings, served, existing, next_fleet_port).await;
+    let units = unit::units(&served.gateways, &fleet_ports);
     let envoys = fleet_addresses(&stores.shared.fleet.state());
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
     let written = Written {
@@ -252,9 +267,13 @@ async fn pass(
         addresses: &addresses,
         units: &units,
         outcome: &outcome,
+        waiting: &waiting,
     };
     write_statuses(settings, &translation, &written);
-    outcome.wake
+    match (outcome.wake, grace_over) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The release the installed Gateway CRD announces (its bundle-version annotation), read

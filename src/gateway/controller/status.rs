@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use serde_json::{Value, json};
 
 use super::Settings;
+use super::grace::{WaitingRoutes, served_while_waiting};
 use super::policies;
 use crate::gateway::api::backendtlspolicies::BackendTlsPolicy;
 use crate::gateway::api::gatewayclasses::GatewayClass;
@@ -43,6 +44,8 @@ pub(super) struct Written<'a> {
     pub addresses: &'a BTreeMap<GatewayKey, Vec<(String, String)>>,
     pub units: &'a [Unit],
     pub outcome: &'a Outcome,
+    /// Routes whose change waits for an object (see [`super::grace`]).
+    pub waiting: &'a WaitingRoutes,
 }
 
 /// Hands every status of this pass to the status writer (which writes what differs from
@@ -65,6 +68,7 @@ pub(super) fn write_statuses(
         addresses,
         units,
         outcome,
+        waiting,
     } = written;
     for outcome in &translation.classes {
         let current = classes
@@ -130,7 +134,7 @@ pub(super) fn write_statuses(
                 status: $status,
                 outcomes: $outcomes,
             };
-            write_route_statuses(settings, &of_kind, read, units, outcome);
+            write_route_statuses(settings, &of_kind, read, (units, outcome), waiting);
         }};
     }
     route_statuses!(routes, HTTP_ROUTE, &ROUTE_STATUS, &translation.routes);
@@ -189,8 +193,8 @@ fn write_route_statuses<'a>(
     settings: &Settings,
     of: &RoutesOfKind<'_>,
     routes: impl Iterator<Item = RouteRead<'a>>,
-    units: &[Unit],
-    outcome: &Outcome,
+    (units, outcome): (&[Unit], &Outcome),
+    waiting: &WaitingRoutes,
 ) {
     let ours: BTreeMap<(&str, &str), &[ParentOutcome]> = (of.outcomes.iter())
         .map(|r| {
@@ -205,12 +209,25 @@ fn write_route_statuses<'a>(
         let name = route.meta.name.as_deref().unwrap_or_default();
         let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
         let route_id = (of.kind, format!("{namespace}/{name}"));
-        let served = |p: &ParentOutcome| served(p, &route_id, units, outcome);
+        let generation = route.meta.generation.unwrap_or(0);
+        let waits = waiting.get(&route_id);
+        // A route whose change waits is served at the generation kept meanwhile.
+        let served = |p: &ParentOutcome| {
+            let served = served(p, &route_id, units, outcome);
+            match waits {
+                Some(w) => served_while_waiting(served, w, generation),
+                None => served,
+            }
+        };
+        let generations = Generations {
+            current: generation,
+            served: waits.map_or(generation, |w| w.kept_generation),
+        };
         let status = route_status(
             &settings.controller_name,
             parents,
             &served,
-            route.meta.generation.unwrap_or(0),
+            generations,
             route.status.as_ref(),
         );
         let Some(status) = status else { continue };
@@ -542,11 +559,19 @@ fn listeners_status(
 
 /// The route's parents: those of other controllers as they are, and Switchyard's; `None`
 /// when Switchyard has nothing to say and said nothing before.
+/// The generations a route's status speaks of: the current one, and the one its Served
+/// condition is about (an earlier one while the current one's change waits).
+#[derive(Clone, Copy)]
+struct Generations {
+    current: i64,
+    served: i64,
+}
+
 fn route_status(
     controller: &str,
     ours: &[ParentOutcome],
     served: &dyn Fn(&ParentOutcome) -> Cond,
-    generation: i64,
+    generations: Generations,
     before: Option<&Value>,
 ) -> Option<Value> {
     let held: Vec<Value> = before
@@ -587,10 +612,15 @@ fn route_status(
         }
         let mut conds = p.conditions.clone();
         conds.push(served(p));
+        let old = conditions_of(old, "conditions");
+        let mut conditions = conditions(&conds, generations.current, &old);
+        if let Some(c) = conditions.iter_mut().find(|c| c.type_ == SERVED) {
+            c.observed_generation = Some(generations.served);
+        }
         parents.push(json!({
             "parentRef": parent_ref,
             "controllerName": controller,
-            "conditions": conditions(&conds, generation, &conditions_of(old, "conditions")),
+            "conditions": conditions,
         }));
     }
     Some(json!({ "parents": parents }))

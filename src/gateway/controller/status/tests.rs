@@ -1,6 +1,12 @@
 use super::*;
 use crate::gateway::translate::PortConfig;
 
+/// A route's generation 1, served as it is.
+const ONE: Generations = Generations {
+    current: 1,
+    served: 1,
+};
+
 fn stored(type_: &str, status: &str) -> Condition {
     Condition {
         type_: type_.to_owned(),
@@ -193,7 +199,7 @@ fn a_routes_status_read_back_is_written_again_unchanged() {
             Cond::no(SERVED, "NotAccepted", "not accepted")
         }
     };
-    let mut first = route_status("me", &ours, &served, 1, None).expect("a status");
+    let mut first = route_status("me", &ours, &served, ONE, None).expect("a status");
     let kinds: Vec<&Value> = (first["parents"].as_array().into_iter().flatten())
         .map(|p| &p["parentRef"]["kind"])
         .collect();
@@ -204,6 +210,6 @@ fn a_routes_status_read_back_is_written_again_unchanged() {
             c["lastTransitionTime"] = json!("2020-01-01T00:00:00Z");
         }
     }
-    let second = route_status("me", &ours, &served, 1, Some(&first)).expect("a status");
+    let second = route_status("me", &ours, &served, ONE, Some(&first)).expect("a status");
     assert_eq!(first, second);
 }

@@ -369,6 +369,47 @@ async fn a_route_never_moves_onto_the_held_endpoints_of_a_deleted_slice() {
     assert_eq!(report.non_2xx(), 0);
 }
 
+/// A GitOps sync may apply a route before the Service it names. A TrafficRoute changed to a
+/// Service that does not exist yet is not accepted (`ServiceNotFound`) and its last served
+/// generation keeps serving, for as long as it takes; once the Service comes the change
+/// rolls out. In the other order it rolls out at once. No request fails either way.
+#[tokio::test]
+async fn a_route_applied_before_its_service_keeps_serving_and_moves_once_it_comes() {
+    let mut rig = Rig::serving_web(&["old"], "old").await;
+    rig.add_backend_without_service("late").await;
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(300));
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("late", 1)]))
+        .await;
+    let status = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Accepted" && c.status == "False" && c.reason == "ServiceNotFound"
+            })
+        })
+        .await;
+    let accepted = status.conditions.iter().find(|c| c.type_ == "Accepted");
+    eprintln!("route before its Service: {accepted:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rig.answers().await, ["old", "old", "old"]);
+    rig.recreate_service("late").await;
+    let late = rig.wait_ready("web", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers().await, ["late", "late", "late"]);
+
+    // The Service first, then the route.
+    rig.add_backend("first").await;
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("first", 1)]))
+        .await;
+    let first = rig.wait_ready("web", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers().await, ["first", "first", "first"]);
+    let report = load.finish().await;
+    summary(
+        "route before its Service, then after",
+        &report,
+        &[late, first],
+    );
+    assert_eq!(report.non_2xx(), 0);
+}
+
 // ------------------------------------------------------------------ TLS Secrets under HTTPS load
 
 const SECRET: &str = "web-cert";

@@ -10,8 +10,10 @@
 --
 --   Healthy      every parent of Switchyard's has Served True for this generation (or the
 --                route has parents, none of them Switchyard's).
---   Progressing  no status yet; Served not written for this generation yet; or Served
---                False while the rollout is under way (reason RollingOut or Pending).
+--   Progressing  no status yet; Served not written for this generation yet (a change
+--                whose Service or ReferenceGrant is not there yet waits for it a while,
+--                its earlier generation Served meanwhile); or Served False while the
+--                rollout is under way (reason RollingOut or Pending).
 --   Degraded     a parent of Switchyard's does not accept the route, cannot resolve its
 --                references, or refuses it (Accepted or ResolvedRefs False, Served False
 --                for any other reason).
@@ -86,7 +88,12 @@ for _, parent in ipairs(parents) do
     local accepted = find(parent.conditions, "Accepted")
     local resolved = find(parent.conditions, "ResolvedRefs")
     if number(served.observedGeneration) ~= generation then
-      waiting = waiting or ("Waiting for Gateway " .. name .. " to observe generation " .. tostring(generation))
+      if resolved ~= nil and resolved.status == "False" and number(resolved.observedGeneration) == generation then
+        -- The change waits for what its backendRefs name; an earlier generation serves.
+        waiting = waiting or ("Gateway " .. name .. ": " .. message(resolved) .. "; " .. message(served))
+      else
+        waiting = waiting or ("Waiting for Gateway " .. name .. " to observe generation " .. tostring(generation))
+      end
     elseif accepted ~= nil and accepted.status == "False" then
       hs.status = "Degraded"
       hs.message = "Gateway " .. name .. ": " .. message(accepted)

@@ -25,10 +25,29 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
 }
 
+/// `duration` as [`parse`] reads it: whole seconds (`10s`), else milliseconds (`1500ms`).
+pub fn format(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{format, parse};
     use std::time::Duration;
+
+    #[test]
+    fn formatted_durations_read_back() {
+        for ms in [0, 500, 1000, 1500, 10_000, 90_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse(&format(d)), Ok(d), "{}", format(d));
+        }
+        assert_eq!(format(Duration::from_secs(10)), "10s");
+        assert_eq!(format(Duration::from_millis(1500)), "1500ms");
+    }
 
     #[test]
     fn durations() {

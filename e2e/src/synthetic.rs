@@ -141,6 +141,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
                 &format!("{route}-live"),
                 ProxyConfigSpec {
                     listener: None,
+                    drain_period: None,
                     route_created: None,
                     role: ProxyConfigRole::Live,
                     route: route.into(),

@@ -64,6 +64,11 @@ pub struct ProxyConfigSpec {
     /// Absent for a TrafficRoute (the shared listeners).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<ResolvedListener>,
+    /// Live role: the route's drain period (`10s`, `500ms`), how long the clusters it
+    /// leaves stay after a switch. A Service it uses that is deleted keeps its last
+    /// endpoints as long (the longest of its routes'), so the route can move off it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_period: Option<String>,
 }
 
 #[derive(

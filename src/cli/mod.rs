@@ -167,10 +167,11 @@ pub(crate) struct OperatorArgs {
     /// API requests at once before `--api-qps` paces them.
     #[arg(long, env = "SWITCHYARD_API_BURST", default_value_t = 100)]
     pub(crate) api_burst: u32,
-    /// How long the endpoints of a deleted Service keep serving the routes that still use
-    /// them (its Pods usually outlive it: a route repointed in the same sync must not lose
-    /// its backends before the switch), and a deleted route keeps serving its hosts until
-    /// another route takes them over (0: both go at once).
+    /// How long a deleted route keeps serving its hosts until another route takes them
+    /// over, and the endpoints of a deleted Service that no live route uses keep serving
+    /// (its Pods usually outlive it: a route repointed in the same sync must not lose its
+    /// backends before the switch). A Service that live routes use is held for the longest
+    /// of their drain periods instead. 0s: nothing is held.
     #[arg(long, env = "SWITCHYARD_HOLD", default_value = "10s", value_parser = parse_duration)]
     pub(crate) hold: Duration,
     /// DIAGNOSTIC ONLY: write the live config directly, without staging and verifying new
@@ -200,7 +201,7 @@ pub(crate) struct OperatorArgs {
     /// How long a change of a served route waits for a Service or ReferenceGrant that its
     /// backendRefs name and that is not there yet (a GitOps sync applies objects in its own
     /// order), its last generation serving meanwhile, before it is served answering 500 as
-    /// the Gateway API asks (0: not at all). A route never served answers 500 at once.
+    /// the Gateway API asks (0s: not at all). A route never served answers 500 at once.
     #[arg(
         long,
         env = "SWITCHYARD_GATEWAY_REFERENCE_GRACE",

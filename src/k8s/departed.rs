@@ -96,12 +96,15 @@ impl Departed {
 
     /// Takes note of the slices deleted since the last build and releases what is due:
     /// held slices of Services that have a slice again, and those whose time is up.
-    /// `present` lists the slices that exist now. Returns the keys whose view changed
-    /// beyond what the watch already named (the released ones).
+    /// `present` lists the slices that exist now; `drain_of` gives the longest drain
+    /// period of the live routes using a Service, if any uses it: its slices are held that
+    /// long (otherwise for the operator's hold). Returns the keys whose view changed beyond
+    /// what the watch already named (the released ones).
     pub fn update(
         &mut self,
         deleted: Vec<EndpointSlice>,
         present: impl FnOnce() -> Vec<Arc<EndpointSlice>>,
+        drain_of: impl Fn(&(String, String)) -> Option<Duration>,
         now: Instant,
     ) -> Vec<ObjectKey> {
         if deleted.is_empty() && self.held.objects.is_empty() {
@@ -110,9 +113,12 @@ impl Departed {
         let present = present();
         let live_services: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
         for slice in deleted {
-            let gone = service_of(&slice).is_some_and(|s| !live_services.contains(&s));
-            if gone && !self.hold.is_zero() {
-                self.held.insert(leaving_copy(slice), now + self.hold);
+            let Some(service) = service_of(&slice).filter(|s| !live_services.contains(s)) else {
+                continue;
+            };
+            let hold = drain_of(&service).unwrap_or(self.hold);
+            if !self.hold.is_zero() && !hold.is_zero() {
+                self.held.insert(leaving_copy(slice), now + hold);
             }
         }
         self.held.release(now, |_, slice| {
@@ -125,15 +131,41 @@ impl Departed {
         self.held.get(key)
     }
 
-    /// `present`, and the held slices that no present one replaces.
+    /// `present`, and the held slices of Services that have none of them (a slice created
+    /// since the last [`Departed::update`] replaces those of its Service).
     pub fn with_held(&self, present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
-        self.held.with_held(present)
+        let live: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
+        let mut all = self.held.with_held(present);
+        all.retain(|slice| {
+            !slice.annotations().contains_key(LEAVING)
+                || service_of(slice).is_none_or(|s| !live.contains(&s))
+        });
+        all
     }
 
     /// When the next held slice is due, if any.
     pub fn next_release(&self) -> Option<Instant> {
         self.held.next_release()
     }
+}
+
+/// The longest drain period of the live ProxyConfigs whose clusters are of `service`
+/// (namespace, name), if any of them says its own.
+pub fn drain_of_users(
+    configs: &[Arc<ProxyConfig>],
+    (namespace, name): &(String, String),
+) -> Option<Duration> {
+    (configs.iter())
+        .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
+        .filter(|pc| {
+            let own = pc.namespace().unwrap_or_default();
+            (pc.spec.clusters.iter()).any(|c| {
+                c.service == *name && c.namespace.as_deref().unwrap_or(own.as_str()) == namespace
+            })
+        })
+        .filter_map(|pc| pc.spec.drain_period.as_deref())
+        .filter_map(|drain| switchyard_core::duration::parse(drain).ok())
+        .max()
 }
 
 /// Live ProxyConfigs of deleted routes, kept for a while as leaving: a route deleted while
@@ -208,11 +240,82 @@ mod tests {
         ("shop".into(), name.into())
     }
 
+    /// No live route uses the Service: the operator's hold applies.
+    fn no_route(_: &(String, String)) -> Option<Duration> {
+        None
+    }
+
+    #[test]
+    fn a_service_used_by_live_routes_is_held_for_their_longest_drain_period() {
+        let mut departed = Departed::new(Duration::from_secs(10));
+        let start = Instant::now();
+        let drain_of =
+            |service: &(String, String)| (service.1 == "old").then_some(Duration::from_secs(30));
+        departed.update(vec![slice("old-1", "old")], Vec::new, drain_of, start);
+        departed.update(vec![slice("other-1", "other")], Vec::new, drain_of, start);
+        assert_eq!(
+            departed.next_release(),
+            Some(start + Duration::from_secs(10))
+        );
+        let later = start + Duration::from_secs(20);
+        assert_eq!(
+            departed.update(vec![], Vec::new, drain_of, later),
+            [key("other-1")]
+        );
+        assert!(departed.get(&key("old-1")).is_some());
+        // A route that drains at once lets the endpoints go at once.
+        let mut departed = Departed::new(Duration::from_secs(10));
+        let at_once = |_: &(String, String)| Some(Duration::ZERO);
+        departed.update(vec![slice("old-1", "old")], Vec::new, at_once, start);
+        assert!(departed.get(&key("old-1")).is_none());
+    }
+
+    #[test]
+    fn the_drain_of_a_service_is_the_longest_of_the_live_routes_using_it() {
+        let uses = |route: &str, service: &str, drain: Option<&str>| {
+            let mut pc = live(route);
+            pc.spec.clusters = vec![crate::k8s::fixtures::cluster(service)];
+            pc.spec.drain_period = drain.map(str::to_owned);
+            Arc::new(pc)
+        };
+        let mut probe = uses("c", "old", Some("90s"));
+        Arc::make_mut(&mut probe).spec.role = ProxyConfigRole::Probe;
+        let configs = [
+            uses("a", "old", Some("30s")),
+            uses("b", "old", Some("1500ms")),
+            probe,
+            uses("d", "new", Some("60s")),
+            uses("e", "old", None),
+        ];
+        let old = ("shop".to_owned(), "old".to_owned());
+        assert_eq!(
+            drain_of_users(&configs, &old),
+            Some(Duration::from_secs(30))
+        );
+        let elsewhere = ("other".to_owned(), "old".to_owned());
+        assert_eq!(drain_of_users(&configs, &elsewhere), None);
+    }
+
+    #[test]
+    fn a_held_slice_gives_way_to_a_slice_of_its_service_created_since() {
+        let mut departed = Departed::new(Duration::from_secs(10));
+        departed.update(
+            vec![slice("old-1", "old")],
+            Vec::new,
+            no_route,
+            Instant::now(),
+        );
+        let recreated = Arc::new(slice("old-2", "old"));
+        let all = departed.with_held(vec![recreated]);
+        let keys: Vec<ObjectKey> = all.iter().map(|s| key_of(s.as_ref())).collect();
+        assert_eq!(keys, [key("old-2")]);
+    }
+
     #[test]
     fn the_last_slice_of_a_service_is_held_until_its_time_is_up() {
         let mut departed = Departed::new(Duration::from_secs(10));
         let start = Instant::now();
-        let released = departed.update(vec![slice("old-1", "old")], Vec::new, start);
+        let released = departed.update(vec![slice("old-1", "old")], Vec::new, no_route, start);
         assert!(released.is_empty());
         let held = departed.get(&key("old-1")).expect("held");
         assert!(held.annotations().contains_key(LEAVING));
@@ -222,7 +325,11 @@ mod tests {
         );
 
         let later = start + Duration::from_secs(9);
-        assert!(departed.update(vec![], Vec::new, later).is_empty());
+        assert!(
+            departed
+                .update(vec![], Vec::new, no_route, later)
+                .is_empty()
+        );
         // A full build takes it with the slices that exist.
         let other = Arc::new(slice("web-1", "web"));
         let all = departed.with_held(vec![other]);
@@ -230,7 +337,10 @@ mod tests {
         assert_eq!(keys, [key("web-1"), key("old-1")]);
 
         let due = start + Duration::from_secs(10);
-        assert_eq!(departed.update(vec![], Vec::new, due), [key("old-1")]);
+        assert_eq!(
+            departed.update(vec![], Vec::new, no_route, due),
+            [key("old-1")]
+        );
         assert!(departed.get(&key("old-1")).is_none());
         assert_eq!(departed.next_release(), None);
     }
@@ -239,7 +349,12 @@ mod tests {
     fn a_slice_deleted_while_its_service_keeps_others_goes_at_once() {
         let mut departed = Departed::new(Duration::from_secs(10));
         let other = Arc::new(slice("web-2", "web"));
-        departed.update(vec![slice("web-1", "web")], || vec![other], Instant::now());
+        departed.update(
+            vec![slice("web-1", "web")],
+            || vec![other],
+            no_route,
+            Instant::now(),
+        );
         assert!(departed.get(&key("web-1")).is_none());
     }
 
@@ -247,9 +362,9 @@ mod tests {
     fn a_service_that_has_a_slice_again_releases_the_held_ones() {
         let mut departed = Departed::new(Duration::from_secs(10));
         let start = Instant::now();
-        departed.update(vec![slice("old-1", "old")], Vec::new, start);
+        departed.update(vec![slice("old-1", "old")], Vec::new, no_route, start);
         let recreated = Arc::new(slice("old-2", "old"));
-        let released = departed.update(vec![], || vec![recreated], start);
+        let released = departed.update(vec![], || vec![recreated], no_route, start);
         assert_eq!(released, [key("old-1")]);
     }
 
@@ -292,7 +407,12 @@ mod tests {
     #[test]
     fn a_zero_hold_holds_nothing() {
         let mut departed = Departed::new(Duration::ZERO);
-        departed.update(vec![slice("old-1", "old")], Vec::new, Instant::now());
+        departed.update(
+            vec![slice("old-1", "old")],
+            Vec::new,
+            no_route,
+            Instant::now(),
+        );
         assert!(departed.get(&key("old-1")).is_none());
     }
 }

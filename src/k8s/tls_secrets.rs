@@ -355,6 +355,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             "gw-edge-443-live",
             ProxyConfigSpec {
+                drain_period: None,
                 role: ProxyConfigRole::Live,
                 route: "gw-edge-443".into(),
                 listener: Some(ResolvedListener {

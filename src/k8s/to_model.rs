@@ -267,6 +267,7 @@ mod tests {
         let mut pc = ProxyConfig::new(
             &format!("{route}-live"),
             ProxyConfigSpec {
+                drain_period: None,
                 listener: None,
                 route_created: None,
                 role: ProxyConfigRole::Live,

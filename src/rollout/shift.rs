@@ -63,7 +63,7 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         Ok(r) => r,
         Err(e) => return Step::Reject(e.clone()),
     };
-    let live_spec = proxy_config_spec(
+    let mut live_spec = proxy_config_spec(
         observed.route,
         observed.generation,
         ProxyConfigRole::Live,
@@ -71,15 +71,20 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         &[],
         observed.created,
     );
+    // Every replica holds a deleted Service's endpoints as long as its routes drain.
+    live_spec.drain_period = Some(switchyard_core::duration::format(observed.drain_period));
     let is_live = observed
         .live
         .is_some_and(|l| l.version == live_spec.version);
     if is_live {
         if observed.live.is_some_and(|l| {
-            l.generation != observed.generation || l.route_created != live_spec.route_created
+            l.generation != observed.generation
+                || l.route_created != live_spec.route_created
+                || l.drain_period != live_spec.drain_period
         }) {
-            // Same content under a new generation (or a live config from before it carried
-            // the route's age): nothing changes for Envoy's routes.
+            // Same content under a new generation, a new drain period (or a live config
+            // from before it carried the route's age or drain period): nothing changes for
+            // Envoy's routes.
             return Step::Promote(live_spec);
         }
         if verified.live.as_deref() != Some(live_spec.version.as_str()) {
@@ -171,14 +176,18 @@ mod tests {
         generation: i64,
         extra: &[ResolvedCluster],
     ) -> ProxyConfigSpec {
-        proxy_config_spec(
+        let mut spec = proxy_config_spec(
             "web",
             generation,
             role,
             r.as_ref().expect("resolved"),
             extra,
             None,
-        )
+        );
+        if role == ProxyConfigRole::Live {
+            spec.drain_period = Some("10s".into());
+        }
+        spec
     }
 
     /// Runs the steps the way the reconciler does, with every check passing.
@@ -357,6 +366,20 @@ mod tests {
             ["blue", "yellow"],
             "never-live green goes, live blue stays"
         );
+    }
+
+    #[test]
+    fn a_new_drain_period_rewrites_the_live_config_as_it_is() {
+        let r = resolved(&["green"], "x");
+        let mut live = spec(ProxyConfigRole::Live, &r, 2, &[]);
+        live.drain_period = Some("30s".into());
+        match next_step(&observed(&r, Some(&live), None), &Verified::default()) {
+            Step::Promote(spec) => {
+                assert_eq!(spec.drain_period.as_deref(), Some("10s"));
+                assert_eq!(spec.version, live.version);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn proxy_config_spec(
             ProxyConfigRole::Live => resolved.listener.clone(),
             ProxyConfigRole::Probe => None,
         },
+        drain_period: None,
     }
 }
 

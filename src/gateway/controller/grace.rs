@@ -15,7 +15,7 @@
 //! Kept in memory by the leader: a leader that takes over during a grace serves the new
 //! generation as it is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use kube::Resource;
@@ -146,10 +146,35 @@ impl Graces {
 
 /// What the grace keeps of one route.
 struct Kept<K> {
-    /// Its last generation whose backendRefs all resolved.
+    /// Its last generation whose backendRefs all resolved, as long as it is what serves.
     object: K,
+    /// Where that generation attached: a later one waits only for the same parents.
+    parents: Vec<Parent>,
     /// A later generation that waits, and since when.
     waiting: Option<(i64, Instant)>,
+}
+
+/// A parent a route attached to: Gateway (namespace, name), ListenerSet, sectionName, port.
+type Parent = (
+    String,
+    String,
+    Option<(String, String)>,
+    Option<String>,
+    Option<i32>,
+);
+
+fn parents(outcome: &RouteOutcome) -> Vec<Parent> {
+    (outcome.parents.iter())
+        .map(|p| {
+            (
+                p.gateway_namespace.clone(),
+                p.gateway.clone(),
+                p.listener_set.clone(),
+                p.section_name.clone(),
+                p.port,
+            )
+        })
+        .collect()
 }
 
 /// The grace of the routes of one kind.
@@ -177,10 +202,14 @@ impl<K: Resource + Clone> Grace<K> {
         now: Instant,
         waiting: &mut WaitingRoutes,
     ) -> Option<Vec<K>> {
+        if period.is_zero() {
+            self.kept.clear();
+            return None;
+        }
         let outcomes: BTreeMap<(&str, &str), &RouteOutcome> = (outcomes.iter())
             .map(|o| ((o.namespace.as_str(), o.name.as_str()), o))
             .collect();
-        let mut present = Vec::with_capacity(objects.len());
+        let mut present = HashSet::with_capacity(objects.len());
         let mut lowered: Option<Vec<K>> = None;
         for (i, object) in objects.iter().enumerate() {
             let meta = object.meta();
@@ -188,21 +217,19 @@ impl<K: Resource + Clone> Grace<K> {
                 meta.namespace.clone().unwrap_or_default(),
                 meta.name.clone().unwrap_or_default(),
             );
-            let generation = meta.generation.unwrap_or(0);
             let outcome = outcomes.get(&(key.0.as_str(), key.1.as_str()));
             let kept = match outcome {
                 Some(o) if resolved(o) => {
-                    let kept = Kept {
-                        object: object.clone(),
-                        waiting: None,
-                    };
-                    self.kept.insert(key.clone(), kept);
+                    self.keep(&key, object, o);
                     None
                 }
-                Some(o) if awaits(o) && !period.is_zero() => {
-                    self.wait(&key, generation, period, now)
+                Some(o) if awaits(o) => self.wait(&key, object, o, period, now),
+                // What serves now is this generation, as it is: nothing earlier may come
+                // back.
+                _ => {
+                    self.kept.remove(&key);
+                    None
                 }
-                _ => None,
             };
             if let Some((object, until)) = kept {
                 let kept_generation = object.meta().generation.unwrap_or(0);
@@ -219,24 +246,48 @@ impl<K: Resource + Clone> Grace<K> {
             } else if let Some(lowered) = lowered.as_mut() {
                 lowered.push(object.clone());
             }
-            present.push(key);
+            present.insert(key);
         }
-        let present: std::collections::HashSet<_> = present.into_iter().collect();
         self.kept.retain(|key, _| present.contains(key));
         lowered
     }
 
-    /// Generation `generation` of route `key` awaits an object: its kept generation and
-    /// until when it is lowered instead, while the period lasts.
+    /// `object` resolved: it is the generation to keep (unless it already is).
+    fn keep(&mut self, key: &(String, String), object: &K, outcome: &RouteOutcome) {
+        let same = self.kept.get(key).is_some_and(|k| {
+            let (a, b) = (k.object.meta(), object.meta());
+            a.uid == b.uid && a.generation == b.generation
+        });
+        if !same {
+            let kept = Kept {
+                object: object.clone(),
+                parents: parents(outcome),
+                waiting: None,
+            };
+            self.kept.insert(key.clone(), kept);
+        }
+    }
+
+    /// `object` awaits what its backendRefs name: its route's kept generation and until when
+    /// it is lowered instead, while the period lasts (the same object, a later generation,
+    /// the same parents). Once the period is over the kept generation goes: `object` is
+    /// served as it is.
     fn wait(
         &mut self,
         key: &(String, String),
-        generation: i64,
+        object: &K,
+        outcome: &RouteOutcome,
         period: Duration,
         now: Instant,
     ) -> Option<(K, Instant)> {
+        let meta = object.meta();
+        let generation = meta.generation.unwrap_or(0);
         let kept = self.kept.get_mut(key)?;
-        if kept.object.meta().generation.unwrap_or(0) >= generation {
+        let earlier = kept.object.meta().uid == meta.uid
+            && kept.object.meta().generation.unwrap_or(0) < generation
+            && kept.parents == parents(outcome);
+        if !earlier {
+            self.kept.remove(key);
             return None;
         }
         let since = match kept.waiting {
@@ -247,7 +298,12 @@ impl<K: Resource + Clone> Grace<K> {
             }
         };
         let until = since + period;
-        (now < until).then(|| (kept.object.clone(), until))
+        if now < until {
+            Some((kept.object.clone(), until))
+        } else {
+            self.kept.remove(key);
+            None
+        }
     }
 }
 
@@ -276,9 +332,9 @@ fn awaits(outcome: &RouteOutcome) -> bool {
 /// observedGeneration is the kept one's.
 pub fn served_while_waiting(served: Cond, waiting: &Waiting, generation: i64) -> Cond {
     let note = format!(
-        "generation {generation} waits, at most {}s, for the objects its backendRefs name \
+        "generation {generation} waits, at most {}, for the objects its backendRefs name \
          (see ResolvedRefs)",
-        waiting.period.as_secs_f64()
+        switchyard_core::duration::format(waiting.period)
     );
     let message = if served.is_true() {
         format!(

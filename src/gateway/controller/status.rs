@@ -557,8 +557,6 @@ fn listeners_status(
         .collect()
 }
 
-/// The route's parents: those of other controllers as they are, and Switchyard's; `None`
-/// when Switchyard has nothing to say and said nothing before.
 /// The generations a route's status speaks of: the current one, and the one its Served
 /// condition is about (an earlier one while the current one's change waits).
 #[derive(Clone, Copy)]
@@ -567,6 +565,8 @@ struct Generations {
     served: i64,
 }
 
+/// The route's parents: those of other controllers as they are, and Switchyard's; `None`
+/// when Switchyard has nothing to say and said nothing before.
 fn route_status(
     controller: &str,
     ours: &[ParentOutcome],

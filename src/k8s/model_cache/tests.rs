@@ -8,6 +8,7 @@ fn live(route: &str, services: &[&str], version: &str) -> ProxyConfig {
     let mut pc = ProxyConfig::new(
         &format!("{route}-live"),
         ProxyConfigSpec {
+            drain_period: None,
             listener: None,
             route_created: None,
             role: ProxyConfigRole::Live,

@@ -79,23 +79,29 @@ fn a_change_that_lacks_an_object_serves_the_last_resolved_generation_for_the_per
     let later = start + Duration::from_secs(4);
     let (lowered, waits) = review(&mut grace, &route(2), &two, later);
     assert_eq!((lowered, waits.map(|w| w.until)), (1, Some(start + PERIOD)));
-    // Over: generation 2 is served as it is, with its 500s.
-    assert_eq!(
-        review(&mut grace, &route(2), &two, start + PERIOD),
-        (2, None)
-    );
-    // A generation after it gets a period of its own.
+    // A generation after it, still waiting, gets a period of its own.
     let three = outcome(3, missing("BackendNotFound"));
-    let (lowered, waits) = review(&mut grace, &route(3), &three, start + PERIOD);
-    assert_eq!(
-        (lowered, waits.map(|w| w.until)),
-        (1, Some(start + PERIOD * 2))
-    );
+    let (lowered, waits) = review(&mut grace, &route(3), &three, later);
+    assert_eq!((lowered, waits.map(|w| w.until)), (1, Some(later + PERIOD)));
     // What was missing came: generation 3 resolves and is served.
-    let now = start + PERIOD + Duration::from_secs(1);
+    let now = later + Duration::from_secs(1);
     assert_eq!(
         review(&mut grace, &route(3), &outcome(3, resolved()), now),
         (3, None)
+    );
+
+    // Over: generation 4 is served as it is, with its 500s, and nothing earlier comes back
+    // for the generations after it.
+    let four = outcome(4, missing("BackendNotFound"));
+    assert_eq!(review(&mut grace, &route(4), &four, now).0, 3);
+    assert_eq!(
+        review(&mut grace, &route(4), &four, now + PERIOD),
+        (4, None)
+    );
+    let five = outcome(5, missing("BackendNotFound"));
+    assert_eq!(
+        review(&mut grace, &route(5), &five, now + PERIOD),
+        (5, None)
     );
 }
 
@@ -144,4 +150,28 @@ fn a_waiting_route_is_served_at_its_kept_generation_and_says_why() {
         "every Envoy serves generation 1; generation 2 waits, at most 5s, for the objects its \
          backendRefs name (see ResolvedRefs)"
     );
+}
+
+#[test]
+fn a_change_of_parents_or_a_route_created_again_does_not_wait() {
+    let mut grace = Grace::new(HTTP_ROUTE);
+    let now = Instant::now();
+    assert_eq!(
+        review(&mut grace, &route(1), &outcome(1, resolved()), now),
+        (1, None)
+    );
+    // Generation 2 moves to another Gateway, and names a Service not there yet.
+    let mut moved = outcome(2, missing("BackendNotFound"));
+    moved.parents[0].gateway = "other".into();
+    assert_eq!(review(&mut grace, &route(2), &moved, now), (2, None));
+
+    // Deleted and created again under its name between two passes: a new object.
+    assert_eq!(
+        review(&mut grace, &route(3), &outcome(3, resolved()), now),
+        (3, None)
+    );
+    let mut again = route(4);
+    again.metadata.uid = Some("another".into());
+    let waits = outcome(4, missing("RefNotPermitted"));
+    assert_eq!(review(&mut grace, &again, &waits, now), (4, None));
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use super::departed::{Departed, DepartedConfigs, drain_of_users};
+use super::departed::{Departed, DepartedConfigs, drains_by_service};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
@@ -146,11 +146,16 @@ impl Builder {
         );
         proxy_configs_touched.keys.extend(released);
         let mut slices_touched = self.index.endpoint_slices.take_touched();
-        let configs = &self.index.proxy_configs;
+        // Looked up only when a Service lost its last slice, then once for all of them.
+        let drains = std::cell::OnceCell::new();
+        let drain_of = |service: &(String, String)| {
+            let configs = || drains_by_service(&self.index.proxy_configs.state());
+            drains.get_or_init(configs).get(service).copied()
+        };
         let released = departed.slices.update(
             std::mem::take(&mut slices_touched.deleted),
             || self.index.endpoint_slices.state(),
-            |service| drain_of_users(&configs.state(), service),
+            drain_of,
             tokio::time::Instant::now(),
         );
         slices_touched.keys.extend(released);

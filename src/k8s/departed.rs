@@ -13,7 +13,7 @@
 //! Service keeps others (the EndpointSlice controller moving endpoints between slices) is
 //! gone at once: the Service's endpoints are still what its slices say.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,23 +149,26 @@ impl Departed {
     }
 }
 
-/// The longest drain period of the live ProxyConfigs whose clusters are of `service`
-/// (namespace, name), if any of them says its own.
-pub fn drain_of_users(
-    configs: &[Arc<ProxyConfig>],
-    (namespace, name): &(String, String),
-) -> Option<Duration> {
-    (configs.iter())
+/// Each Service (namespace, name) that live ProxyConfigs use, with the longest drain
+/// period they give (those that give none are left out).
+pub fn drains_by_service(configs: &[Arc<ProxyConfig>]) -> HashMap<(String, String), Duration> {
+    let mut drains: HashMap<(String, String), Duration> = HashMap::new();
+    for pc in configs
+        .iter()
         .filter(|pc| pc.spec.role == ProxyConfigRole::Live)
-        .filter(|pc| {
-            let own = pc.namespace().unwrap_or_default();
-            (pc.spec.clusters.iter()).any(|c| {
-                c.service == *name && c.namespace.as_deref().unwrap_or(own.as_str()) == namespace
-            })
-        })
-        .filter_map(|pc| pc.spec.drain_period.as_deref())
-        .filter_map(|drain| switchyard_core::duration::parse(drain).ok())
-        .max()
+    {
+        let drain = pc.spec.drain_period.as_deref();
+        let Some(drain) = drain.and_then(|d| switchyard_core::duration::parse(d).ok()) else {
+            continue;
+        };
+        let own = pc.namespace().unwrap_or_default();
+        for c in &pc.spec.clusters {
+            let namespace = c.namespace.clone().unwrap_or_else(|| own.clone());
+            let longest = drains.entry((namespace, c.service.clone())).or_default();
+            *longest = (*longest).max(drain);
+        }
+    }
+    drains
 }
 
 /// Live ProxyConfigs of deleted routes, kept for a while as leaving: a route deleted while
@@ -287,13 +290,12 @@ mod tests {
             uses("d", "new", Some("60s")),
             uses("e", "old", None),
         ];
+        let drains = drains_by_service(&configs);
         let old = ("shop".to_owned(), "old".to_owned());
-        assert_eq!(
-            drain_of_users(&configs, &old),
-            Some(Duration::from_secs(30))
-        );
+        assert_eq!(drains.get(&old), Some(&Duration::from_secs(30)));
         let elsewhere = ("other".to_owned(), "old".to_owned());
-        assert_eq!(drain_of_users(&configs, &elsewhere), None);
+        assert_eq!(drains.get(&elsewhere), None);
+        assert_eq!(drains.len(), 2);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::k8s::envoys::Envoys;
 use crate::k8s::index::Watches;
 use crate::k8s::status::StatusWriter;
 use crate::prober::Prober;
-use crate::rollout::fleet_addresses;
+use crate::rollout::{fleet_addresses, fleet_pods};
 use crate::translate::Problem;
 
 mod grace;
@@ -252,7 +252,8 @@ async fn pass(
     let (fleet_ports, addresses) =
         sync_services(client, settings, served, existing, next_fleet_port).await;
     let units = unit::units(&served.gateways, &fleet_ports);
-    let envoys = fleet_addresses(&stores.shared.fleet.state());
+    let fleet = stores.shared.fleet.state();
+    let envoys = (fleet_addresses(&fleet), fleet_pods(&fleet));
     let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
     let written = Written {
         classes: &classes,

@@ -32,7 +32,7 @@ use crate::k8s::watched::{Filter, Watched};
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
-use crate::rollout::fleet::passed;
+use crate::rollout::fleet::{named_by_pod, passed};
 use crate::rollout::proxy_configs::Error;
 use crate::rollout::{
     DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, label_value,
@@ -51,6 +51,9 @@ const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 
 /// Units moved at once in a pass.
 const CONCURRENCY: usize = 64;
+
+/// The fleet's Envoys: their addresses, and the Pod of each where known.
+pub type Envoys = (Vec<String>, BTreeMap<String, String>);
 
 /// Live versions seen on every Envoy, by (namespace, unit): when.
 type Served = Mutex<HashMap<(String, String), (String, Instant)>>;
@@ -134,12 +137,13 @@ impl Rollout {
     }
 
     /// Moves every unit as far as it goes now, and collects the ProxyConfigs of units gone.
-    /// `answered` changes whenever an Envoy connected here answers.
+    /// `envoys`: the fleet's addresses, and the Pod of each where known; `answered`
+    /// changes whenever an Envoy connected here answers.
     pub async fn pass(
         &mut self,
         units: &[Unit],
         gateways: &[Gateway],
-        envoys: &[String],
+        envoys: &Envoys,
         answered: &watch::Receiver<u64>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
@@ -203,7 +207,7 @@ impl Rollout {
         &self,
         unit: &Unit,
         gateway: &Gateway,
-        envoys: &[String],
+        (envoys, pods): &Envoys,
         answered: watch::Receiver<u64>,
     ) -> (UnitState, Option<Duration>) {
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
@@ -234,6 +238,7 @@ impl Rollout {
         let mut front = Fleet {
             prober: &self.prober,
             envoys,
+            pods,
             served: &self.served,
             unit,
             answered,
@@ -313,6 +318,8 @@ impl Rollout {
 struct Fleet<'a> {
     prober: &'a Prober,
     envoys: &'a [String],
+    /// The Pod of each Envoy, where known: status names it.
+    pods: &'a BTreeMap<String, String>,
     served: &'a Served,
     unit: &'a Unit,
     answered: watch::Receiver<u64>,
@@ -329,7 +336,7 @@ impl Fleet<'_> {
         let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
         loop {
             self.answered.borrow_and_update();
-            let result = check().await;
+            let result = named_by_pod(check().await, self.pods);
             if passed(&result, self.envoys) {
                 return Verification::Passed(result);
             }

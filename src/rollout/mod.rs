@@ -20,7 +20,7 @@ pub mod spec;
 
 use std::time::Duration;
 
-pub use fleet::fleet_addresses;
+pub use fleet::{fleet_addresses, fleet_pods, named_by_pod};
 pub use proxy_configs::{
     Owner, ProxyConfigs, UnitRef, promoted_ago, promotion_time, unchanged_since,
 };

@@ -1,5 +1,6 @@
 //! Asking the fleet within one pass, with the backoff between attempts.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -11,12 +12,17 @@ use super::{Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
 use crate::prober::FleetResult;
 use crate::rollout::executor::Verification;
-use crate::rollout::fleet_addresses;
+use crate::rollout::{fleet_addresses, fleet_pods, named_by_pod};
 
 impl Context {
     /// Ready endpoints of the Envoy Service, as addresses the prober can reach.
     pub(super) fn envoys(&self) -> Vec<String> {
         fleet_addresses(&self.fleet.state())
+    }
+
+    /// The Pod of each Envoy of the fleet, where its EndpointSlice names one.
+    pub(super) fn envoy_pods(&self) -> BTreeMap<String, String> {
+        fleet_pods(&self.fleet.state())
     }
 
     pub(super) fn backoff(&self, key: &(String, String)) -> Duration {
@@ -61,7 +67,7 @@ where
         converged.borrow_and_update();
         let envoys = ctx.envoys();
         let empty = envoys.is_empty();
-        let result = check(envoys).await;
+        let result = named_by_pod(check(envoys).await, &ctx.envoy_pods());
         debug!(route = %key.1, ready = result.ready.len(), lagging = ?result.lagging, woken, "fleet checked");
         if result.all_ready() || empty {
             ctx.progressed(&key);

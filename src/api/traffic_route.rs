@@ -52,7 +52,9 @@ pub struct TrafficRouteSpec {
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSettings {
     /// How long old backends keep their clusters after the switch (default "10s").
-    /// Connections still open to them after it (WebSockets) are not cut.
+    /// Connections still open to them after it (WebSockets) are not cut. A Service the
+    /// route serves that is deleted keeps its last endpoints as long (at least the
+    /// operator's `--hold`, at most a minute or `--hold`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]{1,6}(\.[0-9]{1,9})?(ms|s|m|h)$"))]
     pub drain_period: Option<String>,

@@ -6,7 +6,8 @@
 //! old Service deleted) would otherwise leave the live route on a cluster without
 //! endpoints until the switch completes, answering 503 "no healthy upstream". So when the
 //! last slice of a Service goes, its slices stay in the model, as they last were, for
-//! `hold`, or until a slice of that Service appears again. They are marked leaving: their
+//! the longest drain period of the live routes using it (at least `hold`, at most a minute
+//! or `hold`), or until a slice of that Service appears again. They are marked leaving: their
 //! endpoints keep what is live on them serving, but never count as ready for a switch to
 //! them (I3), since a route moved onto a deleted Service would have nowhere to go once the
 //! hold ends. A slice deleted while its
@@ -97,9 +98,10 @@ impl Departed {
     /// Takes note of the slices deleted since the last build and releases what is due:
     /// held slices of Services that have a slice again, and those whose time is up.
     /// `present` lists the slices that exist now; `drain_of` gives the longest drain
-    /// period of the live routes using a Service, if any uses it: its slices are held that
-    /// long (otherwise for the operator's hold). Returns the keys whose view changed beyond
-    /// what the watch already named (the released ones).
+    /// period of the live routes using a Service, if any says one: its slices are held
+    /// that long, at least the operator's hold and at most [`MAX_HOLD`] (or the hold).
+    /// Returns the keys whose view changed beyond what the watch already named (the
+    /// released ones).
     pub fn update(
         &mut self,
         deleted: Vec<EndpointSlice>,
@@ -116,8 +118,8 @@ impl Departed {
             let Some(service) = service_of(&slice).filter(|s| !live_services.contains(s)) else {
                 continue;
             };
-            let hold = drain_of(&service).unwrap_or(self.hold);
-            if !self.hold.is_zero() && !hold.is_zero() {
+            if !self.hold.is_zero() {
+                let hold = held_for(drain_of(&service), self.hold);
                 self.held.insert(leaving_copy(slice), now + hold);
             }
         }
@@ -133,20 +135,33 @@ impl Departed {
 
     /// `present`, and the held slices of Services that have none of them (a slice created
     /// since the last [`Departed::update`] replaces those of its Service).
-    pub fn with_held(&self, present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
+    pub fn with_held(&self, mut present: Vec<Arc<EndpointSlice>>) -> Vec<Arc<EndpointSlice>> {
         let live: BTreeSet<_> = present.iter().filter_map(|s| service_of(s)).collect();
-        let mut all = self.held.with_held(present);
-        all.retain(|slice| {
-            !slice.annotations().contains_key(LEAVING)
-                || service_of(slice).is_none_or(|s| !live.contains(&s))
-        });
-        all
+        let keys: BTreeSet<ObjectKey> = present.iter().map(|s| key_of(s.as_ref())).collect();
+        let held = (self.held.objects.iter())
+            .filter(|(key, (_, slice))| {
+                !keys.contains(*key) && service_of(slice).is_none_or(|s| !live.contains(&s))
+            })
+            .map(|(_, (_, slice))| slice.clone());
+        present.extend(held);
+        present
     }
 
     /// When the next held slice is due, if any.
     pub fn next_release(&self) -> Option<Instant> {
         self.held.next_release()
     }
+}
+
+/// The longest a Service's endpoints are held for the drain periods of its routes: a
+/// minute, or `hold` if longer. (A drain of hours would keep a gone Pod's address in the
+/// fleet for hours, where another Pod may have it by then.)
+const MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// How long the endpoints of a deleted Service are held: the longest drain period of the
+/// live routes using it (`drain`), at least `hold` and at most [`MAX_HOLD`] (or `hold`).
+fn held_for(drain: Option<Duration>, hold: Duration) -> Duration {
+    drain.unwrap_or_default().clamp(hold, hold.max(MAX_HOLD))
 }
 
 /// Each Service (namespace, name) that live ProxyConfigs use, with the longest drain
@@ -266,11 +281,22 @@ mod tests {
             [key("other-1")]
         );
         assert!(departed.get(&key("old-1")).is_some());
-        // A route that drains at once lets the endpoints go at once.
-        let mut departed = Departed::new(Duration::from_secs(10));
-        let at_once = |_: &(String, String)| Some(Duration::ZERO);
-        departed.update(vec![slice("old-1", "old")], Vec::new, at_once, start);
-        assert!(departed.get(&key("old-1")).is_none());
+        // A route that drains at once still gets the operator's hold; one that drains for
+        // hours, a minute.
+        assert_eq!(
+            held_for(Some(Duration::ZERO), Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            held_for(None, Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+        let hours = Some(Duration::from_secs(7200));
+        assert_eq!(held_for(hours, Duration::from_secs(10)), MAX_HOLD);
+        assert_eq!(
+            held_for(hours, Duration::from_secs(600)),
+            Duration::from_secs(600)
+        );
     }
 
     #[test]

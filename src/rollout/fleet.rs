@@ -26,6 +26,7 @@ pub fn fleet_addresses(slices: &[Arc<EndpointSlice>]) -> Vec<String> {
 pub fn fleet_pods(slices: &[Arc<EndpointSlice>]) -> BTreeMap<String, String> {
     (slices.iter())
         .flat_map(|slice| slice.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
         .filter_map(|e| {
             let target = e.target_ref.as_ref()?;
             let pod = target

@@ -77,14 +77,14 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         .live
         .is_some_and(|l| l.version == live_spec.version);
     if is_live {
+        // (A live config without the drain period, written before it was carried, gets it
+        // with the route's next change: rewritten for it alone, every route would write
+        // once after an upgrade, and for ever against a CRD too old to keep the field.)
         if observed.live.is_some_and(|l| {
-            l.generation != observed.generation
-                || l.route_created != live_spec.route_created
-                || l.drain_period != live_spec.drain_period
+            l.generation != observed.generation || l.route_created != live_spec.route_created
         }) {
-            // Same content under a new generation, a new drain period (or a live config
-            // from before it carried the route's age or drain period): nothing changes for
-            // Envoy's routes.
+            // Same content under a new generation (or a live config from before it carried
+            // the route's age): nothing changes for Envoy's routes.
             return Step::Promote(live_spec);
         }
         if verified.live.as_deref() != Some(live_spec.version.as_str()) {
@@ -369,15 +369,19 @@ mod tests {
     }
 
     #[test]
-    fn a_new_drain_period_rewrites_the_live_config_as_it_is() {
+    fn a_live_config_is_not_rewritten_for_its_drain_period_alone() {
         let r = resolved(&["green"], "x");
         let mut live = spec(ProxyConfigRole::Live, &r, 2, &[]);
-        live.drain_period = Some("30s".into());
-        match next_step(&observed(&r, Some(&live), None), &Verified::default()) {
-            Step::Promote(spec) => {
-                assert_eq!(spec.drain_period.as_deref(), Some("10s"));
-                assert_eq!(spec.version, live.version);
-            }
+        live.drain_period = None;
+        let step = next_step(&observed(&r, Some(&live), None), &Verified::default());
+        assert!(matches!(step, Step::VerifyLive { .. }), "{step:?}");
+        // A change writes it.
+        let changed = Observed {
+            generation: 3,
+            ..observed(&r, Some(&live), None)
+        };
+        match next_step(&changed, &Verified::default()) {
+            Step::Promote(spec) => assert_eq!(spec.drain_period.as_deref(), Some("10s")),
             other => panic!("{other:?}"),
         }
     }

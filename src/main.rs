@@ -21,7 +21,8 @@ use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
 use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
 use switchyard::k8s::index::{ForLeader, Index, Scope};
-use switchyard::k8s::leader::{LeaseSettings, run_when_leader};
+use switchyard::k8s::leader::gate::WriteGate;
+use switchyard::k8s::leader::{LeaseMetrics, LeaseSettings, run_when_leader};
 use switchyard::k8s::rate_limit::ApiRateLimit;
 use switchyard::k8s::status::StatusWriter;
 use switchyard::k8s::watched::Watched;
@@ -123,12 +124,11 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster config)")?;
-    let client = api_client(config.clone(), args.api_qps, args.api_burst)?;
-    // Lease renewals never queue behind a burst of reconciles.
-    let lease_client = kube::client::ClientBuilder::try_from(config)
-        .context("building the Lease client")?
-        .with_layer(&user_agent())
-        .build();
+    // One budget of API requests for the replica's reads and the leader's writes alike.
+    let rate_limit = (args.api_qps > 0.0).then(|| ApiRateLimit::new(args.api_qps, args.api_burst));
+    let client = api_client(config.clone(), rate_limit.clone(), None)?;
+    // The Lease watch's news never queue behind a burst of reconciles.
+    let lease_client = unlimited_client(config.clone())?;
     // An empty SWITCHYARD_NAMESPACES means all of them.
     let namespaces: Vec<String> = args
         .namespaces
@@ -143,6 +143,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     };
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let lease_metrics = LeaseMetrics::register(&mut registry);
     let desired = Arc::new(Desired::new());
     let nodes = Nodes::default();
     // The Kubernetes side sees the xDS server only as the Envoys it serves.
@@ -217,6 +218,8 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     ));
     let lead = {
         let client = client.clone();
+        let config = config.clone();
+        let rate_limit = rate_limit.clone();
         let leases = leases.clone();
         let envoy_service = args.envoy_service.clone();
         let two_phase = !args.one_phase;
@@ -231,7 +234,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                 args.gateway_reference_grace,
             )
         });
-        move || {
+        move |gate: WriteGate| {
+            // Every write of this term goes through its gate (reads too: a term that may
+            // not write has nothing to read for).
+            let client = match api_client(config.clone(), rate_limit.clone(), Some(gate)) {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::error!(error = %format!("{error:#}"), "cannot build the leader's API client");
+                    client.clone()
+                }
+            };
             // This term's view of the fleet: its Envoys and the other replicas' reports.
             let (reports, report_changes) = Reports::watch(&leases, &report_settings);
             // The Services are watched while leading only; the rest since the start.
@@ -318,6 +330,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
     }
     let lead_once_serving = {
         let (before_first, while_leading) = (stopped(&stopping), stopped(&stopping));
+        let election_config = config.clone();
         async move {
             tokio::select! {
                 first = first_snapshot.wait_for(Option::is_some) => {
@@ -327,7 +340,17 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                 }
                 () = before_first => return Ok(()),
             }
-            run_when_leader(lease_client, lease, &leases, lead, while_leading).await
+            // The election has a connection of its own, driven by its own thread.
+            let election_client = move || unlimited_client(election_config);
+            run_when_leader(
+                election_client,
+                lease,
+                &leases,
+                lease_metrics,
+                lead,
+                while_leading,
+            )
+            .await
         }
     };
     let mut leading = tokio::spawn(lead_once_serving);
@@ -350,17 +373,28 @@ fn stopped(stopping: &tokio::sync::watch::Sender<bool>) -> impl Future<Output = 
     }
 }
 
-/// A kube client whose requests are held to `qps` on average, `burst` at once (0 qps: no
-/// limit).
-fn api_client(config: kube::Config, qps: f64, burst: u32) -> anyhow::Result<kube::Client> {
+/// A kube client whose requests are held to `rate_limit` when there is one, and that sends
+/// each only while `gate` is open when there is one.
+fn api_client(
+    config: kube::Config,
+    rate_limit: Option<ApiRateLimit>,
+    gate: Option<WriteGate>,
+) -> anyhow::Result<kube::Client> {
     let builder = kube::client::ClientBuilder::try_from(config)
         .context("building the API client")?
         .with_layer(&user_agent());
-    Ok(if qps > 0.0 {
-        builder.with_layer(&ApiRateLimit::new(qps, burst)).build()
-    } else {
-        builder.build()
+    // The gate outside the rate limit: a request waiting for the gate holds no token.
+    Ok(match (rate_limit, gate) {
+        (None, None) => builder.build(),
+        (Some(limit), None) => builder.with_layer(&limit).build(),
+        (None, Some(gate)) => builder.with_layer(&gate).build(),
+        (Some(limit), Some(gate)) => builder.with_layer(&limit).with_layer(&gate).build(),
     })
+}
+
+/// A kube client of its own connection, with no client-side limit.
+fn unlimited_client(config: kube::Config) -> anyhow::Result<kube::Client> {
+    api_client(config, None, None)
 }
 
 /// Names Switchyard in every API request (`switchyard/<version>`), for the API server's

@@ -455,8 +455,8 @@ async fn envoy_restarted_mid_rollout() {
 /// Two replicas behind every Envoy; the first is the leader and Envoys 0 and 2 are
 /// connected to it, Envoy 1 to the other. The leader is SIGKILLed and a new generation
 /// applied at once: the other replica must take the Lease over — at most the lease
-/// duration after the kill (the lease was renewed at most then), plus up to 1 s of the
-/// lease library's random wait after expiry, plus 1 s of slack — complete the rollout,
+/// duration after the kill (the lease was renewed at most then), plus up to two of the
+/// follower's reads of the Lease (0.6 s apart with this lease), plus slack — complete the rollout,
 /// and the killed leader's Envoys, now failed over to it, keep serving.
 #[tokio::test]
 async fn leader_failover_with_two_replicas() {
@@ -821,7 +821,7 @@ fn logged_at(log: &std::path::Path, needle: &str) -> Option<k8s_openapi::jiff::T
 
 /// A leader cut off from the API server (its own connections only) stops writing before
 /// its Lease can run out, so it has stopped when the other replica takes over: never two
-/// writers, although its lease manager cannot learn that it lost.
+/// writers, although it cannot learn that it lost.
 #[tokio::test]
 async fn a_leader_cut_off_from_the_api_server_stops_before_another_can_lead() {
     let mut rig = Rig::start(0).await;

@@ -124,10 +124,7 @@ impl Switchyard {
             .args(["--identity", name, "--lease-namespace", "default"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            .env(
-                "RUST_LOG",
-                "info,switchyard=debug,kube=warn,kube_lease_manager=debug",
-            );
+            .env("RUST_LOG", "info,switchyard=debug,kube=warn");
         let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
         Switchyard {
             process,

@@ -225,8 +225,13 @@ pub(crate) struct LeaderArgs {
     /// This replica's identity in the Lease (default: the pod name).
     #[arg(long, env = "POD_NAME")]
     pub(crate) identity: Option<String>,
+    /// How long the Lease holds for the other replicas after a renewal: at most this long
+    /// after the leader is gone, another leads.
     #[arg(long, env = "SWITCHYARD_LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub(crate) lease_duration_seconds: u64,
+    /// How long before the Lease can run out for the others the leader stops writing when
+    /// its renewals are not going through (clamped to a tenth to a half of the duration);
+    /// it renews every fifth of the rest, at most every 2 s.
     #[arg(long, env = "SWITCHYARD_LEASE_GRACE_SECONDS", default_value_t = 5)]
     pub(crate) lease_grace_seconds: u64,
 }

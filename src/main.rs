@@ -179,11 +179,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
 
     let prober = Prober::new(args.listeners.probe_port, args.serve.probe_token.clone())
         .context("building the probe client")?;
-    let identity = args
-        .leader
-        .identity
-        .clone()
-        .unwrap_or_else(|| format!("switchyard-{}", std::process::id()));
+    let identity = args.leader.identity.clone().unwrap_or_else(unique_identity);
     let lease = LeaseSettings {
         namespace: args.leader.lease_namespace.clone(),
         name: args.leader.lease_name.clone(),
@@ -217,7 +213,6 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         problems.subscribe(),
     ));
     let lead = {
-        let client = client.clone();
         let config = config.clone();
         let rate_limit = rate_limit.clone();
         let leases = leases.clone();
@@ -240,8 +235,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             let client = match api_client(config.clone(), rate_limit.clone(), Some(gate)) {
                 Ok(client) => client,
                 Err(error) => {
+                    // Built from the configuration every other client was built from: it
+                    // cannot fail unless something is badly wrong; never lead without it.
                     tracing::error!(error = %format!("{error:#}"), "cannot build the leader's API client");
-                    client.clone()
+                    std::process::exit(1);
                 }
             };
             // This term's view of the fleet: its Envoys and the other replicas' reports.
@@ -363,6 +360,16 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         }
         result = &mut leading => result.context("the leader task")?,
     }
+}
+
+/// An identity no other process has (a process id alone repeats in every container):
+/// two processes of one identity would both take the Lease as their own.
+fn unique_identity() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!("switchyard-{}-{nanos:08x}", std::process::id())
 }
 
 /// Completes once `stopping` says so (or its sender is gone).

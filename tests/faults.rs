@@ -787,8 +787,8 @@ async fn replicas_started_together_never_both_lead() {
                 h.is_some_and(|h| names.iter().any(|n| n == h))
             })
             .await;
-        // Past the moment a second replica would have taken the Lease too, and short of
-        // the first renewal (which would show the loser that it lost).
+        // Past the moment a second replica would have taken the Lease too (each take is
+        // conditional on the version it read: of two at once, one is refused).
         tokio::time::sleep(Duration::from_secs(2)).await;
         let leaders: Vec<&String> = names
             .iter()

@@ -347,6 +347,76 @@ async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
     delete_namespace(&client, &ns).await;
 }
 
+/// A Gateway's Service is written and deleted only as it was read: a write or delete
+/// decided before another writer changed it is refused (409); one decided on a fresh read
+/// holds. Real API server.
+#[tokio::test]
+async fn a_gateway_service_write_decided_on_a_stale_read_is_refused() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use switchyard::gateway::service_writes::{apply_as_read, delete_as_read};
+    use switchyard_e2e::kube::{KubeApi, create_namespace, delete_namespace, unique_name};
+
+    let api = KubeApi::shared().await;
+    let client = api.client().await;
+    let ns = unique_name("gwsvc");
+    create_namespace(&client, &ns).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let desired = |port: i32| -> Service {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "gw", "namespace": ns },
+            "spec": { "selector": { "app": "envoy" }, "ports": [{ "name": "p", "port": port }] },
+        }))
+        .expect("a Service")
+    };
+
+    apply_as_read(&services, &desired(80), None)
+        .await
+        .expect("created");
+    let first = services.get("gw").await.expect("read");
+    // Another writer changes it.
+    services
+        .patch(
+            "gw",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "metadata": { "labels": { "team": "a" } } })),
+        )
+        .await
+        .expect("another writer's patch");
+
+    let stale = apply_as_read(&services, &desired(81), Some(&first)).await;
+    assert!(
+        matches!(&stale, Err(kube::Error::Api(e)) if e.code == 409),
+        "a stale write: {stale:?}"
+    );
+    let stale = delete_as_read(&services, &first).await;
+    assert!(
+        matches!(&stale, Err(kube::Error::Api(e)) if e.code == 409),
+        "a stale delete: {stale:?}"
+    );
+    let port = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .map(|p| p[0].port)
+    };
+    assert_eq!(port(&services.get("gw").await.expect("read")), Some(80));
+
+    let fresh = services.get("gw").await.expect("read");
+    apply_as_read(&services, &desired(81), Some(&fresh))
+        .await
+        .expect("a write as read");
+    let written = services.get("gw").await.expect("read");
+    assert_eq!(port(&written), Some(81));
+    delete_as_read(&services, &written)
+        .await
+        .expect("a delete as read");
+    assert!(services.get_opt("gw").await.expect("read").is_none());
+    delete_namespace(&client, &ns).await;
+}
+
 /// The one status writer writes on the object as it was read: a status decided before
 /// someone else changed the object is refused and dropped (that change brings a newer
 /// one); one decided after it is written. Real API server.

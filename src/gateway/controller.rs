@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams};
+
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::rollout::Rollout;
 use super::service::{self, GatewayKey, Wanted};
+use super::service_writes;
 use super::translate::{
     GatewayOutcome, Inputs, KnownCaBundle, KnownSecret, Translation, translate,
 };
@@ -311,9 +312,6 @@ impl CrdRelease {
     }
 }
 
-/// Field manager of the Services Switchyard writes for Gateways.
-const SERVICE_MANAGER: &str = "switchyard-gateway";
-
 /// The fleet ports of each Gateway (port → fleet port), and its addresses.
 type Allocated = (
     BTreeMap<GatewayKey, Vec<(i32, i32)>>,
@@ -398,9 +396,14 @@ async fn sync_services(
             .iter()
             .find(|s| service::gateway_of(s).as_ref() == Some(gateway));
         if current.is_none_or(|c| !same_service(c, &desired)) {
-            let params = PatchParams::apply(SERVICE_MANAGER).force();
-            if let Err(error) = api.patch(&name, &params, &Patch::Apply(&desired)).await {
-                warn!(%name, %error, "writing a Gateway's Service failed; retried on the next pass");
+            match service_writes::apply_as_read(&api, &desired, current).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    debug!(%name, "a Gateway's Service changed since it was read; the next pass reads it afresh");
+                }
+                Err(error) => {
+                    warn!(%name, %error, "writing a Gateway's Service failed; retried on the next pass");
+                }
             }
         }
         let found = current.map(service::addresses).unwrap_or_default();
@@ -411,9 +414,12 @@ async fn sync_services(
         .filter(|s| service::gateway_of(s).is_some_and(|g| !allocation.contains_key(&g)))
     {
         let name = stale.metadata.name.clone().unwrap_or_default();
-        match api.delete(&name, &DeleteParams::default()).await {
+        match service_writes::delete_as_read(&api, stale).await {
             Ok(_) => debug!(%name, "Service of a Gateway gone deleted"),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                debug!(%name, "a Gateway's Service changed since it was read; the next pass reads it afresh");
+            }
             Err(error) => warn!(%name, %error, "deleting a Gateway's Service failed"),
         }
     }

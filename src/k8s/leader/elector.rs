@@ -105,6 +105,7 @@ impl Elector {
     ) -> Option<(Lease, Instant)> {
         let mut seen: Option<Seen> = None;
         let mut failing = false;
+        let mut bumped = true;
         loop {
             if *stop.borrow() {
                 return None;
@@ -157,13 +158,13 @@ impl Elector {
             }
             tokio::select! {
                 () = sleep(next) => {}
-                changed = changes.changed() => {
+                // Once nothing bumps it any more, the Lease is read every period.
+                changed = changes.changed(), if bumped => bumped = changed.is_ok(),
+                changed = stop.changed() => {
                     if changed.is_err() {
-                        // Nothing bumps it any more: read every period.
-                        *changes = watch::channel(0).1;
+                        return None;
                     }
                 }
-                _ = stop.changed() => {}
             }
         }
     }
@@ -235,7 +236,11 @@ impl Elector {
                     fenced = self.fence();
                     continue;
                 }
-                _ = stop.changed() => {}
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        return Ended::Stopped(Box::new(held));
+                    }
+                }
             }
             if *stop.borrow() {
                 return Ended::Stopped(Box::new(held));
@@ -255,6 +260,12 @@ impl Elector {
                 tokio::select! {
                     answer = &mut attempt => break answer,
                     () = sleep_until(writes_until), if !fenced => fenced = self.fence(),
+                    // A stop does not wait for a slow renewal: the release goes at once.
+                    changed = stop.changed() => {
+                        if changed.is_err() || *stop.borrow() {
+                            return Ended::Stopped(Box::new(held));
+                        }
+                    }
                 }
             };
             match answer {

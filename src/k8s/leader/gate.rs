@@ -2,7 +2,9 @@
 //! only while this replica's term may write. When renewals stop going through, requests
 //! wait (they are not failed): once a renewal of the same term goes through, the leader
 //! goes on where it stopped, with the reads and decisions it had; if another replica took
-//! the Lease meanwhile, the term is over and its work is dropped unsent.
+//! the Lease meanwhile, the term is over and its work is dropped unsent. A write handed on
+//! just before the term stops writing, and not answered by then, is given up (it may be
+//! waiting for a connection): only its answer is lost, and the next pass reads afresh.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,33 +30,55 @@ pub struct WriteGate {
     number: u64,
 }
 
+/// The error of a request of a term that is over: it is never sent.
+#[derive(Debug, thiserror::Error)]
+#[error("this replica's term as the leader is over")]
+pub struct TermOver;
+
+/// A write sent while the term could write, answered only after it could not.
+#[derive(Debug, thiserror::Error)]
+#[error("not answered before this replica's term stopped writing")]
+pub struct AnsweredTooLate;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl WriteGate {
     pub fn new(terms: watch::Receiver<Option<Term>>, number: u64) -> WriteGate {
         WriteGate { terms, number }
     }
 
-    fn open_for(term: Option<&Term>, number: u64, now: Instant) -> bool {
-        term.is_some_and(|t| t.number == number && now < t.writes_until)
+    /// Until when this term may write: `Err` when it is over, `Ok(None)` when it may
+    /// not write now.
+    fn writes_until(
+        term: Option<&Term>,
+        number: u64,
+        now: Instant,
+    ) -> Result<Option<Instant>, TermOver> {
+        match term {
+            Some(t) if t.number == number => Ok((now < t.writes_until).then_some(t.writes_until)),
+            _ => Err(TermOver),
+        }
+    }
+
+    fn current(&self) -> Result<Option<Instant>, TermOver> {
+        Self::writes_until(self.terms.borrow().as_ref(), self.number, Instant::now())
     }
 
     pub fn is_open(&self) -> bool {
-        Self::open_for(self.terms.borrow().as_ref(), self.number, Instant::now())
+        matches!(self.current(), Ok(Some(_)))
     }
 
-    /// Completes once the term may write again (a renewal went through); never, if the
-    /// term is over.
-    fn opened(&self) -> impl Future<Output = ()> + Send + 'static {
+    /// Completes once the term may write again (a renewal went through), or with
+    /// `TermOver` once it is over.
+    fn opened(&self) -> impl Future<Output = Result<(), TermOver>> + Send + 'static {
         let (mut terms, number) = (self.terms.clone(), self.number);
         async move {
             loop {
-                let open =
-                    Self::open_for(terms.borrow_and_update().as_ref(), number, Instant::now());
-                if open {
-                    return;
+                let now = Instant::now();
+                if Self::writes_until(terms.borrow_and_update().as_ref(), number, now)?.is_some() {
+                    return Ok(());
                 }
-                if terms.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+                terms.changed().await.map_err(|_| TermOver)?;
             }
         }
     }
@@ -75,32 +99,70 @@ impl<S> Layer<S> for WriteGate {
 pub struct Gated<S> {
     inner: S,
     gate: WriteGate,
-    wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    wait: Option<Opened>,
 }
 
-impl<S, R> Service<R> for Gated<S>
-where
-    S: Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+/// The wait for a term's gate to open again.
+type Opened = Pin<Box<dyn Future<Output = Result<(), TermOver>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+type Answer<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
+
+impl<S, B, R> Service<http::Request<B>> for Gated<S>
+where
+    S: Service<http::Request<B>, Response = R>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = R;
+    type Error = BoxError;
+    type Future = Answer<R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         // Checked at every poll: the term may run out while the inner service is busy.
         if self.wait.is_none() && !self.gate.is_open() {
             self.wait = Some(Box::pin(self.gate.opened()));
         }
         if let Some(wait) = self.wait.as_mut() {
-            ready!(wait.as_mut().poll(cx));
+            let opened = ready!(wait.as_mut().poll(cx));
             self.wait = None;
+            opened?;
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: R) -> S::Future {
-        self.inner.call(request)
+    fn call(&mut self, request: http::Request<B>) -> Answer<R> {
+        // A write not answered by the time the term stops writing is given up (it may
+        // still be waiting for a connection); the term's renewals meanwhile move that time
+        // on. Reads may take as long as they take.
+        let deadline = match self.gate.current() {
+            Ok(Some(until)) if !is_read(request.method()) => Some(until),
+            _ => None,
+        };
+        let gate = self.gate.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let Some(mut deadline) = deadline else {
+                return answer.await.map_err(Into::into);
+            };
+            tokio::pin!(answer);
+            loop {
+                tokio::select! {
+                    answered = &mut answer => return answered.map_err(Into::into),
+                    () = tokio::time::sleep_until(deadline) => match gate.current() {
+                        Ok(Some(until)) if until > deadline => deadline = until,
+                        _ => return Err(AnsweredTooLate.into()),
+                    },
+                }
+            }
+        })
     }
+}
+
+fn is_read(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
 }
 
 #[cfg(test)]
@@ -134,7 +196,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), opened)
             .await
             .expect("opened by the renewal")
-            .expect("the wait");
+            .expect("the wait")
+            .expect("the same term");
         // Another term: the gate of term 1 stays shut, whatever it may write until.
         tx.send_replace(Some(Term {
             number: 2,
@@ -142,10 +205,18 @@ mod tests {
         }));
         assert!(!gate.is_open());
         assert!(WriteGate::new(rx.clone(), 2).is_open());
-        let never = tokio::spawn(gate.opened());
+        let over = gate.opened().await;
+        assert!(over.is_err(), "a term that is over never opens: {over:?}");
+        // Term 2 out of time, and its elector gone: it never opens again either.
+        tx.send_replace(Some(Term {
+            number: 2,
+            writes_until: Instant::now(),
+        }));
         drop(tx);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!never.is_finished());
-        never.abort();
+        let gate_2 = WriteGate::new(rx, 2);
+        assert!(
+            gate_2.opened().await.is_err(),
+            "nor one whose elector is gone"
+        );
     }
 }

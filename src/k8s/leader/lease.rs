@@ -62,6 +62,8 @@ pub struct Seen {
     duration: Option<Duration>,
     version: Option<String>,
     since: Instant,
+    /// The first read of this follower: it has watched nothing yet.
+    first: bool,
 }
 
 impl Seen {
@@ -81,14 +83,16 @@ impl Seen {
                 .map(Duration::from_secs),
             version,
             since,
+            first: before.is_none(),
         }
     }
 
     /// `Ok` when `me` may take the Lease now; else how long until it may, at the earliest.
     /// A Lease is free when it has no holder, names `me` (a process before this one with
-    /// the same identity), has been seen unchanged for its duration, or was renewed longer
-    /// ago than its duration plus the grace by the wall clock (a Lease left behind by a
-    /// replica long gone needs no watching).
+    /// the same identity), has been seen unchanged for its duration, or, at the first read,
+    /// was renewed longer ago than its duration plus the grace by the wall clock (a Lease
+    /// left behind by a replica long gone needs no watching; once watched, only this
+    /// replica's clock counts).
     pub fn may_take(
         &self,
         me: &str,
@@ -101,15 +105,14 @@ impl Seen {
         }
         let duration = self.duration.unwrap_or(timing.duration);
         let watched = (self.since + duration).saturating_duration_since(now);
-        let by_wall = self
-            .renewed
-            .map(|renewed| renewed + duration + timing.grace)
-            .and_then(|expiry| expiry.duration_since(wall).ok())
-            .unwrap_or_default();
-        if watched.is_zero() || by_wall.is_zero() {
+        let left_long_ago = self.first
+            && self
+                .renewed
+                .is_some_and(|renewed| renewed + duration + timing.grace <= wall);
+        if watched.is_zero() || left_long_ago {
             Ok(())
         } else {
-            Err(watched.min(by_wall))
+            Err(watched)
         }
     }
 }

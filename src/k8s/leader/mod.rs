@@ -150,7 +150,11 @@ where
                 };
             }
             () = &mut stop => {
-                end(&mut task);
+                // The term's requests are dropped before the Lease is released.
+                if let Some((_, running)) = task.take() {
+                    running.abort();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), running).await;
+                }
                 stop_elector.send_replace(true);
                 if tokio::time::timeout(STOP_WITHIN, done).await.is_err() {
                     tracing::warn!("the lease elector did not stop within {STOP_WITHIN:?}");

@@ -343,8 +343,16 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
     let xds = [switchyard_e2e::free_port()];
     rig.connect_envoys_to(&xds);
     rig.add_backend("app").await;
-    // Status writes at the default 20/s would make this test about them.
-    const QPS: [&str; 2] = ["--status-qps", "500"];
+    // Status writes at the default 20/s would make this test about them. A 4 s Lease: the
+    // new leader must keep it renewed through its first pass, never fencing itself.
+    const QPS: [&str; 6] = [
+        "--status-qps",
+        "500",
+        "--lease-duration-seconds",
+        "4",
+        "--lease-grace-seconds",
+        "1",
+    ];
     rig.start_operator_on("switchyard-1", xds[0], &QPS);
     rig.start_envoys();
     rig.apply_route(
@@ -423,6 +431,56 @@ async fn restart_at_size(routes: usize, tls: usize, late: usize) {
     for failure in report.failures.iter().take(5) {
         eprintln!("  {failure:?}");
     }
+    let log =
+        std::fs::read_to_string(&rig.operator("switchyard-2").process.log).unwrap_or_default();
+    let fences = log.matches("stopping writes before it can run out").count();
+    let terms = log.matches("became the leader").count();
+    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    eprintln!(
+        "the new leader: {terms} term(s), {fences} fence(s); Lease renewals: {}",
+        renewals(&metrics)
+    );
     assert_eq!(before, after, "an Envoy removed listeners or clusters");
     assert_eq!(report.non_2xx(), 0);
+    assert_eq!(
+        (terms, fences),
+        (1, 0),
+        "the new leader fenced itself under its first pass"
+    );
+}
+
+/// How the Lease renewals went, from the `switchyard_lease_renew_seconds` histogram: how
+/// many, their mean, and the bucket the slowest fell in.
+fn renewals(metrics: &str) -> String {
+    let value = |name: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    };
+    let (Some(count), Some(sum)) = (
+        value("switchyard_lease_renew_seconds_count "),
+        value("switchyard_lease_renew_seconds_sum "),
+    ) else {
+        return "no histogram".into();
+    };
+    // The smallest bucket holding every renewal.
+    let slowest = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("switchyard_lease_renew_seconds_bucket{le=\""))
+        .filter_map(|l| {
+            let (le, n) = l.split_once("\"} ")?;
+            Some((le.to_string(), n.trim().parse::<f64>().ok()?))
+        })
+        .find(|(_, n)| *n >= count)
+        .map(|(le, _)| le)
+        .unwrap_or_default();
+    format!(
+        "{count} in all, mean {:.1} ms, every one within {slowest} s",
+        sum / count.max(1.0) * 1000.0
+    )
 }

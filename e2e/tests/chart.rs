@@ -701,7 +701,7 @@ async fn the_generated_probe_token_is_kept() {
 fn check_invariants(r: &Rendered, namespace: &str) {
     for object in &r.objects {
         let kind = object["kind"].as_str().unwrap_or_default();
-        if !matches!(kind, "ClusterRole" | "ClusterRoleBinding") {
+        if !matches!(kind, "ClusterRole" | "ClusterRoleBinding" | "FlowSchema") {
             assert_eq!(
                 object["metadata"]["namespace"], namespace,
                 "{kind} namespace"
@@ -715,6 +715,28 @@ fn check_invariants(r: &Rendered, namespace: &str) {
         assert!(
             labels["app.kubernetes.io/component"].is_string(),
             "{kind} labels"
+        );
+    }
+
+    // The Lease requests' FlowSchema names the operator's ServiceAccount and namespace.
+    assert_eq!(r.count("FlowSchema"), 1, "the Lease requests' FlowSchema");
+    for schema in r.all("FlowSchema") {
+        let rule = &schema["spec"]["rules"][0];
+        assert_eq!(
+            rule["subjects"][0]["serviceAccount"],
+            serde_json::json!({
+                "name": r.operator_pod()["serviceAccountName"],
+                "namespace": namespace,
+            }),
+            "the FlowSchema's subject"
+        );
+        assert_eq!(
+            rule["resourceRules"][0]["resources"],
+            serde_json::json!(["leases"])
+        );
+        assert_eq!(
+            rule["resourceRules"][0]["namespaces"],
+            serde_json::json!([namespace])
         );
     }
 

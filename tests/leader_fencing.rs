@@ -62,9 +62,10 @@ async fn wait_logged(log: &std::path::Path, needle: &str, within: Duration) -> T
     }
 }
 
-/// A validating admission policy of the API server that refuses `identity`'s renewals of
-/// the rig's Lease (an update that keeps it as the holder); taking or releasing the Lease,
-/// and every other write, go through. Removed by [`allow_renewals`].
+/// A validating admission policy of the API server that refuses every write of the rig's
+/// Lease while `identity` holds it (a renewal, a release), as when its writes of the Lease
+/// are refused; another replica taking it over, and every other write, go through.
+/// Removed by [`allow_renewals`].
 async fn refuse_renewals(rig: &Rig, identity: &str) -> String {
     let name = format!("refuse-renewals-{}", rig.namespace);
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
@@ -82,8 +83,9 @@ async fn refuse_renewals(rig: &Rig, identity: &str) -> String {
             }]},
             "validations": [{
                 "expression": format!(
-                    "!(has(object.spec.holderIdentity) && object.spec.holderIdentity == '{identity}' \
-                     && has(oldObject.spec.holderIdentity) && oldObject.spec.holderIdentity == '{identity}')"
+                    "!(has(oldObject.spec.holderIdentity) && oldObject.spec.holderIdentity == '{identity}' \
+                     && (!has(object.spec.holderIdentity) || object.spec.holderIdentity == '{identity}' \
+                         || object.spec.holderIdentity == ''))"
                 ),
                 "message": "renewals refused by the test",
             }],
@@ -106,6 +108,33 @@ async fn refuse_renewals(rig: &Rig, identity: &str) -> String {
         .await
         .expect("create the binding");
     name
+}
+
+/// Waits (bounded) until the API server refuses a renewal by the Lease's holder (tried
+/// as a dry run); the Lease's last renewal then, which no later one changes.
+async fn wait_refused(rig: &Rig) -> Timestamp {
+    let leases = Api::<Lease>::namespaced(rig.client.clone(), "default");
+    let started = Instant::now();
+    loop {
+        let lease = leases.get(&rig.lease_name()).await.expect("the Lease");
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        if leases
+            .replace(&rig.lease_name(), &dry_run, &lease)
+            .await
+            .is_err()
+        {
+            let spec = lease.spec.expect("a spec");
+            return spec.renew_time.expect("renewed").0;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the admission policy never refused a renewal"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn allow_renewals(rig: &Rig, name: &str) {
@@ -139,16 +168,6 @@ fn record_proxy_config_writes(rig: &Rig) -> Arc<Mutex<Vec<Timestamp>>> {
     seen
 }
 
-/// The Lease's last renewal by `identity`, as the API server has it.
-async fn renewed_by(rig: &Rig, identity: &str) -> Option<Timestamp> {
-    let lease = Api::<Lease>::namespaced(rig.client.clone(), "default")
-        .get(&rig.lease_name())
-        .await
-        .expect("the Lease");
-    let spec = lease.spec?;
-    (spec.holder_identity.as_deref() == Some(identity)).then_some(spec.renew_time?.0)
-}
-
 /// Two replicas; the leader's renewals are refused while its writes go through, and a
 /// route keeps changing. The leader writes until it fences itself, which is before its
 /// Lease can run out; from then on nobody writes until the other replica leads, which
@@ -168,19 +187,15 @@ async fn a_leader_whose_renewals_are_refused_stops_writing_before_its_lease_runs
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let policy = refuse_renewals(&rig, "switchyard-1").await;
+    let last_renewal = wait_refused(&rig).await;
+    let refused = Timestamp::now();
     let log_1 = rig.operator("switchyard-1").process.log.clone();
     let log_2 = rig.operator("switchyard-2").process.log.clone();
     // A change every ~300 ms, until the other replica has led for a second: each one the
     // leader would write at once.
     let mut generation = 0;
     let mut led_at: Option<Instant> = None;
-    // The last renewal that went through, as the API server has it: refused ones leave
-    // it as it was, until switchyard-2 takes the Lease.
-    let mut last_renewal = None;
     for round in 0..120 {
-        if last_renewal.is_none() && !logged(&log_1, "renewing the lease failed").is_empty() {
-            last_renewal = renewed_by(&rig, "switchyard-1").await;
-        }
         generation = rig
             .apply_route("web", &spec(["svc-1", "svc-0"][round % 2]))
             .await;
@@ -192,21 +207,22 @@ async fn a_leader_whose_renewals_are_refused_stops_writing_before_its_lease_runs
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    assert!(led_at.is_some(), "switchyard-2 never led");
-    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let writes = writes.lock().expect("writes").clone();
     allow_renewals(&rig, &policy).await;
 
-    let refused = wait_logged(&log_1, "renewing the lease failed", Duration::ZERO).await;
     let fenced = wait_logged(
         &log_1,
         "stopping writes before it can run out",
         Duration::ZERO,
     )
     .await;
-    let took_over = wait_logged(&log_2, "became the leader", Duration::ZERO).await;
-    let expiry =
-        last_renewal.expect("the Lease still switchyard-1's at the first refusal") + LEASE_DURATION;
-    let writes = writes.lock().expect("writes").clone();
+    // Until switchyard-2 led (or the end, if it never did).
+    let took_over = logged(&log_2, "became the leader")
+        .first()
+        .copied()
+        .unwrap_or_else(Timestamp::now);
+    // Refused renewals leave the Lease as it was until switchyard-2 takes it.
+    let expiry = last_renewal + LEASE_DURATION;
     let before_fence = writes
         .iter()
         .filter(|w| (refused..fenced).contains(*w))
@@ -216,7 +232,7 @@ async fn a_leader_whose_renewals_are_refused_stops_writing_before_its_lease_runs
         .filter(|w| **w > fenced + Duration::from_millis(300) && **w < took_over)
         .collect();
     eprintln!(
-        "first refused renewal {refused}; fenced {fenced}; switchyard-2 led {took_over}; \
+        "renewals refused from {refused}; fenced {fenced}; switchyard-2 led {took_over}; \
          the Lease could run out {expiry}; writes between the refusal and the fence: \
          {before_fence}; writes after the fence before the other led: {}; last generation \
          {generation}",
@@ -228,13 +244,17 @@ async fn a_leader_whose_renewals_are_refused_stops_writing_before_its_lease_runs
     );
     assert!(
         before_fence > 0,
-        "no write went through between the refused renewal and the fence"
+        "no write went through between the refusal and the fence"
     );
     assert!(
         while_nobody_leads.is_empty(),
-        "written after the fence, before the other replica led: {while_nobody_leads:?}"
+        "{} writes after the fence, before the other replica led, the first {:?}",
+        while_nobody_leads.len(),
+        &while_nobody_leads[..while_nobody_leads.len().min(5)]
     );
     assert!(fenced < took_over);
+    assert!(led_at.is_some(), "switchyard-2 never led");
+    rig.wait_ready("web", Duration::from_secs(60)).await;
     // switchyard-1 never led again.
     assert_eq!(logged(&log_1, "became the leader").len(), 1);
 }
@@ -254,15 +274,13 @@ async fn a_fenced_leader_whose_renewals_go_through_again_goes_on_where_it_stoppe
     let log = rig.operator("switchyard-1").process.log.clone();
 
     let policy = refuse_renewals(&rig, "switchyard-1").await;
+    let last_renewal = wait_refused(&rig).await;
     let fenced = wait_logged(
         &log,
         "stopping writes before it can run out",
         Duration::from_secs(15),
     )
     .await;
-    let last_renewal = renewed_by(&rig, "switchyard-1")
-        .await
-        .expect("still its Lease");
     eprintln!("fenced {fenced}, last renewal {last_renewal}");
     assert!(
         fenced < last_renewal + LEASE_DURATION,

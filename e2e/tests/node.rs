@@ -65,6 +65,34 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         "{envoys:?} {operators:?}"
     );
 
+    // The Lease requests' FlowSchema points at a priority level the API server has: not
+    // dangling (a dangling one would be ignored).
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let dangling = r#"{.items[*].status.conditions[?(@.type=="Dangling")].status}"#;
+    let started = Instant::now();
+    loop {
+        let status = kubectl_ok(
+            &node,
+            &[
+                "get",
+                "flowschemas",
+                "-l",
+                &selector,
+                "-o",
+                &format!("jsonpath={dangling}"),
+            ],
+        )
+        .await;
+        if status.trim() == "False" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the chart's FlowSchema: Dangling {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     kubectl_ok(&node, &["create", "namespace", APPS]).await;
     node.apply(&backend_yaml(APPS, "blue", 2, "v1", 0)).await;
     node.wait_rollout(APPS, "deployment/blue", Duration::from_secs(60))

@@ -11,8 +11,10 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 pub const SERVICE_MANAGER: &str = "switchyard-gateway";
 
 /// Applies `desired` over `current` (the Service as read, if there is one of that name),
-/// conditional on its resourceVersion. A create cannot be conditional: any writer creates
-/// it from the same inputs.
+/// conditional on its resourceVersion. A first write cannot be conditional: any writer
+/// makes it from the same inputs. (A create would be refused over one not read, but
+/// would leave its fields to a manager the later applies are not: ports it listed would
+/// never go.)
 pub async fn apply_as_read(
     api: &Api<Service>,
     desired: &Service,

@@ -68,6 +68,13 @@ pub struct Elector {
     pub next_term: u64,
 }
 
+/// A read of the Lease while leading.
+enum Read {
+    Lease(Option<Box<Lease>>),
+    Failed,
+    Stopped,
+}
+
 /// How leading ended.
 enum Ended {
     /// Another replica holds the Lease, or it is gone.
@@ -285,19 +292,18 @@ impl Elector {
                     (fenced, failing) = (false, false);
                 }
                 Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
-                    // Written by someone since: still this replica's only if it names it.
-                    match self.api.get_opt(&self.settings.name).await {
-                        Ok(Some(lease)) if is_held_by(&lease, &self.settings.identity) => {
-                            held = lease;
-                            next = Instant::now();
+                    // Written by someone since: still this replica's only if it names it (a
+                    // user's edit, say); the next renewal goes over what it is now.
+                    match self.read_bounded(stop).await {
+                        Read::Stopped => return Ended::Stopped(Box::new(held)),
+                        Read::Lease(Some(lease)) if is_held_by(&lease, &self.settings.identity) => {
+                            held = *lease;
                         }
-                        Ok(_) => {
+                        Read::Lease(_) => {
                             warn!(identity = %self.settings.identity, "lost the lease: stopping writes");
                             return Ended::Lost;
                         }
-                        Err(error) => {
-                            warn!(%error, "reading the Lease after a refused renewal failed")
-                        }
+                        Read::Failed => {}
                     }
                 }
                 Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
@@ -331,17 +337,57 @@ impl Elector {
         true
     }
 
-    /// Gives the Lease up (bounded): a follower takes it at once.
+    /// The Lease read within a renew period, unless `stop` says so first.
+    async fn read_bounded(&self, stop: &mut watch::Receiver<bool>) -> Read {
+        let read = timeout(
+            self.timing.renew_every,
+            self.api.get_opt(&self.settings.name),
+        );
+        tokio::select! {
+            read = read => match read {
+                Ok(Ok(lease)) => Read::Lease(lease.map(Box::new)),
+                Ok(Err(error)) => {
+                    warn!(%error, "reading the Lease after a refused renewal failed");
+                    Read::Failed
+                }
+                Err(_) => {
+                    warn!("reading the Lease after a refused renewal timed out");
+                    Read::Failed
+                }
+            },
+            _ = stop.wait_for(|stop| *stop) => Read::Stopped,
+        }
+    }
+
+    /// Gives the Lease up (bounded): a follower takes it at once. Written over the Lease
+    /// as last read when the one held is out of date (a renewal that went through
+    /// unanswered), if it still names this replica.
     async fn release(&self, held: &Lease) {
-        let lease = released(held);
-        match timeout(
-            RELEASE_WITHIN,
-            self.api
-                .replace(&self.settings.name, &PostParams::default(), &lease),
-        )
-        .await
-        {
-            Ok(Ok(_)) => {
+        let release = async {
+            let params = PostParams::default();
+            match self
+                .api
+                .replace(&self.settings.name, &params, &released(held))
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    let current = self.api.get_opt(&self.settings.name).await?;
+                    match current.filter(|l| is_held_by(l, &self.settings.identity)) {
+                        Some(current) => {
+                            (self
+                                .api
+                                .replace(&self.settings.name, &params, &released(&current)))
+                            .await
+                            .map(|_| ())
+                        }
+                        None => Ok(()),
+                    }
+                }
+                other => other.map(|_| ()),
+            }
+        };
+        match timeout(RELEASE_WITHIN, release).await {
+            Ok(Ok(())) => {
                 info!(identity = %self.settings.identity, "stopped; the lease is released")
             }
             Ok(Err(error)) => warn!(%error, "could not release the lease"),

@@ -35,7 +35,7 @@ pub struct WriteGate {
 #[error("this replica's term as the leader is over")]
 pub struct TermOver;
 
-/// A write sent while the term could write, answered only after it could not.
+/// A write not answered (or not yet sent) by the time its term stopped writing.
 #[derive(Debug, thiserror::Error)]
 #[error("not answered before this replica's term stopped writing")]
 pub struct AnsweredTooLate;
@@ -112,6 +112,7 @@ where
     S: Service<http::Request<B>, Response = R>,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
+    R: Send + 'static,
 {
     type Response = R;
     type Error = BoxError;
@@ -134,9 +135,15 @@ where
         // A write not answered by the time the term stops writing is given up (it may
         // still be waiting for a connection); the term's renewals meanwhile move that time
         // on. Reads may take as long as they take.
-        let deadline = match self.gate.current() {
-            Ok(Some(until)) if !is_read(request.method()) => Some(until),
-            _ => None,
+        let deadline = if is_read(request.method()) {
+            None
+        } else {
+            match self.gate.current() {
+                Ok(Some(until)) => Some(until),
+                // Shut since `poll_ready` let it through: not sent at all.
+                Ok(None) => return Box::pin(std::future::ready(Err(AnsweredTooLate.into()))),
+                Err(over) => return Box::pin(std::future::ready(Err(over.into()))),
+            }
         };
         let gate = self.gate.clone();
         let answer = self.inner.call(request);

@@ -13,13 +13,7 @@ use switchyard_e2e::rig::{HOST, Rig};
 use switchyard_e2e::{Failure, Load, LoadReport, free_port};
 
 const RATE: u32 = 240;
-/// Short leases, so that a replacement takes over in seconds (the default is 15 s).
-const LEASE: [&str; 4] = [
-    "--lease-duration-seconds",
-    "4",
-    "--lease-grace-seconds",
-    "1",
-];
+use switchyard_e2e::rig::SHORT_LEASE as LEASE;
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
 fn spec(service: &str, drain: &str) -> String {

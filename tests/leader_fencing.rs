@@ -19,13 +19,7 @@ use kube::runtime::watcher;
 use switchyard::api::ProxyConfig;
 use switchyard_e2e::rig::{HOST, Rig};
 
-/// Short leases: a 4 s Lease, the leader fenced 1 s before it runs out.
-const LEASE: [&str; 4] = [
-    "--lease-duration-seconds",
-    "4",
-    "--lease-grace-seconds",
-    "1",
-];
+use switchyard_e2e::rig::SHORT_LEASE as LEASE;
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 /// What the admission policy says when it refuses a write of the Lease.
 const REFUSAL: &str = "Lease writes refused by the test";

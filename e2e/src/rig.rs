@@ -30,6 +30,14 @@ use crate::{Backend, Envoy, ListenerPorts, Switchyard};
 pub const FLEET_NAMESPACE: &str = "switchyard-system";
 pub const FLEET_SERVICE: &str = "envoy";
 pub const HOST: &str = "web.test";
+/// Operator flags for a short Lease (the default is 15 s): a replacement takes over in
+/// seconds, and a leader whose renewals fail stops writing 3 s after its last one.
+pub const SHORT_LEASE: [&str; 4] = [
+    "--lease-duration-seconds",
+    "4",
+    "--lease-grace-seconds",
+    "1",
+];
 
 /// One Pod of a Service: its address, and its server once started.
 pub struct Pod {

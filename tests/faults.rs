@@ -9,11 +9,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use switchyard::api::TrafficRouteStatus;
-use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::rig::{HOST, Rig, SHORT_LEASE as LEASE};
 use switchyard_e2e::{Failure, Load, LoadReport, free_port};
 
 const RATE: u32 = 240;
-use switchyard_e2e::rig::SHORT_LEASE as LEASE;
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
 fn spec(service: &str, drain: &str) -> String {

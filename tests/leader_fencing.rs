@@ -17,9 +17,8 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
 use switchyard::api::ProxyConfig;
-use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::rig::{HOST, Rig, SHORT_LEASE as LEASE};
 
-use switchyard_e2e::rig::SHORT_LEASE as LEASE;
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 /// What the admission policy says when it refuses a write of the Lease.
 const REFUSAL: &str = "Lease writes refused by the test";

@@ -129,3 +129,79 @@ async fn probes_tell_ready_clusters_and_live_versions_apart() {
         "{result:?}"
     );
 }
+
+/// The fleet's readiness probe (the chart's `readinessProbe`, `GET /ready` on the probe
+/// port) on real Envoy: 200 while it runs, 503 while it fails its health check (as it does
+/// draining), and no answer at all once the process hangs (SIGSTOP), where a TCP connect
+/// still succeeds: so a hung Envoy stops being ready and leaves the fleet a rollout waits
+/// for. Back once thawed.
+#[tokio::test]
+async fn the_readiness_path_answers_while_envoy_runs_and_not_once_it_hangs() {
+    use switchyard::translate::READINESS_PATH;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let work = dir.path().to_path_buf();
+    let config = work.join("config");
+    std::fs::create_dir(&config).expect("config dir");
+    let ip = "127.0.0.17";
+    let (http_port, probe_port) = (free_port(), free_port());
+    let blue = Backend::start("blue", ip).await;
+    write_route(
+        &config,
+        "web.test",
+        http_port,
+        probe_port,
+        &[("blue", &blue)],
+    );
+    let switchyard = Switchyard::start_standalone(&work, &config, &[]);
+    let envoy = Envoy::start(
+        &work,
+        "envoy-ready",
+        ip,
+        switchyard.xds_port,
+        Protocol::Delta,
+    );
+    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+
+    // As a kubelet asks: a second to answer.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("a client");
+    let url = format!("http://{ip}:{probe_port}{READINESS_PATH}");
+    let ready = || async {
+        match client.get(&url).send().await {
+            Ok(answer) => Some(answer.status().as_u16()),
+            Err(_) => None,
+        }
+    };
+    let wait_for = |want: Option<u16>| async move {
+        for _ in 0..100 {
+            if ready().await == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("GET {READINESS_PATH}: {:?}, not {want:?}", ready().await);
+    };
+
+    // The probe listener is active a moment after its ACK.
+    wait_for(Some(200)).await;
+    assert_eq!(envoy.admin_post("/healthcheck/fail").await, Some(200));
+    wait_for(Some(503)).await;
+    assert_eq!(envoy.admin_post("/healthcheck/ok").await, Some(200));
+    wait_for(Some(200)).await;
+
+    envoy.freeze();
+    let connects = tokio::net::TcpStream::connect((ip, probe_port))
+        .await
+        .is_ok();
+    let frozen = ready().await;
+    envoy.thaw();
+    assert!(
+        connects,
+        "a TCP connect to a frozen Envoy succeeds (the kernel accepts)"
+    );
+    assert_eq!(frozen, None, "a frozen Envoy answered its readiness probe");
+    wait_for(Some(200)).await;
+}

@@ -140,6 +140,32 @@ impl Envoy {
         }
     }
 
+    /// POSTs to the admin interface (`/healthcheck/fail`, say); the answer's status.
+    pub async fn admin_post(&self, path: &str) -> Option<u16> {
+        let address = std::fs::read_to_string(&self.admin_address_file).ok()?;
+        let url = format!("http://{}{path}", address.trim());
+        let answer = reqwest::Client::new().post(url).send().await.ok()?;
+        Some(answer.status().as_u16())
+    }
+
+    /// Freezes the process (SIGSTOP), as a hung Envoy: the kernel still accepts its
+    /// connections, nothing answers them.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a frozen process go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.process.pid()).expect("a pid");
+        // SAFETY: kill(2) with a pid this rig spawned and still holds.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal} to Envoy {pid}");
+    }
+
     /// How many user virtual hosts (`<namespace>/<route>`) the active route
     /// configurations hold, or None while there is none.
     pub async fn served_virtual_hosts(&self, namespace: &str) -> Option<usize> {

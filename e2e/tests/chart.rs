@@ -939,7 +939,12 @@ fn check_invariants(r: &Rendered, namespace: &str) {
     assert_eq!(operator["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(operator["readinessProbe"]["httpGet"]["port"], "admin");
     let envoy = &r.envoy_pod()["containers"][0];
-    assert_eq!(envoy["readinessProbe"]["tcpSocket"]["port"], "http");
+    // The path Envoy answers itself on the probe port (a hung one does not).
+    assert_eq!(
+        envoy["readinessProbe"]["httpGet"]["path"],
+        switchyard::translate::READINESS_PATH
+    );
+    assert_eq!(envoy["readinessProbe"]["httpGet"]["port"], "probe");
     assert!(envoy.get("livenessProbe").is_none());
 
     // Restrictive security contexts, resource requests, no API token for Envoy.

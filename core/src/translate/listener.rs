@@ -77,9 +77,12 @@ pub fn listeners(
             None,
         ));
     }
-    let health_checks = probes
-        .iter()
-        .map(|p| probe::health_check_filter(p, &settings.probe_token))
+    let health_checks = std::iter::once(probe::readiness_filter())
+        .chain(
+            probes
+                .iter()
+                .map(|p| probe::health_check_filter(p, &settings.probe_token)),
+        )
         .collect();
     out.push(plain_listener(
         PROBE_LISTENER,
@@ -466,7 +469,13 @@ mod tests {
                 panic!()
             };
             assert_eq!(rds.route_config_name, ROUTE_CONFIG_NAME);
-            assert_eq!(filter_types(&h), after(&[]));
+            // The probe listener answers the fleet's readiness probe, always.
+            let own = if l.name == "probe" {
+                vec![HealthCheck::type_url()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(filter_types(&h), after(&own));
         }
         let Some(address::Address::SocketAddress(sa)) = &ls[1].address.as_ref().unwrap().address
         else {
@@ -695,9 +704,14 @@ mod tests {
         };
         let ls = listeners(&settings, &[], &[&p1, &p2]);
         let h = hcm(&ls[1].filter_chains[0]);
+        // Readiness first, then one per endpoint probe.
         assert_eq!(
             filter_types(&h),
-            after(&[HealthCheck::type_url(), HealthCheck::type_url()])
+            after(&[
+                HealthCheck::type_url(),
+                HealthCheck::type_url(),
+                HealthCheck::type_url()
+            ])
         );
         // The public listener never answers probes.
         assert_eq!(filter_types(&hcm(&ls[0].filter_chains[0])), after(&[]));

@@ -62,6 +62,12 @@ pub const PROBE_CATCH_ALL_VHOST: &str = "switchyard-probe";
 /// whole `*.probe.switchyard.invalid` wildcard, so a probe request never reaches a user's
 /// backend (not even a user's `*` virtual host): "404" always means "not installed here".
 pub const PROBE_DOMAIN_SUFFIX: &str = ".probe.switchyard.invalid";
+/// The path the fleet's readiness probe asks on the probe port (the chart's
+/// `readinessProbe`): Envoy answers it itself, 200 while it runs and does not fail its
+/// health check (it fails it while draining). A hung Envoy answers nothing, so it stops
+/// being ready and leaves the fleet the rollouts wait for, where a TCP connect (which
+/// the kernel accepts for a frozen process) kept it in.
+pub const READINESS_PATH: &str = "/ready";
 /// The Host that endpoint-probe requests should carry: a probe that is not installed on an
 /// Envoy then falls through the health-check filters to the catch-all 404.
 pub const ENDPOINT_PROBE_HOST: &str = "endpoints.probe.switchyard.invalid";

@@ -17,7 +17,8 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::{
     Inputs, PROBE_CATCH_ALL_VHOST, PROBE_DOMAIN_SUFFIX, PROBE_ID_HEADER, PROBE_TOKEN_HEADER,
-    Problem, Subject, VERSION_HEADER, VERSION_PROBE_VHOST_PREFIX, proto, unique_by_name, validate,
+    Problem, READINESS_PATH, Subject, VERSION_HEADER, VERSION_PROBE_VHOST_PREFIX, proto,
+    unique_by_name, validate,
 };
 use crate::model;
 
@@ -189,6 +190,21 @@ pub fn pack_health_check(h: HealthCheck) -> Any {
     proto::pack_bytes::<HealthCheck>(proto::encode_with_sorted_map(h, |h| {
         &mut h.cluster_min_healthy_percentages
     }))
+}
+
+/// The probe listener's filter answering the fleet's readiness probe ([`READINESS_PATH`]):
+/// Envoy's own health, no cluster's, and no token (a kubelet cannot send a secret).
+pub fn readiness_filter() -> HttpFilter {
+    let check = HealthCheck {
+        pass_through_mode: proto::bool_value(false),
+        headers: vec![exact_header(":path", READINESS_PATH)],
+        ..Default::default()
+    };
+    HttpFilter {
+        name: HEALTH_CHECK_FILTER.to_owned(),
+        config_type: Some(ConfigType::TypedConfig(pack_health_check(check))),
+        ..Default::default()
+    }
 }
 
 /// The probe listener's filter answering one endpoint probe: 200 when every listed cluster

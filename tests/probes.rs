@@ -8,13 +8,22 @@ use switchyard::standalone::{build::build, load_dir};
 use switchyard::xds::Protocol;
 use switchyard_e2e::{Backend, Envoy, Switchyard, free_port, write_route};
 
-#[tokio::test]
-async fn probes_tell_ready_clusters_and_live_versions_apart() {
+/// A standalone Switchyard serving `web.test` from a backend `blue` on `ip`, and one delta
+/// Envoy on `ip` connected to it, synced.
+struct OneEnvoy {
+    _dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    probe_port: u16,
+    blue: Backend,
+    switchyard: Switchyard,
+    envoy: Envoy,
+}
+
+async fn one_envoy(ip: &str, name: &str) -> OneEnvoy {
     let dir = tempfile::tempdir().expect("temp dir");
     let work = dir.path().to_path_buf();
     let config = work.join("config");
     std::fs::create_dir(&config).expect("config dir");
-    let ip = "127.0.0.16";
     let (http_port, probe_port) = (free_port(), free_port());
     let blue = Backend::start("blue", ip).await;
     write_route(
@@ -25,14 +34,29 @@ async fn probes_tell_ready_clusters_and_live_versions_apart() {
         &[("blue", &blue)],
     );
     let switchyard = Switchyard::start_standalone(&work, &config, &[]);
-    let _envoy = Envoy::start(
-        &work,
-        "envoy-probe",
-        ip,
-        switchyard.xds_port,
-        Protocol::Delta,
-    );
+    let envoy = Envoy::start(&work, name, ip, switchyard.xds_port, Protocol::Delta);
     switchyard.wait_synced(1, Duration::from_secs(20)).await;
+    OneEnvoy {
+        _dir: dir,
+        config,
+        probe_port,
+        blue,
+        switchyard,
+        envoy,
+    }
+}
+
+#[tokio::test]
+async fn probes_tell_ready_clusters_and_live_versions_apart() {
+    let ip = "127.0.0.16";
+    let OneEnvoy {
+        _dir,
+        config,
+        probe_port,
+        blue,
+        switchyard,
+        envoy: _envoy,
+    } = one_envoy(ip, "envoy-probe").await;
 
     let prober = Prober::new(probe_port, "test-token".into()).expect("prober");
     let envoys = vec![ip.to_string()];
@@ -139,29 +163,15 @@ async fn probes_tell_ready_clusters_and_live_versions_apart() {
 async fn the_readiness_path_answers_while_envoy_runs_and_not_once_it_hangs() {
     use switchyard::translate::READINESS_PATH;
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let work = dir.path().to_path_buf();
-    let config = work.join("config");
-    std::fs::create_dir(&config).expect("config dir");
     let ip = "127.0.0.17";
-    let (http_port, probe_port) = (free_port(), free_port());
-    let blue = Backend::start("blue", ip).await;
-    write_route(
-        &config,
-        "web.test",
-        http_port,
+    let OneEnvoy {
+        _dir,
         probe_port,
-        &[("blue", &blue)],
-    );
-    let switchyard = Switchyard::start_standalone(&work, &config, &[]);
-    let envoy = Envoy::start(
-        &work,
-        "envoy-ready",
-        ip,
-        switchyard.xds_port,
-        Protocol::Delta,
-    );
-    switchyard.wait_synced(1, Duration::from_secs(20)).await;
+        envoy,
+        blue: _blue,
+        switchyard: _switchyard,
+        ..
+    } = one_envoy(ip, "envoy-ready").await;
 
     // As a kubelet asks: a second to answer.
     let client = reqwest::Client::builder()

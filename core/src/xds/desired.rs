@@ -8,11 +8,15 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::Snapshot;
+use super::accepted::AcceptedClusters;
+use super::snapshot::CLUSTER;
 
 pub struct Desired {
     /// What sessions see: None while the gate is closed.
     tx: watch::Sender<Option<Arc<Snapshot>>>,
     held: Mutex<Held>,
+    /// Every published snapshot's clusters: a set Envoys hold once they are in step.
+    accepted: AcceptedClusters,
 }
 
 #[derive(Default)]
@@ -32,11 +36,16 @@ impl Desired {
         Self {
             tx: watch::channel(None).0,
             held: Mutex::new(Held::default()),
+            accepted: AcceptedClusters::default(),
         }
     }
 
     /// Sets the desired snapshot; sessions see it once the gate is open.
     pub fn publish(&self, snapshot: Arc<Snapshot>) {
+        if let Some(clusters) = snapshot.resources(CLUSTER) {
+            self.accepted
+                .remember(&snapshot.type_version(CLUSTER), clusters);
+        }
         let mut held = self.lock();
         held.latest = Some(snapshot.clone());
         if held.open {
@@ -74,6 +83,11 @@ impl Desired {
     /// The snapshot sessions are served (None while the gate is closed).
     pub fn current(&self) -> Option<Arc<Snapshot>> {
         self.tx.borrow().clone()
+    }
+
+    /// The cluster sets Envoys may hold (see [`AcceptedClusters`]).
+    pub(super) fn accepted(&self) -> &AcceptedClusters {
+        &self.accepted
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {

@@ -2,6 +2,7 @@
 //! moving each Envoy from one snapshot to the next in make-before-break order.
 //! It knows nothing of Kubernetes or of the CRDs.
 
+mod accepted;
 pub mod desired;
 pub mod localize;
 mod names;

@@ -90,7 +90,7 @@ fn become_desired(view: &mut View, type_url: &str, resources: &Resources) -> boo
 
 /// `resources`, plus whatever `held` has that `resources` lacks: the make step adds and
 /// updates, and removes nothing. Built from `resources` so that it shares its nodes.
-fn merged(held: &Entries, resources: &Resources) -> Entries {
+pub(super) fn merged(held: &Entries, resources: &Resources) -> Entries {
     let mut out = resources.clone();
     for item in held.diff(resources) {
         if let DiffItem::Remove(name, entry) = item {
@@ -114,7 +114,19 @@ fn lacks(entries: Option<&Entries>, resources: &Resources) -> bool {
 
 /// Moves `view` one step towards `desired` (see the module docs); true if it changed.
 /// Works in place and only copies what differs: every node plans after every step.
+#[cfg(test)]
 pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
+    advance_until(view, desired, ordering, true)
+}
+
+/// [`advance`], taking the break step only if `may_break`: the session holds a node back
+/// where its stream has not yet told what the removals must wait for.
+pub(super) fn advance_until(
+    view: &mut View,
+    desired: &Snapshot,
+    ordering: Ordering,
+    may_break: bool,
+) -> bool {
     let empty = Resources::new();
     let wanted = |type_url: &str| desired.resources(type_url).unwrap_or(&empty);
     if ordering == Ordering::AllAtOnce {
@@ -161,6 +173,9 @@ pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -
             changed |= become_desired(view, t, wanted(t));
         }
         return changed;
+    }
+    if !may_break {
+        return false;
     }
     let all_same = ResourceType::ALL
         .map(ResourceType::type_url)

@@ -24,7 +24,7 @@ use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
-use super::snapshot::{ROUTE, short_type};
+use super::snapshot::{CLUSTER, ROUTE, short_type};
 use super::wire::Frames;
 use super::{Desired, NodeReport, Nodes, RouteVerdict};
 use crate::metrics::{Metrics, TypeLabel};
@@ -133,7 +133,10 @@ impl AdsServer {
                     message = inbound.next() => match message {
                         None => return Ok(()),
                         Some(Err(status)) => return Err(status),
-                        Some(Ok(Incoming::Sotw(request))) => session.on_sotw_request(request, Instant::now()),
+                        Some(Ok(Incoming::Sotw(request))) => {
+                            self.recall_clusters(&mut session, &request);
+                            session.on_sotw_request(request, Instant::now())
+                        }
                         Some(Ok(Incoming::Delta(request))) => session.on_delta_request(request, Instant::now()),
                     },
                     changed = desired.changed() => {
@@ -167,7 +170,7 @@ impl AdsServer {
             let events = session.take_events();
             if !events.is_empty() {
                 let node = session.node().map(|n| n.id.as_str()).unwrap_or_default();
-                self.record(node, events, &mut sent_at);
+                self.record(node, session.protocol(), events, &mut sent_at);
             }
             for response in responses {
                 if tx.send(Ok(response)).await.is_err() {
@@ -192,7 +195,34 @@ impl AdsServer {
         }
     }
 
-    fn record(&self, node: &str, events: Vec<Event>, sent_at: &mut HashMap<String, Instant>) {
+    /// A SotW Envoy's first cluster request on this stream names the version it holds:
+    /// the session keeps those clusters until the routes that use them are replaced.
+    fn recall_clusters(&self, session: &mut Session, request: &DiscoveryRequest) {
+        if request.type_url != CLUSTER
+            || request.version_info.is_empty()
+            || session.has_requested(CLUSTER)
+        {
+            return;
+        }
+        match self.desired.accepted().recall(&request.version_info) {
+            Some(held) => {
+                debug!(version = %request.version_info, clusters = held.len(), "the node holds clusters from before this stream");
+                session.recall_held(CLUSTER, held);
+            }
+            None => warn!(
+                version = %request.version_info,
+                "the node holds clusters of a version not known here: those gone since are removed with the first cluster response"
+            ),
+        }
+    }
+
+    fn record(
+        &self,
+        node: &str,
+        protocol: Protocol,
+        events: Vec<Event>,
+        sent_at: &mut HashMap<String, Instant>,
+    ) {
         for event in events {
             match event {
                 Event::Sent {
@@ -220,6 +250,10 @@ impl AdsServer {
                             self.nodes
                                 .report_verdict(RouteVerdict::Accepted(config.clone()));
                         }
+                    }
+                    // (A delta ACK's version is the snapshot's; a SotW one's, the set's.)
+                    if type_url == CLUSTER && protocol == Protocol::Sotw {
+                        self.desired.accepted().remember(&version, &resources);
                     }
                     debug!(r#type = short_type(&type_url), %nonce, %version, "acked");
                     let label = TypeLabel::of(&type_url);

@@ -37,26 +37,21 @@ impl Session {
             // Legacy wildcard: a first request that names nothing.
             ts.wildcard = request.resource_names_subscribe.is_empty();
             ts.force_send = true;
-            if !request.initial_resource_versions.is_empty() {
-                let held: Entries = request
-                    .initial_resource_versions
-                    .into_iter()
-                    .map(|(name, version)| {
-                        let entry = Arc::new(Resource::held(name.clone(), version));
-                        (name, entry)
-                    })
-                    .collect();
-                // Keep what the node already has in the view, so nothing it may still route
-                // to is removed before the route step.
-                let view = self.view.entry(type_url.clone()).or_default();
-                for (name, entry) in &held {
-                    if !view.contains_key(name) {
-                        view.insert(name.clone(), entry.clone());
-                    }
-                }
-                ts.acked = Some(held);
-            }
         }
+        if first && !request.initial_resource_versions.is_empty() {
+            let held: Entries = request
+                .initial_resource_versions
+                .into_iter()
+                .map(|(name, version)| {
+                    let entry = Arc::new(Resource::held(name.clone(), version));
+                    (name, entry)
+                })
+                .collect();
+            self.hold(&type_url, held);
+        }
+        let Some(ts) = self.types.get_mut(&type_url) else {
+            unreachable!("the entry was made above");
+        };
         for name in request.resource_names_subscribe {
             if name == "*" {
                 ts.wildcard = true;
@@ -271,8 +266,18 @@ mod tests {
         s: &mut Session,
         first: Vec<Response>,
     ) -> Vec<(String, Vec<String>, Vec<String>)> {
+        drive_delta_after(s, first, &[])
+    }
+
+    /// [`drive_delta`] on a stream where the node has ACKed responses of `acked` already.
+    fn drive_delta_after(
+        s: &mut Session,
+        first: Vec<Response>,
+        acked: &[&str],
+    ) -> Vec<(String, Vec<String>, Vec<String>)> {
         let now = Instant::now();
-        let mut acked = std::collections::BTreeSet::new();
+        let mut acked: std::collections::BTreeSet<String> =
+            acked.iter().map(|t| t.to_string()).collect();
         let mut log = Vec::new();
         let mut queue: std::collections::VecDeque<Response> = first.into();
         while let Some(r) = queue.pop_front() {
@@ -376,6 +381,90 @@ mod tests {
             );
         }
         let log = drive_delta(&mut s, out);
+        assert!(
+            log.iter()
+                .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),
+            "{log:?}"
+        );
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// The reconnect request of one type from `delta_reconnect`.
+    fn reconnect_request(held: &Snapshot, type_url: &str) -> DeltaDiscoveryRequest {
+        let Some(request) = delta_reconnect(held)
+            .into_iter()
+            .find(|r| r.type_url == type_url)
+        else {
+            panic!("no reconnect request of {type_url}");
+        };
+        request
+    }
+
+    /// An Envoy that reconnects while a cluster it got before the stall is warming holds
+    /// its cluster request back until that cluster has endpoints: they are sent on its
+    /// endpoint request, and nothing else is before it asks for clusters.
+    #[test]
+    fn delta_reconnect_without_a_cluster_request_gets_the_endpoints_of_the_clusters_it_holds() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["a", "b", "c"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        assert!(
+            s.set_desired(config.clone(), now).is_empty(),
+            "no request yet"
+        );
+        let mut out = Vec::new();
+        for mut request in delta_reconnect(&held) {
+            if request.type_url == CLUSTER {
+                continue; // held back
+            }
+            if request.type_url == ENDPOINT {
+                request.resource_names_subscribe.push("c".into());
+            }
+            out.extend(s.on_delta_request(request, now));
+        }
+        let sent: Vec<_> = out.iter().map(names).collect();
+        assert_eq!(
+            sent,
+            [("ClusterLoadAssignment".into(), vec!["c".into()], vec![])],
+            "only the endpoints the node lacks"
+        );
+        let eds = nonce(&out[0]);
+        assert!(
+            s.on_delta_request(delta(ENDPOINT, &[], &eds), now)
+                .is_empty()
+        );
+
+        // c is warm: the cluster request comes, with c among what the node holds.
+        let mut cds = reconnect_request(&held, CLUSTER);
+        let c = &config.resources(CLUSTER).unwrap()["c"];
+        cds.initial_resource_versions
+            .insert("c".into(), c.version.clone());
+        let out = s.on_delta_request(cds, now);
+        drive_delta_after(&mut s, out, &[ENDPOINT]);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// A reconnecting node whose cluster request comes before it has asked for listeners
+    /// and routes: nothing is removed until it has, and its routes moved.
+    #[test]
+    fn delta_reconnect_removes_nothing_before_the_node_asks_for_listeners_and_routes() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b"]);
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        assert!(s.set_desired(config, now).is_empty(), "no request yet");
+        let mut out = s.on_delta_request(reconnect_request(&held, ENDPOINT), now);
+        out.extend(s.on_delta_request(reconnect_request(&held, CLUSTER), now));
+        out.extend(s.on_delta_request(reconnect_request(&held, SECRET), now));
+        // ACK everything so far, as Envoy would before its next requests are read.
+        while let Some(r) = out.pop() {
+            assert!(names(&r).2.is_empty(), "removed too early: {r:?}");
+            out.extend(s.on_delta_request(delta(&type_of(&r), &[], &nonce(&r)), now));
+        }
+        let mut out = s.on_delta_request(reconnect_request(&held, LISTENER), now);
+        out.extend(s.on_delta_request(reconnect_request(&held, ROUTE), now));
+        let log = drive_delta_after(&mut s, out, &[CLUSTER, ENDPOINT, SECRET]);
         assert!(
             log.iter()
                 .any(|(k, _, removed)| k == "Cluster" && removed == &["a"]),

@@ -6,11 +6,17 @@
 //! make (clusters, endpoints, secrets), route (listeners, route configurations), break
 //! (removals), each step sent once the previous one is ACKed.
 //!
-//! A new stream knows nothing of what its Envoy holds: after a restart of the server, a
-//! reconnecting Envoy still serves the previous instance's configuration. So nothing is
+//! A new stream knows nothing of what its Envoy holds: after a restart of the server, or a
+//! reconnect after missed changes, the Envoy still serves what it had. So nothing is
 //! planned before its first request, and until the route step sets them, SotW listeners
 //! and routes are not answered at all: a SotW response is the whole set, and an empty one
-//! would remove them. (Delta only sends changes, and keeps what the node says it holds.)
+//! would remove them. What the Envoy holds stays until the routes that may use it are
+//! replaced: a delta node says what it holds; a SotW node names only the version of its
+//! clusters, which the server recalls (`xds::accepted`) and hands over with
+//! [`Session::recall_held`]. Nothing is removed from such a node before it has asked for
+//! every type that refers to others, and the endpoints of the clusters it holds are
+//! answered even before it asks for clusters (see `may_break` and
+//! `serve_endpoints_before_clusters`).
 //!
 //! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
@@ -25,6 +31,7 @@
 //! what both share: the per-type state, planning and sending in order, and the status.
 
 mod delta;
+mod reconnect;
 mod sotw;
 #[cfg(test)]
 mod testing;
@@ -40,7 +47,7 @@ use serde::Serialize;
 use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
-use super::planner::{Entries, View, advance, holds_exactly, only_removals, same_versions};
+use super::planner::{Entries, View, advance_until, holds_exactly, only_removals, same_versions};
 use super::snapshot::{CLUSTER, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type};
 use super::vhds;
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
@@ -159,6 +166,8 @@ pub struct Session {
     types: BTreeMap<String, TypeState>,
     /// Planning is suspended after a NACK until the desired version changes.
     blocked_on: Option<String>,
+    /// The node said it holds resources from before this stream (it reconnected).
+    held_before: bool,
     next_nonce: u64,
     events: Vec<Event>,
 }
@@ -175,9 +184,14 @@ impl Session {
             view: View::new(),
             types: BTreeMap::new(),
             blocked_on: None,
+            held_before: false,
             next_nonce: 0,
             events: Vec::new(),
         }
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     pub fn node(&self) -> Option<&Node> {
@@ -323,11 +337,11 @@ impl Session {
         // to: the make step would pass for want of a subscription, and the routes would
         // name clusters the Envoy does not hold (Envoy asks for clusters first; a client
         // that asks for routes first waits for its own cluster request). Found by fuzzing.
-        if desired.resources(CLUSTER).is_some()
-            && !self.types.get(CLUSTER).is_some_and(|t| t.requested)
-        {
+        if desired.resources(CLUSTER).is_some() && !self.has_requested(CLUSTER) {
+            self.serve_endpoints_before_clusters(&desired, &mut out);
             return out;
         }
+        let may_break = self.may_break(&desired);
         // Each pass either sends something (and waits for ACKs) or completes a step whose
         // changes this node does not subscribe to; three steps at most.
         for _ in 0..4 {
@@ -337,7 +351,7 @@ impl Session {
             let mut changed = false;
             if may_plan {
                 self.blocked_on = None;
-                changed = advance(&mut self.view, &desired, self.ordering);
+                changed = advance_until(&mut self.view, &desired, self.ordering, may_break);
                 if changed {
                     for ts in self.types.values_mut() {
                         ts.unsettle();
@@ -355,6 +369,16 @@ impl Session {
     /// Sends every requested type whose wanted content differs from what the node holds,
     /// in make-before-break type order. At most one response per type is in flight.
     fn send_ready(&mut self, desired: &Snapshot, out: &mut Vec<Response>) -> usize {
+        self.send_ready_of(desired, out, |_| true)
+    }
+
+    /// [`Session::send_ready`], for the types `include` accepts only.
+    fn send_ready_of(
+        &mut self,
+        desired: &Snapshot,
+        out: &mut Vec<Response>,
+        include: impl Fn(&str) -> bool,
+    ) -> usize {
         let order: Vec<String> = ResourceType::ALL
             .iter()
             .map(|t| t.type_url().to_string())
@@ -370,7 +394,11 @@ impl Session {
             let Some(ts) = self.types.get(&type_url) else {
                 continue;
             };
-            if !ts.requested || ts.pending.is_some() || self.withheld(&type_url, desired) {
+            if !include(&type_url)
+                || !ts.requested
+                || ts.pending.is_some()
+                || self.withheld(&type_url, desired)
+            {
                 continue;
             }
             if !ts.force_send && ts.settled {

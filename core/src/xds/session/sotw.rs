@@ -17,6 +17,8 @@ impl Session {
     pub fn on_sotw_request(&mut self, request: DiscoveryRequest, now: Instant) -> Vec<Response> {
         self.remember_node(request.node);
         let type_url = request.type_url;
+        // A first request naming a version: the node holds that from before this stream.
+        self.held_before |= !self.has_requested(&type_url) && !request.version_info.is_empty();
         let ts = self.types.entry(type_url.clone()).or_default();
         let nonce = request.response_nonce;
         if !nonce.is_empty() && ts.last_nonce.as_deref() != Some(nonce.as_str()) {
@@ -119,7 +121,9 @@ mod tests {
 
     use super::super::testing::{full_config, names, nonce, res, subscription, switch_to, type_of};
     use super::super::{Event, Ordering, Protocol, Response, Session};
-    use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, Snapshot, short_type};
+    use crate::xds::snapshot::{
+        CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, Snapshot, VIRTUAL_HOST, short_type,
+    };
 
     fn sotw(type_url: &str, names: &[&str], nonce: &str) -> DiscoveryRequest {
         DiscoveryRequest {
@@ -469,6 +473,15 @@ mod tests {
                 short_type(&t),
                 sotw.resources.len()
             );
+            if t == CLUSTER && !(acked.contains(LISTENER) && acked.contains(ROUTE)) {
+                let sent: Vec<_> = sotw.resources.iter().map(|r| r.name.as_str()).collect();
+                for cluster in held.resources(CLUSTER).into_iter().flat_map(|c| c.keys()) {
+                    assert!(
+                        sent.contains(&cluster.as_str()),
+                        "{cluster} removed before the routes moved"
+                    );
+                }
+            }
             if t == LISTENER || t == ROUTE {
                 for needed in [CLUSTER, ENDPOINT, SECRET] {
                     assert!(
@@ -557,12 +570,47 @@ mod tests {
         let config = full_config(&["b", "c"]);
         let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
         for request in sotw_reconnect(&held) {
+            if request.type_url == CLUSTER {
+                // What the server recalls of the version the node names.
+                s.recall_held(CLUSTER, held.resources(CLUSTER).unwrap().clone());
+            }
             assert!(s.on_sotw_request(request, now).is_empty());
         }
         let out = s.set_desired(config.clone(), now);
         let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
         assert_eq!(kinds, ["Cluster", "ClusterLoadAssignment", "Secret"]);
         drive_sotw(&mut s, out, &held, &config);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// Once the gate is open, with a move that adds no cluster: the clusters recalled
+    /// stay until the routes moved; and the snapshot's virtual hosts, which a SotW node
+    /// never asks for, hold nothing back.
+    #[test]
+    fn sotw_reconnect_after_a_move_keeps_the_recalled_clusters_until_the_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let mut config = (*full_config(&["b"])).clone();
+        config.insert(Arc::new(res(VIRTUAL_HOST, "http/parts/b", "v")));
+        let config = Arc::new(config);
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        assert!(
+            s.set_desired(config.clone(), now).is_empty(),
+            "no request yet"
+        );
+        let mut out = Vec::new();
+        for request in sotw_reconnect(&held) {
+            if request.type_url == CLUSTER {
+                s.recall_held(CLUSTER, held.resources(CLUSTER).unwrap().clone());
+            }
+            out.extend(s.on_sotw_request(request, now));
+        }
+        let answered = drive_sotw(&mut s, out, &held, &config);
+        assert_eq!(
+            answered.iter().filter(|t| *t == "Cluster").count(),
+            2,
+            "the clusters kept, then the one left: {answered:?}"
+        );
         assert!(s.is_synced(), "{:#?}", s.status());
     }
 }

@@ -73,10 +73,11 @@ impl Relay {
         self.route.send_modify(|route| route.target = target);
     }
 
-    /// New connections carry the server's bytes to the client at `bytes_per_second`.
-    pub fn slow_to_client(&self, bytes_per_second: u32) {
+    /// New connections carry the server's bytes to the client at `bytes_per_second`
+    /// (None: as fast as they come).
+    pub fn slow_to_client(&self, bytes_per_second: Option<u32>) {
         self.route
-            .send_modify(|route| route.to_client = Some(bytes_per_second.max(1)));
+            .send_modify(|route| route.to_client = bytes_per_second.map(|b| b.max(1)));
     }
 }
 

@@ -51,8 +51,8 @@ use deadline::ProbeDeadlines;
 use reconcile::reconcile;
 use routes::{RouteIndex, object_ref};
 use triggers::{
-    collect_orphans, track_convergence, wake_on_fleet_rejections, wake_on_secret_troubles,
-    wake_waiting,
+    FleetChanges, collect_orphans, track_convergence, wake_on_fleet_change,
+    wake_on_fleet_rejections, wake_on_secret_troubles, wake_waiting,
 };
 
 /// Whether `pc` belongs to another front-end's unit: owned (as its controller) by an
@@ -132,6 +132,8 @@ pub(super) struct Context {
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
+    /// Bumped at every change of the fleet's EndpointSlices (see [`FleetChanges`]).
+    pub(super) fleet_changes: FleetChanges,
     /// When each route's rollout took its last step, for the step histogram.
     pub(super) clock: RolloutClock,
     /// How long each waiting route has waited, against its `probeDeadline`.
@@ -184,6 +186,7 @@ pub async fn run(client: Client, settings: Settings) {
         routes: route_store,
         route_index: route_index.clone(),
         converged,
+        fleet_changes: FleetChanges::new(&watches.fleet),
         clock: RolloutClock::default(),
         deadlines: ProbeDeadlines::default(),
     });
@@ -192,6 +195,7 @@ pub async fn run(client: Client, settings: Settings) {
     let secrets = wake_on_secret_troubles(context.settings.problems.clone());
     let rejections =
         wake_on_fleet_rejections(context.settings.fleet.clone(), context.attempts.clone());
+    let fleet_changes = wake_on_fleet_change(&context.fleet_changes, context.attempts.clone());
     let reconciling = controller
         // A watch that failed (the API server restarted, say) retries within a second, so
         // rollouts go on as soon as the API is back.
@@ -202,6 +206,8 @@ pub async fn run(client: Client, settings: Settings) {
         .reconcile_on(secrets)
         // An Envoy connected to any replica rejecting, or taking back a rejection.
         .reconcile_on(rejections)
+        // An Envoy leaving the fleet (a hung one no longer ready) or joining it.
+        .reconcile_on(fleet_changes)
         // A ProxyConfig event reconciles its route, and every route asking for one of its
         // hosts: when a route goes, or comes, which of them gets a host may change.
         .reconcile_on(watches.proxy_configs.objects().flat_map({

@@ -15,7 +15,9 @@ use super::{Context, is_others};
 use crate::api::TrafficRoute;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
+use crate::k8s::watched::View;
 use crate::translate::{Cause, Problem};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
 /// does (and where it does not run, as on a node-less test rig): the snapshot builders
@@ -65,20 +67,58 @@ pub(super) fn wake_waiting(
     converged: watch::Receiver<Option<String>>,
     attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
 ) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
-    futures::stream::unfold(converged, move |mut converged| {
+    wake_waiting_on(converged, attempts)
+}
+
+/// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`.
+fn wake_waiting_on<T: Send + Sync + 'static>(
+    changes: watch::Receiver<T>,
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    futures::stream::unfold(changes, move |mut changes| {
         let attempts = attempts.clone();
         async move {
-            converged.changed().await.ok()?;
+            changes.changed().await.ok()?;
             let waiting: Vec<ObjectRef<TrafficRoute>> = attempts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .keys()
                 .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
                 .collect();
-            Some((futures::stream::iter(waiting), converged))
+            Some((futures::stream::iter(waiting), changes))
         }
     })
     .flatten()
+}
+
+/// Changes of the fleet Service's EndpointSlices: an Envoy that stops being ready (a hung
+/// one, say) no longer holds a rollout back, and one that becomes ready must be asked. A
+/// rollout waiting on the fleet looks again at once, rather than when its timer fires.
+/// The route controller's context holds it for as long as the controller runs.
+#[derive(Clone)]
+pub(crate) struct FleetChanges {
+    /// The watch bumps it only while it lives.
+    sender: Arc<watch::Sender<u64>>,
+}
+
+impl FleetChanges {
+    pub(super) fn new(fleet: &View<EndpointSlice>) -> FleetChanges {
+        let sender = Arc::new(watch::channel(0).0);
+        fleet.notify(&sender);
+        FleetChanges { sender }
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.sender.subscribe()
+    }
+}
+
+/// The routes waiting on the fleet, at every change of its EndpointSlices.
+pub(super) fn wake_on_fleet_change(
+    changes: &FleetChanges,
+    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    wake_waiting_on(changes.subscribe(), attempts)
 }
 
 /// The routes whose TLS Secret troubles (as this replica's snapshot builder sees them)
@@ -179,5 +219,32 @@ pub(super) async fn track_convergence(
         if changes.changed().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_change_wakes_every_route_waiting_on_the_fleet() {
+        let (changes, receiver) = watch::channel(0u64);
+        let waiting = |name: &str| (("shop".to_owned(), name.to_owned()), 3);
+        let attempts = Arc::new(Mutex::new(HashMap::from([waiting("a"), waiting("b")])));
+        let mut woken = Box::pin(wake_waiting_on(receiver, attempts.clone()));
+        changes.send_replace(1);
+        let mut names = vec![
+            woken.next().await.map(|r| r.name),
+            woken.next().await.map(|r| r.name),
+        ];
+        names.sort();
+        assert_eq!(names, [Some("a".to_owned()), Some("b".to_owned())]);
+        // A route that moved on is not waiting any more.
+        attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&("shop".to_owned(), "a".to_owned()));
+        changes.send_replace(2);
+        assert_eq!(woken.next().await.map(|r| r.name), Some("b".to_owned()));
     }
 }

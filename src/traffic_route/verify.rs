@@ -49,8 +49,8 @@ impl Context {
 
 /// Asks the fleet (re-read on every attempt, so Envoys that join are asked too) until every
 /// Envoy passes `check`. Between attempts it waits out the route's backoff, or less: as
-/// soon as the Envoys connected here hold a new snapshot, since only then can the answer
-/// change. Waiting in the pass saves the reconcile's API reads; it lasts at most
+/// soon as the Envoys connected here hold a new snapshot, or the fleet changes, since only
+/// then can the answer change. Waiting in the pass saves the reconcile's API reads; it lasts at most
 /// [`VERIFY_IN_PASS`].
 pub(super) async fn verify<F, Fut>(ctx: &Context, route: &TrafficRoute, check: F) -> Verification
 where
@@ -60,11 +60,14 @@ where
     let key = (route.namespace().unwrap_or_default(), route.name_any());
     let started = Instant::now();
     let mut converged = ctx.converged.clone();
+    let mut fleet_changes = ctx.fleet_changes.subscribe();
     let mut woken = false;
     let mut wait = Duration::ZERO;
     loop {
-        // A snapshot that converges from here on may change the answer: it wakes us.
+        // A snapshot that converges from here on may change the answer, and so may an
+        // Envoy leaving or joining the fleet: either wakes us.
         converged.borrow_and_update();
+        fleet_changes.borrow_and_update();
         let envoys = ctx.envoys();
         let empty = envoys.is_empty();
         let result = named_by_pod(check(envoys).await, &ctx.envoy_pods());
@@ -83,6 +86,7 @@ where
         woken = tokio::select! {
             () = tokio::time::sleep(wait) => false,
             changed = converged.changed() => changed.is_ok(),
+            changed = fleet_changes.changed() => changed.is_ok(),
         };
         if ctx.superseded(route) {
             return Verification::Superseded;

@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
-use super::deadline::{PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
+use super::deadline::{ENVOYS_LAGGING, PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
 use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
 use super::verify::verify;
@@ -255,9 +255,10 @@ pub(super) async fn requeue_waiting(
     // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
     let mut event = (report.ready.reason == ENVOY_REJECTED)
         .then(|| (ENVOY_REJECTED, report.ready.message.clone()));
+    let now = Instant::now();
     let deadline = probe_deadline(route);
     let mut after = after;
-    match (ctx.deadlines).check(&key, report.generation, deadline, Instant::now()) {
+    match (ctx.deadlines).check(&key, report.generation, deadline, now) {
         Verdict::Within { left } => after = after.min(left),
         // Envoy's own words say more than the time waited.
         Verdict::Exceeded { .. } if event.is_some() => {}
@@ -267,6 +268,11 @@ pub(super) async fn requeue_waiting(
                 event = Some((PROBE_DEADLINE_EXCEEDED, report.ready.message.clone()));
             }
         }
+    }
+    // Envoys holding the generation back for a while are named (nothing more said yet).
+    let lagging: Vec<String> = result.lagging.iter().map(|(e, _)| e.clone()).collect();
+    if event.is_none() && (ctx.deadlines).lagging(&key, report.generation, &lagging, now) {
+        event = Some((ENVOYS_LAGGING, report.ready.message.clone()));
     }
     publish(ctx, route, report, event).await;
     // Routes on trial that Envoy refused wait for their own change, which reconciles them:

@@ -77,7 +77,9 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
+        # A connection that stops answering (a black hole on the way, a wedged
+        # replica) is closed within 10 s and Envoy connects again.
+        explicit_http_config: {{ http2_protocol_options: {{ connection_keepalive: {{ interval: 5s, timeout: 5s }} }} }}
     load_assignment:
       cluster_name: switchyard-xds
       endpoints:

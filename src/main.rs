@@ -445,7 +445,14 @@ async fn serve(
         "starting"
     );
     let reload_failures = metrics.xds_tls_reload_failures.clone();
-    let ads = AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
+    // Shorter, and an Envoy warming a new cluster would be cut off while it rightly waits.
+    anyhow::ensure!(
+        args.xds_answer_timeout >= Duration::from_secs(1),
+        "--xds-answer-timeout {:?} is too short: at least 1s (30s by default)",
+        args.xds_answer_timeout
+    );
+    let ads = AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering)
+        .with_answer_timeout(args.xds_answer_timeout);
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_service(ads.into_service());

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use switchyard::translate::translate;
 use switchyard::xds::Ordering;
-use switchyard::xds::snapshot::ENDPOINT;
+use switchyard::xds::snapshot::{CLUSTER, ENDPOINT};
 use switchyard_e2e::InProcessServer;
 use switchyard_e2e::ads_client::{Target, spawn_fleet, wait_all};
 use switchyard_e2e::synthetic;
@@ -73,4 +74,76 @@ async fn other_methods_are_unimplemented() {
         .await
         .expect_err("no such method");
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
+}
+
+/// A stream whose client answers no response is closed after the answer timeout, with
+/// UNAVAILABLE, so that the client (Envoy) connects again; a client that answers keeps its
+/// stream.
+#[tokio::test]
+async fn a_stream_left_unanswered_is_closed_so_that_the_client_connects_again() {
+    let timeout = Duration::from_secs(1);
+    let server = InProcessServer::start_with(Ordering::MakeBeforeBreak, timeout).await;
+    let snapshot = std::sync::Arc::new(translate(&synthetic::config(2, 1)).snapshot);
+    server.desired.publish(snapshot);
+    assert!(server.desired.open());
+
+    let answering = spawn_fleet(server.port, 1, 0).await.expect("connecting");
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", server.port))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connecting");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let (requests, mut outgoing) = tokio::sync::mpsc::channel::<DiscoveryRequest>(4);
+    let sent = std::time::Instant::now();
+    requests
+        .send(DiscoveryRequest {
+            node: Some(Node {
+                id: "silent".into(),
+                ..Node::default()
+            }),
+            type_url: CLUSTER.into(),
+            ..DiscoveryRequest::default()
+        })
+        .await
+        .expect("a request");
+    let mut responses = grpc
+        .streaming::<_, DiscoveryRequest, DiscoveryResponse, _>(
+            tonic::Request::new(futures::stream::poll_fn(move |cx| outgoing.poll_recv(cx))),
+            PathAndQuery::from_static(
+                "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+            ),
+            ProstCodec::default(),
+        )
+        .await
+        .expect("a stream")
+        .into_inner();
+    let first = responses.message().await.expect("a response");
+    assert!(first.is_some_and(|r| r.type_url == CLUSTER));
+    // Never answered: the stream ends.
+    let end = tokio::time::timeout(Duration::from_secs(10), responses.message())
+        .await
+        .expect("the stream ends");
+    // (Timed from before the request: the response went out after it.)
+    let closed_after = sent.elapsed();
+    let Err(status) = end else {
+        panic!("the stream went on: {end:?}");
+    };
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(closed_after >= timeout, "closed after {closed_after:?}");
+    assert!(
+        server
+            .metrics_text()
+            .contains("switchyard_xds_streams_unanswered_total 1"),
+        "{}",
+        server.metrics_text()
+    );
+    drop(requests);
+    // The client that answers is still connected, and its stream open.
+    for client in &answering {
+        assert_eq!(client.failure(), None);
+    }
+    assert_eq!(server.nodes.list().len(), 1, "only the answering client");
 }

@@ -35,6 +35,7 @@ pub struct StepLabel {
 #[derive(Clone)]
 pub struct Metrics {
     pub connected_nodes: Gauge,
+    pub streams_unanswered: Counter,
     pub pushes: Family<TypeLabel, Counter>,
     pub acks: Family<TypeLabel, Counter>,
     pub nacks: Family<TypeLabel, Counter>,
@@ -54,6 +55,7 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             connected_nodes: Gauge::default(),
+            streams_unanswered: Counter::default(),
             pushes: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
@@ -77,6 +79,11 @@ impl Metrics {
             "xds_connected_nodes",
             "Envoy streams connected",
             metrics.connected_nodes.clone(),
+        );
+        r.register(
+            "xds_streams_unanswered",
+            "Streams closed because Envoy answered no response for --xds-answer-timeout",
+            metrics.streams_unanswered.clone(),
         );
         r.register(
             "xds_pushes",

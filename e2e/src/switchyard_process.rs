@@ -308,6 +308,14 @@ pub struct InProcessServer {
 
 impl InProcessServer {
     pub async fn start(ordering: switchyard::xds::Ordering) -> InProcessServer {
+        Self::start_with(ordering, switchyard::xds::server::DEFAULT_ANSWER_TIMEOUT).await
+    }
+
+    /// [`InProcessServer::start`], closing streams left unanswered for `answer_timeout`.
+    pub async fn start_with(
+        ordering: switchyard::xds::Ordering,
+        answer_timeout: Duration,
+    ) -> InProcessServer {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = switchyard::metrics::Metrics::register(&mut registry);
         let desired = Arc::new(switchyard::xds::Desired::new());
@@ -317,7 +325,8 @@ impl InProcessServer {
             .expect("bind xds");
         let port = listener.local_addr().expect("xds address").port();
         let server =
-            switchyard::xds::AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering);
+            switchyard::xds::AdsServer::new(desired.clone(), nodes.clone(), metrics, ordering)
+                .with_answer_timeout(answer_timeout);
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(server.into_service())

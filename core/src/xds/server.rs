@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::task::{Context, Poll};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
@@ -24,7 +24,7 @@ use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
-use super::snapshot::{CLUSTER, ROUTE, short_type};
+use super::snapshot::{CLUSTER, ROUTE, ResourceType, short_type};
 use super::wire::Frames;
 use super::{Desired, NodeReport, Nodes, RouteVerdict};
 use crate::metrics::{Metrics, TypeLabel};
@@ -42,8 +42,15 @@ pub struct AdsServer {
     nodes: Nodes,
     metrics: Metrics,
     ordering: Ordering,
+    /// A stream whose Envoy answers no response for this long is closed (see
+    /// [`AdsServer::with_answer_timeout`]).
+    answer_timeout: Duration,
     next_stream: Arc<AtomicU64>,
 }
+
+/// How long an Envoy may leave a response unanswered by default: longer than it holds the
+/// ACK of a cluster response while a new cluster warms (its initial-fetch timeout, 15 s).
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 enum Incoming {
     Sotw(DiscoveryRequest),
@@ -64,8 +71,18 @@ impl AdsServer {
             nodes,
             metrics,
             ordering,
+            answer_timeout: DEFAULT_ANSWER_TIMEOUT,
             next_stream: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// Closes a stream whose Envoy has answered (ACK or NACK) none of its responses for
+    /// `timeout`: a stream that makes no progress, whatever holds it (a stuck connection,
+    /// a proxy on the way). Envoy connects again, to another replica if its Service
+    /// picks one, and is served afresh.
+    pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
+        self.answer_timeout = timeout;
+        self
     }
 
     pub fn into_service(self) -> AdsService {
@@ -126,10 +143,32 @@ impl AdsServer {
         // The gate may already be open.
         let mut initial = desired.borrow_and_update().clone();
         loop {
+            // The oldest response Envoy has not answered yet.
+            let unanswered_since = session
+                .pending_nonces()
+                .filter_map(|nonce| sent_at.get(nonce))
+                .min()
+                .copied();
+            let stalled = async {
+                match unanswered_since {
+                    Some(since) => {
+                        tokio::time::sleep_until((since + self.answer_timeout).into()).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let responses = if let Some(snapshot) = initial.take() {
                 session.set_desired(snapshot, Instant::now())
             } else {
                 tokio::select! {
+                    () = stalled => {
+                        self.metrics.streams_unanswered.inc();
+                        warn!(timeout = ?self.answer_timeout, "Envoy answered no response in time: closing the stream so that it connects again");
+                        return Err(Status::unavailable(format!(
+                            "no answer to a response for {:?}: connect again",
+                            self.answer_timeout
+                        )));
+                    }
                     message = inbound.next() => match message {
                         None => return Ok(()),
                         Some(Err(status)) => return Err(status),
@@ -171,6 +210,11 @@ impl AdsServer {
             if !events.is_empty() {
                 let node = session.node().map(|n| n.id.as_str()).unwrap_or_default();
                 self.record(node, session.protocol(), events, &mut sent_at);
+                // Only responses still unanswered are timed (one per type at most).
+                if sent_at.len() > ResourceType::ALL.len() {
+                    let pending: Vec<&str> = session.pending_nonces().collect();
+                    sent_at.retain(|nonce, _| pending.contains(&nonce.as_str()));
+                }
             }
             for response in responses {
                 if tx.send(Ok(response)).await.is_err() {

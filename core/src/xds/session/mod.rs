@@ -194,6 +194,14 @@ impl Session {
         self.protocol
     }
 
+    /// The nonces of the responses the node has not answered yet.
+    pub fn pending_nonces(&self) -> impl Iterator<Item = &str> {
+        self.types
+            .values()
+            .filter_map(|t| t.pending.as_ref())
+            .map(|p| p.nonce.as_str())
+    }
+
     pub fn node(&self) -> Option<&Node> {
         self.node.as_ref()
     }

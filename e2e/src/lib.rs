@@ -14,6 +14,7 @@ pub mod golden;
 pub mod grpc;
 mod https;
 pub mod kube;
+pub mod kubelet_probes;
 mod load;
 pub mod local_range;
 pub mod node;

@@ -4,12 +4,14 @@
 //! connections at another server, as when a client reconnects to another replica, and
 //! make them slow towards the client, as a congested link is: messages that a fast link
 //! delivers a millisecond apart then arrive a good while apart, and what a client does
-//! between them shows.
+//! between them shows. Stalled, it keeps every connection open and carries nothing, as
+//! a black hole on the way does.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, copy};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -25,6 +27,9 @@ pub struct Relay {
     /// Where clients connect.
     pub address: SocketAddr,
     open: watch::Sender<bool>,
+    /// One valve per stall: a connection flows while the valve it was made under is
+    /// open. The last is the one new connections get.
+    valves: Arc<Mutex<Vec<watch::Sender<bool>>>>,
     route: watch::Sender<Route>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -41,19 +46,26 @@ impl Relay {
             target,
             to_client: None,
         });
+        let valves = Arc::new(Mutex::new(vec![watch::channel(true).0]));
         let gate = open.clone();
+        let current = valves.clone();
         let routes = route.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if !*gate.borrow() {
                     continue; // dropped: closed at once
                 }
-                tokio::spawn(relay(client, *routes.borrow(), gate.subscribe()));
+                let flowing = lock(&current).last().map(watch::Sender::subscribe);
+                let Some(flowing) = flowing else {
+                    continue;
+                };
+                tokio::spawn(relay(client, *routes.borrow(), gate.subscribe(), flowing));
             }
         });
         Relay {
             address,
             open,
+            valves,
             route,
             task,
         }
@@ -66,6 +78,27 @@ impl Relay {
 
     pub fn restore(&self) {
         self.open.send_replace(true);
+    }
+
+    /// Carries nothing more, either way, on the connections open and those made from now
+    /// on, and drops none, until [`Relay::unstall`] (or, for new connections,
+    /// [`Relay::carry_new_connections`]): what is sent meanwhile waits.
+    pub fn stall(&self) {
+        if let Some(valve) = lock(&self.valves).last() {
+            valve.send_replace(false);
+        }
+    }
+
+    /// Connections made from now on are carried; those stalled stay stalled.
+    pub fn carry_new_connections(&self) {
+        lock(&self.valves).push(watch::channel(true).0);
+    }
+
+    /// Every connection is carried again.
+    pub fn unstall(&self) {
+        for valve in lock(&self.valves).iter() {
+            valve.send_replace(true);
+        }
     }
 
     /// New connections go to `target`; those open stay where they are.
@@ -88,7 +121,16 @@ impl Drop for Relay {
     }
 }
 
-async fn relay(client: TcpStream, route: Route, mut open: watch::Receiver<bool>) {
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn relay(
+    client: TcpStream,
+    route: Route,
+    mut open: watch::Receiver<bool>,
+    flowing: watch::Receiver<bool>,
+) {
     let Ok(server) = TcpStream::connect(route.target).await else {
         return;
     };
@@ -96,30 +138,34 @@ async fn relay(client: TcpStream, route: Route, mut open: watch::Receiver<bool>)
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     tokio::select! {
-        _ = copy(&mut client_read, &mut server_write) => {}
-        _ = copy_at(&mut server_read, &mut client_write, route.to_client) => {}
+        _ = carry(&mut client_read, &mut server_write, None, flowing.clone()) => {}
+        _ = carry(&mut server_read, &mut client_write, route.to_client, flowing) => {}
         _ = open.wait_for(|open| !open) => {}
     }
 }
 
-/// Copies `from` to `to` until either ends, at most `rate` bytes a second.
-async fn copy_at(
+/// Copies `from` to `to` until either ends, at most `rate` bytes a second, holding what
+/// it read while `flowing` says no.
+async fn carry(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
     rate: Option<u32>,
+    mut flowing: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let Some(rate) = rate else {
-        copy(from, to).await?;
-        return Ok(());
-    };
-    // Small chunks, so that a message's last byte comes when the rate says.
-    let mut buffer = vec![0; (rate as usize / 100).clamp(1, 16 * 1024)];
+    // Small chunks at a rate, so that a message's last byte comes when the rate says.
+    let size = rate.map_or(16 * 1024, |rate| (rate as usize / 100).clamp(1, 16 * 1024));
+    let mut buffer = vec![0; size];
     loop {
         let read = from.read(&mut buffer).await?;
         if read == 0 {
             return Ok(());
         }
+        if flowing.wait_for(|flowing| *flowing).await.is_err() {
+            return Ok(());
+        }
         to.write_all(&buffer[..read]).await?;
-        tokio::time::sleep(Duration::from_secs_f64(read as f64 / f64::from(rate))).await;
+        if let Some(rate) = rate {
+            tokio::time::sleep(Duration::from_secs_f64(read as f64 / f64::from(rate))).await;
+        }
     }
 }

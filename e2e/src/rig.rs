@@ -67,6 +67,8 @@ pub struct Rig {
     envoy_xds_ports: Vec<u16>,
     /// Set by [`Rig::connect_envoys_to`]: the test starts the Envoys, not the first operator.
     envoys_by_test: bool,
+    /// Envoys connected elsewhere than the others (see [`Rig::connect_envoy_to`]).
+    xds_ports_of: BTreeMap<usize, Vec<u16>>,
     /// Envoy restarts so far, to keep each run's log.
     envoy_restarts: usize,
     /// The kubeconfig operators are started with (default: the API server's own).
@@ -128,6 +130,7 @@ impl Rig {
             next_ip: 0,
             envoy_xds_ports: Vec::new(),
             envoys_by_test: false,
+            xds_ports_of: BTreeMap::new(),
             envoy_restarts: 0,
             operator_kubeconfig: None,
             _dir: dir,
@@ -175,6 +178,16 @@ impl Rig {
         assert!(!xds_ports.is_empty(), "at least one replica");
         self.envoy_xds_ports = xds_ports.to_vec();
         self.envoys_by_test = true;
+    }
+
+    /// Envoy `i` connects to these xDS ports (a relay in front of a replica, say) instead of
+    /// those of [`Rig::connect_envoys_to`].
+    pub fn connect_envoy_to(&mut self, i: usize, xds_ports: &[u16]) {
+        assert!(
+            self.envoys.is_empty(),
+            "the Envoys are already running: choose their replicas before they start"
+        );
+        self.xds_ports_of.insert(i, xds_ports.to_vec());
     }
 
     /// Starts the fleet's Envoys (after [`Rig::connect_envoys_to`]).
@@ -227,7 +240,9 @@ impl Rig {
         } else {
             Protocol::Delta
         };
-        let mut replicas = self.envoy_xds_ports.clone();
+        let mut replicas = (self.xds_ports_of.get(&i))
+            .unwrap_or(&self.envoy_xds_ports)
+            .clone();
         let first = i % replicas.len();
         replicas.rotate_left(first);
         Envoy::start_with_replicas(

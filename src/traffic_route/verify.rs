@@ -70,7 +70,16 @@ where
         fleet_changes.borrow_and_update();
         let envoys = ctx.envoys();
         let empty = envoys.is_empty();
-        let result = named_by_pod(check(envoys).await, &ctx.envoy_pods());
+        let Some(result) = check_while_fleet_stays(ctx, &mut fleet_changes, &check, envoys).await
+        else {
+            // The fleet changed while it was asked: ask the fleet as it is now.
+            if ctx.superseded(route) {
+                return Verification::Superseded;
+            }
+            woken = true;
+            continue;
+        };
+        let result = named_by_pod(result, &ctx.envoy_pods());
         debug!(route = %key.1, ready = result.ready.len(), lagging = ?result.lagging, woken, "fleet checked");
         if result.all_ready() || empty {
             ctx.progressed(&key);
@@ -90,6 +99,38 @@ where
         };
         if ctx.superseded(route) {
             return Verification::Superseded;
+        }
+    }
+}
+
+/// `check` of `envoys`; None if the fleet lost or gained an Envoy meanwhile. A hung Envoy's
+/// probe takes the prober's whole timeout to fail; once it has left the fleet, nobody
+/// needs that answer.
+async fn check_while_fleet_stays<F, Fut>(
+    ctx: &Context,
+    fleet_changes: &mut tokio::sync::watch::Receiver<u64>,
+    check: &F,
+    envoys: Vec<String>,
+) -> Option<FleetResult>
+where
+    F: Fn(Vec<String>) -> Fut,
+    Fut: Future<Output = FleetResult>,
+{
+    let asked = envoys.clone();
+    let checking = check(envoys);
+    tokio::pin!(checking);
+    loop {
+        tokio::select! {
+            result = &mut checking => return Some(result),
+            changed = fleet_changes.changed() => {
+                // (A watch that is gone changes nothing more: wait for the answer.)
+                if changed.is_err() {
+                    return Some(checking.await);
+                }
+                if ctx.envoys() != asked {
+                    return None;
+                }
+            }
         }
     }
 }

@@ -1,0 +1,163 @@
+//! One stuck Envoy of three never freezes the fleet (issue #37), on a real kube-apiserver
+//! with real Envoys under load: a rollout waits for it only as long as the bound that
+//! docs/concepts.md states, its status names it the whole time, an Event names it once it
+//! has held the rollout back for a while, and requests through the Envoys keep answering.
+
+use std::time::{Duration, Instant};
+
+use switchyard::api::TrafficRouteStatus;
+use switchyard_e2e::kubelet_probes::KubeletProbes;
+use switchyard_e2e::relay::Relay;
+use switchyard_e2e::rig::{HOST, Rig};
+use switchyard_e2e::{Load, LoadReport, free_port};
+
+const RATE: u32 = 200;
+/// The stuck Envoy (a SotW one: every third Envoy of the rig is).
+const STUCK: usize = 2;
+
+/// Ready's message, whatever its status.
+fn ready_message(status: &TrafficRouteStatus) -> Option<(String, String)> {
+    (status.conditions.iter())
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
+fn assert_none_failed(name: &str, report: &LoadReport) {
+    eprintln!(
+        "{name}: {} requests, by status {:?}, by backend {:?}",
+        report.sent, report.by_status, report.by_backend
+    );
+    let shown: Vec<_> = report.failures.iter().take(5).collect();
+    assert_eq!(report.non_2xx(), 0, "{name}: requests failed: {shown:#?}");
+}
+
+/// A hung Envoy (SIGSTOP) mid-rollout: the change waits for it, saying so, until its
+/// readiness probe fails and it leaves the fleet (within 5 s: two probes 2 s apart, a
+/// second each), then goes on without it, woken by the fleet's change. Thawed, it is ready
+/// again and serves the route as it is now.
+#[tokio::test]
+async fn a_frozen_envoy_holds_a_rollout_back_only_until_it_stops_being_ready() {
+    let rig = Rig::serving_web(&["blue", "green"], "blue").await;
+    let probes = KubeletProbes::start(&rig);
+    let healthy: Vec<String> = rig.targets().into_iter().take(2).collect();
+    let load = Load::start(healthy, HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    rig.envoys[STUCK].freeze();
+    let stuck = rig.envoy_addresses[STUCK].clone();
+    let changed = Instant::now();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    let waiting = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            ready_message(s)
+                .is_some_and(|(status, message)| status == "False" && message.contains(&stuck))
+        })
+        .await;
+    eprintln!("while frozen: {:?}", ready_message(&waiting));
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let ready = changed.elapsed();
+    let Some(left) = probes.marked(STUCK, false) else {
+        panic!("Ready before the frozen Envoy left the fleet");
+    };
+    let after_it_left = Instant::now().saturating_duration_since(left);
+    eprintln!(
+        "frozen: Ready {ready:?} after the change; the Envoy left the fleet {:?} after the change, \
+         Ready {after_it_left:?} after that",
+        left.saturating_duration_since(changed)
+    );
+    assert!(
+        left.saturating_duration_since(changed) < Duration::from_secs(7),
+        "the frozen Envoy left the fleet only {:?} after the change",
+        left.saturating_duration_since(changed)
+    );
+
+    rig.envoys[STUCK].thaw();
+    let thawed = Instant::now();
+    while probes.marked(STUCK, true).is_none_or(|at| at < thawed) {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(20),
+            "the thawed Envoy never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        rig.answers_for(HOST).await,
+        ["green", "green", "green"],
+        "the thawed Envoy serves the route as it is now"
+    );
+    assert_none_failed("frozen Envoy", &load.finish().await);
+}
+
+/// An Envoy whose xDS connection goes on being open but carries nothing, while it still
+/// serves and Kubernetes counts it ready: the rollout waits for it (its routes would lose
+/// their backends otherwise), its status names it the whole time and an Event does after
+/// 10 s. Its connection is dropped by Envoy's keepalive (10 s) and opened again; once the
+/// new one gets through, the rollout completes.
+#[tokio::test]
+async fn an_envoy_whose_xds_stream_is_stuck_is_named_until_its_connection_is_replaced() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    let xds = free_port();
+    let relay = Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], xds))).await;
+    rig.connect_envoys_to(&[xds]);
+    rig.connect_envoy_to(STUCK, &[relay.address.port()]);
+    rig.start_operator_on("switchyard-1", xds, &[]);
+    rig.start_envoys();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Every connection through the relay, the open one and any new one, carries nothing.
+    relay.stall();
+    let stuck = rig.envoy_addresses[STUCK].clone();
+    let changed = Instant::now();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    let waiting = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            ready_message(s)
+                .is_some_and(|(status, message)| status == "False" && message.contains(&stuck))
+        })
+        .await;
+    eprintln!("while stuck: {:?}", ready_message(&waiting));
+    let started = Instant::now();
+    while !rig
+        .event_reasons("web")
+        .await
+        .contains(&"EnvoysLagging".into())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no Event named the stuck Envoy: {:?}",
+            rig.event_reasons("web").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let named = changed.elapsed();
+    let still = rig.route("web").await;
+    let status = still.status.as_ref().and_then(ready_message);
+    assert!(
+        status
+            .as_ref()
+            .is_some_and(|(ready, message)| ready == "False" && message.contains(&stuck)),
+        "status no longer names the stuck Envoy: {status:?}"
+    );
+
+    // A new connection gets through: Envoy drops the stuck one and is served on it.
+    relay.carry_new_connections();
+    let freed = Instant::now();
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let ready = freed.elapsed();
+    eprintln!(
+        "stuck xDS: an Event named it {named:?} after the change; Ready {ready:?} after a \
+         new connection could get through ({:?} after the change)",
+        changed.elapsed()
+    );
+    assert_eq!(rig.answers_for(HOST).await, ["green", "green", "green"]);
+    assert_none_failed("stuck xDS stream", &load.finish().await);
+    relay.unstall();
+}

@@ -161,3 +161,58 @@ async fn an_envoy_whose_xds_stream_is_stuck_is_named_until_its_connection_is_rep
     assert_none_failed("stuck xDS stream", &load.finish().await);
     relay.unstall();
 }
+
+/// An Envoy connected to a replica that hangs (SIGSTOP: its connections stay open and
+/// nothing answers), not the leader: the rollout waits for that Envoy, naming it, until
+/// Envoy's keepalive drops the connection (10 s) and it connects to the other replica,
+/// which serves it the change.
+#[tokio::test]
+async fn an_envoy_of_a_hung_replica_moves_to_another_and_the_rollout_completes() {
+    let mut rig = Rig::start(3).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    let (leader, other) = (free_port(), free_port());
+    rig.connect_envoys_to(&[leader, other]);
+    rig.start_operator_on("switchyard-1", leader, &[]);
+    rig.wait_lease_holder(Duration::from_secs(30), |h| h == Some("switchyard-1"))
+        .await;
+    rig.start_operator_on("switchyard-2", other, &[]);
+    rig.start_envoys();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("blue", 1)]))
+        .await;
+    rig.wait_ready("web", Duration::from_secs(60)).await;
+    // Envoy 1 lists the other replica first.
+    let on_other = rig.operator("switchyard-2").nodes().await;
+    let connected: Vec<&str> = (on_other["nodes"].as_array().into_iter().flatten())
+        .filter_map(|n| n["node_id"].as_str())
+        .collect();
+    assert!(connected.contains(&"envoy-1"), "{on_other:#}");
+    let load = Load::start(rig.targets(), HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    rig.operator("switchyard-2").process.freeze();
+    let stuck = rig.envoy_addresses[1].clone();
+    let changed = Instant::now();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    let waiting = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            ready_message(s)
+                .is_some_and(|(status, message)| status == "False" && message.contains(&stuck))
+        })
+        .await;
+    eprintln!("replica hung: {:?}", ready_message(&waiting));
+    rig.wait_ready("web", Duration::from_secs(40)).await;
+    let ready = changed.elapsed();
+    let on_leader = rig.operator("switchyard-1").nodes().await;
+    let moved = (on_leader["nodes"].as_array().into_iter().flatten())
+        .any(|n| n["node_id"].as_str() == Some("envoy-1"));
+    eprintln!("replica hung: Ready {ready:?} after the change; envoy-1 on the leader: {moved}");
+    assert!(
+        moved,
+        "envoy-1 did not move to the other replica: {on_leader:#}"
+    );
+    assert_eq!(rig.answers_for(HOST).await, ["green", "green", "green"]);
+    assert_none_failed("hung replica", &load.finish().await);
+    rig.operator("switchyard-2").process.thaw();
+}

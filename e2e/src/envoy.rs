@@ -151,19 +151,12 @@ impl Envoy {
     /// Freezes the process (SIGSTOP), as a hung Envoy: the kernel still accepts its
     /// connections, nothing answers them.
     pub fn freeze(&self) {
-        self.signal(libc::SIGSTOP);
+        self.process.freeze();
     }
 
     /// Lets a frozen process go on (SIGCONT).
     pub fn thaw(&self) {
-        self.signal(libc::SIGCONT);
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.process.pid()).expect("a pid");
-        // SAFETY: kill(2) with a pid this rig spawned and still holds.
-        let sent = unsafe { libc::kill(pid, signal) };
-        assert_eq!(sent, 0, "signal {signal} to Envoy {pid}");
+        self.process.thaw();
     }
 
     /// How many user virtual hosts (`<namespace>/<route>`) the active route

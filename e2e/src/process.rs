@@ -70,6 +70,24 @@ impl Process {
         }
     }
 
+    /// Freezes the process (SIGSTOP), as a hung one: the kernel still accepts its
+    /// connections, nothing answers them.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a frozen process go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.pid()).expect("a pid");
+        // SAFETY: kill(2) with a pid this rig spawned and still holds.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "signal {signal} to {} ({pid})", self.name);
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

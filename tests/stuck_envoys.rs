@@ -216,3 +216,66 @@ async fn an_envoy_of_a_hung_replica_moves_to_another_and_the_rollout_completes()
     assert_none_failed("hung replica", &load.finish().await);
     rig.operator("switchyard-2").process.thaw();
 }
+
+/// An Envoy that refuses what it is sent (as one too old for the configuration would:
+/// here, one built without the HTTP router, which every listener uses) never gets its
+/// probe listener, so it never turns ready; the rollout waits for it only until its
+/// readiness probe has failed (it restarted: within 4 s), and status and `switchyard
+/// status` say what it refused.
+#[tokio::test]
+async fn an_envoy_that_refuses_its_configuration_never_holds_the_fleet_back() {
+    let mut rig = Rig::serving_web(&["blue", "green"], "blue").await;
+    let probes = KubeletProbes::start(&rig);
+    let healthy: Vec<String> = rig.targets().into_iter().take(2).collect();
+    let load = Load::start(healthy, HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let restarted = Instant::now();
+    rig.restart_envoy_with_args(
+        STUCK,
+        &[
+            "--disable-extensions",
+            "envoy.filters.http/envoy.filters.http.router",
+        ],
+    );
+    let stuck = rig.envoy_addresses[STUCK].clone();
+    rig.apply_route("web", &Rig::route_yaml(HOST, &[("green", 1)]))
+        .await;
+    let waiting = rig
+        .wait_status("web", Duration::from_secs(10), |s| {
+            ready_message(s)
+                .is_some_and(|(status, message)| status == "False" && message.contains(&stuck))
+        })
+        .await;
+    eprintln!("refusing: {:?}", ready_message(&waiting));
+    let said = ready_message(&waiting).map(|(_, message)| message);
+    assert!(
+        said.as_deref()
+            .is_some_and(|m| m.contains("envoy-2 rejected Listener")),
+        "status does not say what the Envoy refused: {said:?}"
+    );
+    rig.wait_ready("web", Duration::from_secs(30)).await;
+    let ready = restarted.elapsed();
+    let Some(left) = probes.marked(STUCK, false) else {
+        panic!("Ready before the refusing Envoy left the fleet");
+    };
+    eprintln!(
+        "refusing: left the fleet {:?} and Ready {ready:?} after its restart",
+        left.saturating_duration_since(restarted)
+    );
+    let nodes = rig.operator("switchyard-1").nodes().await;
+    let refused = (nodes["nodes"].as_array().into_iter().flatten())
+        .find(|n| n["node_id"].as_str() == Some("envoy-2"))
+        .map(|n| n["status"]["types"]["Listener"]["last_nack"].clone());
+    eprintln!("refusing: what it refused: {refused:?}");
+    assert!(
+        refused
+            .as_ref()
+            .and_then(|nack| nack["error"].as_str())
+            .is_some_and(|error| error.contains("envoy.filters.http.router")),
+        "the refusal is not on record: {nodes:#}"
+    );
+    let events = rig.event_reasons("web").await;
+    assert!(events.contains(&"EnvoyRejected".into()), "{events:?}");
+    assert_none_failed("refusing Envoy", &load.finish().await);
+}

@@ -83,6 +83,39 @@ impl Envoy {
         protocol: Protocol,
         bootstrap: impl FnOnce(Bootstrap) -> String,
     ) -> Envoy {
+        Self::start_with(work, name, address, xds_ports, protocol, bootstrap, &[])
+    }
+
+    /// [`Envoy::start_with_replicas`] with more command-line arguments (e.g.
+    /// `--disable-extensions`, to make an Envoy that refuses what it is sent).
+    pub fn start_with_args(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+        args: &[&str],
+    ) -> Envoy {
+        Self::start_with(
+            work,
+            name,
+            address,
+            xds_ports,
+            protocol,
+            |b| b.to_yaml(),
+            args,
+        )
+    }
+
+    fn start_with(
+        work: &Path,
+        name: &str,
+        address: &str,
+        xds_ports: &[u16],
+        protocol: Protocol,
+        bootstrap: impl FnOnce(Bootstrap) -> String,
+        args: &[&str],
+    ) -> Envoy {
         // Port 0: Envoy picks a free one and says which. A port found free beforehand can
         // be taken meanwhile (by any outgoing connection's ephemeral port on 127.0.0.1), and
         // Envoy then exits with "cannot bind ... Address already in use".
@@ -119,7 +152,8 @@ impl Envoy {
             .args(["--drain-strategy", "immediate"])
             .args(["--drain-time-s", "1", "--parent-shutdown-time-s", "2"])
             .arg("--admin-address-path")
-            .arg(&admin_address_file);
+            .arg(&admin_address_file)
+            .args(args);
         let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
         Envoy {
             process,

@@ -235,6 +235,10 @@ impl Rig {
 
     /// Envoy `i` of the fleet: its name, address, protocol and replicas never change.
     fn spawn_envoy(&self, i: usize) -> Envoy {
+        self.spawn_envoy_with_args(i, &[])
+    }
+
+    fn spawn_envoy_with_args(&self, i: usize, args: &[&str]) -> Envoy {
         let protocol = if i % 3 == 2 {
             Protocol::Sotw
         } else {
@@ -245,12 +249,13 @@ impl Rig {
             .clone();
         let first = i % replicas.len();
         replicas.rotate_left(first);
-        Envoy::start_with_replicas(
+        Envoy::start_with_args(
             &self.work,
             &format!("envoy-{i}"),
             &self.envoy_addresses[i],
             &replicas,
             protocol,
+            args,
         )
     }
 
@@ -310,6 +315,11 @@ impl Rig {
     /// protocol and replicas, fresh state; the previous run's log is kept as
     /// `envoy-<i>.log.<n>`.
     pub fn restart_envoy(&mut self, i: usize) {
+        self.restart_envoy_with_args(i, &[]);
+    }
+
+    /// [`Rig::restart_envoy`] with more command-line arguments for Envoy.
+    pub fn restart_envoy_with_args(&mut self, i: usize, args: &[&str]) {
         self.envoys[i].process.kill();
         self.envoy_restarts += 1;
         let log = &self.envoys[i].process.log;
@@ -317,7 +327,7 @@ impl Rig {
             log,
             log.with_extension(format!("log.{}", self.envoy_restarts)),
         );
-        self.envoys[i] = self.spawn_envoy(i);
+        self.envoys[i] = self.spawn_envoy_with_args(i, args);
     }
 
     /// The leader Lease of this rig's operators (namespace `default`).

@@ -82,7 +82,7 @@ impl Metrics {
         );
         r.register(
             "xds_streams_unanswered",
-            "Streams closed because Envoy answered no response for --xds-answer-timeout",
+            "Streams closed because Envoy answered nothing for --xds-answer-timeout while a response waited",
             metrics.streams_unanswered.clone(),
         );
         r.register(

@@ -84,7 +84,7 @@ impl Relay {
     /// on, and drops none, until [`Relay::unstall`] (or, for new connections,
     /// [`Relay::carry_new_connections`]): what is sent meanwhile waits.
     pub fn stall(&self) {
-        if let Some(valve) = lock(&self.valves).last() {
+        for valve in lock(&self.valves).iter() {
             valve.send_replace(false);
         }
     }

@@ -43,6 +43,38 @@ fn assert_no_way_out(node: &Node) {
     }
 }
 
+/// A process of the node (a container's, seen from the host) frozen with SIGSTOP until
+/// dropped.
+struct FrozenProcess {
+    pid: libc::pid_t,
+}
+
+impl FrozenProcess {
+    /// Freezes the one process whose command line contains `pattern`.
+    fn of(pattern: &str) -> FrozenProcess {
+        let found = std::process::Command::new("pgrep")
+            .args(["-f", "--", pattern])
+            .output()
+            .expect("pgrep");
+        let text = String::from_utf8_lossy(&found.stdout);
+        let pids: Vec<libc::pid_t> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(pids.len(), 1, "processes matching {pattern:?}: {text}");
+        // SAFETY: kill(2) on a process of the node this test started.
+        let sent = unsafe { libc::kill(pids[0], libc::SIGSTOP) };
+        assert_eq!(sent, 0, "SIGSTOP to {}", pids[0]);
+        FrozenProcess { pid: pids[0] }
+    }
+}
+
+impl Drop for FrozenProcess {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(self.pid, libc::SIGCONT);
+        }
+    }
+}
+
 async fn kubectl_ok(node: &Node, args: &[&str]) -> String {
     node.api().kubectl_ok(args).await
 }
@@ -120,6 +152,50 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         report.by_backend
     );
 
+    // A hung Envoy Pod (its process frozen from the node, SIGSTOP) holds a rollout back
+    // only until the kubelet's readiness probe takes it out of the fleet (two failed
+    // probes 2 s apart, a second each): the change is Ready within the bound, and the
+    // Envoy that stayed healthy answers every request meanwhile.
+    node.apply(&backend_yaml(APPS, "green", 1, "v1", 0)).await;
+    node.wait_rollout(APPS, "deployment/green", Duration::from_secs(60))
+        .await;
+    let (frozen, healthy) = (&envoys[1].0, envoys[0].1.clone());
+    let envoy = FrozenProcess::of(&format!("--service-node {frozen}"));
+    let load = Load::start(vec![healthy], HOST, 50, Duration::from_secs(40));
+    let changed = Instant::now();
+    node.apply(&route_yaml(APPS, "web", HOST, &[("green", 1)]))
+        .await;
+    let took = node
+        .wait_route_ready(APPS, "web", Duration::from_secs(20))
+        .await;
+    let left = node.envoy_pods().await;
+    drop(envoy);
+    let report = load.finish().await;
+    eprintln!(
+        "{frozen} frozen: the change Ready in {took:.1?} ({:.1?} after the change); ready \
+         Envoys meanwhile {left:?}; through the other: {report:?}",
+        changed.elapsed()
+    );
+    assert!(
+        left.iter().all(|(pod, _)| pod != frozen),
+        "the frozen Envoy is still ready: {left:?}"
+    );
+    assert_eq!(report.non_2xx(), 0, "{report:?}");
+    assert!(
+        report.by_backend.keys().any(|b| b.starts_with("green-")),
+        "the healthy Envoy never served the change: {:?}",
+        report.by_backend
+    );
+    // Thawed, it is ready again.
+    let thawed = Instant::now();
+    while node.envoy_pods().await.len() < 2 {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(30),
+            "the thawed Envoy is not ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // `kubectl switchyard status --kubernetes` (the binary as a kubectl plugin) finds both
     // replicas through the API server (their Pods, asked through its Pod proxy) and shows
     // both Envoys in sync.
@@ -134,30 +210,43 @@ async fn helm_install_serves_routes_through_envoy_pods() {
         plugins.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let status = tokio::process::Command::new(switchyard_e2e::kube::tool("kubectl"))
-        .args(["switchyard", "status", "--kubernetes"])
-        .args(["--namespace", SWITCHYARD_NAMESPACE])
-        .env("KUBECONFIG", &node.api().kubeconfig)
-        .env("PATH", path)
-        .output();
-    let status = tokio::time::timeout(Duration::from_secs(30), status)
-        .await
-        .expect("switchyard status answers within 30 s")
-        .expect("switchyard status runs");
-    let text = String::from_utf8_lossy(&status.stdout);
-    eprintln!("{text}");
-    assert!(
-        status.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    for (envoy, _) in &envoys {
-        let row = text.lines().find(|l| l.starts_with(envoy.as_str()));
+    // (The Envoy thawed above may take a moment to be in sync again.)
+    let asked = Instant::now();
+    loop {
+        let status = tokio::process::Command::new(switchyard_e2e::kube::tool("kubectl"))
+            .args(["switchyard", "status", "--kubernetes"])
+            .args(["--namespace", SWITCHYARD_NAMESPACE])
+            .env("KUBECONFIG", &node.api().kubeconfig)
+            .env("PATH", &path)
+            .output();
+        let status = tokio::time::timeout(Duration::from_secs(30), status)
+            .await
+            .expect("switchyard status answers within 30 s")
+            .expect("switchyard status runs");
+        let text = String::from_utf8_lossy(&status.stdout);
         assert!(
-            row.is_some_and(|r| r.contains("SYNCED")
-                && operators.iter().any(|(pod, _)| r.contains(pod.as_str()))),
-            "{envoy} is not shown in sync on an operator Pod:\n{text}"
+            status.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&status.stderr)
         );
+        let out_of_sync: Vec<&String> = (envoys.iter().map(|(envoy, _)| envoy))
+            .filter(|envoy| {
+                let row = text.lines().find(|l| l.starts_with(envoy.as_str()));
+                !row.is_some_and(|r| {
+                    r.contains("SYNCED")
+                        && operators.iter().any(|(pod, _)| r.contains(pod.as_str()))
+                })
+            })
+            .collect();
+        if out_of_sync.is_empty() {
+            eprintln!("{text}");
+            break;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(15),
+            "{out_of_sync:?} not shown in sync on an operator Pod:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
     let (own, pods) = node.memory_mib();

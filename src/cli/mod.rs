@@ -366,10 +366,10 @@ pub(crate) struct ServeArgs {
     /// Accept only Envoys whose client certificate one of these CAs signed (PEM bundle).
     #[arg(long, env = "SWITCHYARD_XDS_CLIENT_CA", value_name = "PEM")]
     pub(crate) xds_client_ca: Option<PathBuf>,
-    /// Close an xDS stream whose Envoy has answered none of its responses (ACK or NACK)
-    /// for this long, so that it connects again (to another replica, if its Service
-    /// picks one). Longer than Envoy holds the answer to a cluster response while a new
-    /// cluster warms (its initial-fetch timeout, 15 s).
+    /// Close an xDS stream whose Envoy has answered nothing (ACK or NACK) for this long
+    /// while a response waits for its answer, so that it connects again (to another
+    /// replica, if its Service picks one). Longer than Envoy holds the answer to a
+    /// cluster response while a new cluster warms (its initial-fetch timeout, 15 s).
     #[arg(long, env = "SWITCHYARD_XDS_ANSWER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub(crate) xds_answer_timeout: Duration,
     /// Secret that probe requests must carry. Every replica must use the same one.

@@ -24,9 +24,11 @@ pub const DEFAULT_PROBE_DEADLINE: Duration = Duration::from_secs(300);
 /// same Envoys: which ones hold it back, and why.
 pub const ENVOYS_LAGGING: &str = "EnvoysLagging";
 
-/// How long a generation waits on the same Envoys before an Event names them: longer than
-/// a rollout takes when every Envoy answers (tens of milliseconds), shorter than a hung
-/// Envoy takes to stop being ready (5 s) and leave the fleet.
+/// How long a generation waits on the same Envoys before an Event names them: far longer
+/// than a rollout takes when every Envoy answers (tens of milliseconds), and than a hung
+/// Envoy takes to stop being ready and leave the fleet (5 s), so it names the Envoys that
+/// stay counted and hold the rollout back: a stuck xDS stream, a refusal. Timed from the
+/// first pass that found the generation waiting on them.
 pub const LAGGING_AFTER: Duration = Duration::from_secs(10);
 
 /// The route's probe deadline, or the default (its spec was validated before it got here).

@@ -132,7 +132,7 @@ pub(super) struct Context {
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
-    /// Bumped at every change of the fleet's EndpointSlices (see [`FleetChanges`]).
+    /// The fleet's addresses, as they change (see [`FleetChanges`]).
     pub(super) fleet_changes: FleetChanges,
     /// When each route's rollout took its last step, for the step histogram.
     pub(super) clock: RolloutClock,

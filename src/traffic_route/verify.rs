@@ -70,7 +70,10 @@ where
         fleet_changes.borrow_and_update();
         let envoys = ctx.envoys();
         let empty = envoys.is_empty();
-        let Some(result) = check_while_fleet_stays(ctx, &mut fleet_changes, &check, envoys).await
+        // Past the pass's time, the answer is waited for whatever happens.
+        let may_drop = started.elapsed() < VERIFY_IN_PASS;
+        let Some(result) =
+            check_while_fleet_stays(&mut fleet_changes, &check, envoys, may_drop).await
         else {
             // The fleet changed while it was asked: ask the fleet as it is now.
             if ctx.superseded(route) {
@@ -103,14 +106,14 @@ where
     }
 }
 
-/// `check` of `envoys`; None if the fleet lost or gained an Envoy meanwhile. A hung Envoy's
-/// probe takes the prober's whole timeout to fail; once it has left the fleet, nobody
-/// needs that answer.
+/// `check` of `envoys`; None if the fleet lost or gained an Envoy meanwhile and
+/// `may_drop`. A hung Envoy's probe takes the prober's whole timeout to fail; once it has
+/// left the fleet, nobody needs that answer.
 async fn check_while_fleet_stays<F, Fut>(
-    ctx: &Context,
-    fleet_changes: &mut tokio::sync::watch::Receiver<u64>,
+    fleet_changes: &mut tokio::sync::watch::Receiver<Vec<String>>,
     check: &F,
     envoys: Vec<String>,
+    may_drop: bool,
 ) -> Option<FleetResult>
 where
     F: Fn(Vec<String>) -> Fut,
@@ -118,6 +121,9 @@ where
 {
     let asked = envoys.clone();
     let checking = check(envoys);
+    if !may_drop {
+        return Some(checking.await);
+    }
     tokio::pin!(checking);
     loop {
         tokio::select! {
@@ -127,7 +133,7 @@ where
                 if changed.is_err() {
                     return Some(checking.await);
                 }
-                if ctx.envoys() != asked {
+                if *fleet_changes.borrow_and_update() != asked {
                     return None;
                 }
             }

@@ -13,7 +13,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use super::planner::Entries;
+use super::planner::{Entries, merged};
+use super::snapshot::union_version;
 
 /// How many sets are kept. They share their resources with the snapshots (persistent
 /// maps), so a set costs little beyond the resources no snapshot has any more.
@@ -39,19 +40,27 @@ impl AcceptedClusters {
         sets.push_back((version.to_string(), clusters.clone()));
     }
 
-    /// The set remembered as `version`, if it still is.
+    /// The set remembered as `version`, if it still is; or else the union of two sets
+    /// remembered one after the other that has this version: what an Envoy holds between
+    /// the make and break steps of a move from one to the next, seen on another replica.
     pub fn recall(&self, version: &str) -> Option<Entries> {
         let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-        sets.iter()
+        if let Some((_, set)) = sets.iter().rev().find(|(v, _)| v == version) {
+            return Some(set.clone());
+        }
+        let (older, newer) = (sets.iter(), sets.iter().skip(1));
+        older
+            .zip(newer)
             .rev()
-            .find(|(v, _)| v == version)
-            .map(|(_, set)| set.clone())
+            .find(|((va, a), (_, b))| union_version(a, va, b).as_deref() == Some(version))
+            .map(|((_, a), (_, b))| merged(a, b))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::snapshot::version_of;
 
     fn set(names: &[&str]) -> Entries {
         names
@@ -61,6 +70,19 @@ mod tests {
                 (n.to_string(), entry)
             })
             .collect()
+    }
+
+    #[test]
+    fn recalls_the_union_of_two_sets_one_after_the_other() {
+        let accepted = AcceptedClusters::default();
+        let (a, b, c) = (set(&["a", "b"]), set(&["b", "c"]), set(&["d"]));
+        for s in [&a, &b, &c] {
+            accepted.remember(&version_of(s), s);
+        }
+        let between = merged(&a, &b);
+        assert_eq!(accepted.recall(&version_of(&between)), Some(between));
+        // Not one after the other: not recalled.
+        assert_eq!(accepted.recall(&version_of(&merged(&a, &c))), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub struct Desired {
     tx: watch::Sender<Option<Arc<Snapshot>>>,
     held: Mutex<Held>,
     /// Every published snapshot's clusters: a set Envoys hold once they are in step.
-    accepted: AcceptedClusters,
+    accepted: Arc<AcceptedClusters>,
 }
 
 #[derive(Default)]
@@ -36,7 +36,7 @@ impl Desired {
         Self {
             tx: watch::channel(None).0,
             held: Mutex::new(Held::default()),
-            accepted: AcceptedClusters::default(),
+            accepted: Arc::default(),
         }
     }
 
@@ -86,7 +86,7 @@ impl Desired {
     }
 
     /// The cluster sets Envoys may hold (see [`AcceptedClusters`]).
-    pub(super) fn accepted(&self) -> &AcceptedClusters {
+    pub(super) fn accepted(&self) -> &Arc<AcceptedClusters> {
         &self.accepted
     }
 

@@ -1,6 +1,6 @@
 //! The make-before-break planner: pure functions that move what one node should hold
 //! (its view) one step towards the desired snapshot (I1, I2). No I/O and no protocol:
-//! the session calls [`advance`] when every response of the current step is ACKed.
+//! the session calls [`advance_until`] when every response of the current step is ACKed.
 //!
 //! 1. **make**: clusters, endpoints and secrets of the desired snapshot are added or
 //!    updated, nothing is removed; wait until Envoy has ACKed every one of them (Envoy holds
@@ -112,15 +112,16 @@ fn lacks(entries: Option<&Entries>, resources: &Resources) -> bool {
     })
 }
 
-/// Moves `view` one step towards `desired` (see the module docs); true if it changed.
-/// Works in place and only copies what differs: every node plans after every step.
+/// [`advance_until`], the break step allowed.
 #[cfg(test)]
 pub(super) fn advance(view: &mut View, desired: &Snapshot, ordering: Ordering) -> bool {
     advance_until(view, desired, ordering, true)
 }
 
-/// [`advance`], taking the break step only if `may_break`: the session holds a node back
-/// where its stream has not yet told what the removals must wait for.
+/// Moves `view` one step towards `desired` (see the module docs); true if it changed.
+/// Takes the break step only if `may_break`: the session holds a node back where its
+/// stream has not yet told what the removals must wait for. Works in place and only
+/// copies what differs: every node plans after every step.
 pub(super) fn advance_until(
     view: &mut View,
     desired: &Snapshot,

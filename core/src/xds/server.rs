@@ -76,9 +76,10 @@ impl AdsServer {
         }
     }
 
-    /// Closes a stream whose Envoy has answered (ACK or NACK) none of its responses for
-    /// `timeout`: a stream that makes no progress, whatever holds it (a stuck connection,
-    /// a proxy on the way). Envoy connects again, to another replica if its Service
+    /// Closes a stream whose Envoy has answered (ACK or NACK) nothing for `timeout` while
+    /// a response waits for its answer (counted from when the response was handed to the
+    /// stream, or from the last answer if that came later): a stream that makes no
+    /// progress, whatever holds it (a stuck connection, a proxy on the way). Envoy connects again, to another replica if its Service
     /// picks one, and is served afresh.
     pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
         self.answer_timeout = timeout;
@@ -99,7 +100,8 @@ impl AdsServer {
         let (tx, rx) = mpsc::channel(16);
         let stream = self.next_stream.fetch_add(1, AtomicOrdering::Relaxed);
         let span = info_span!("xds_stream", stream, ?protocol, %peer, node = tracing::field::Empty);
-        let session = Session::new(protocol, self.ordering);
+        let session =
+            Session::new(protocol, self.ordering).with_accepted(self.desired.accepted().clone());
         let this = self.clone();
         tokio::spawn(
             async move {
@@ -136,6 +138,7 @@ impl AdsServer {
         let mut desired = self.desired.subscribe();
         let mut draining = self.nodes.draining();
         let mut sent_at: HashMap<String, Instant> = HashMap::new();
+        let mut last_answer = Instant::now();
         let mut named = false;
         // What the registry last heard from this stream: most messages change nothing
         // the rest of the program looks at, and every update wakes its watchers.
@@ -143,12 +146,13 @@ impl AdsServer {
         // The gate may already be open.
         let mut initial = desired.borrow_and_update().clone();
         loop {
-            // The oldest response Envoy has not answered yet.
+            // Since when Envoy has answered nothing although a response waits for it: the
+            // oldest unanswered response, or its last answer if that came later.
             let unanswered_since = session
                 .pending_nonces()
                 .filter_map(|nonce| sent_at.get(nonce))
                 .min()
-                .copied();
+                .map(|oldest| (*oldest).max(last_answer));
             let stalled = async {
                 match unanswered_since {
                     Some(since) => {
@@ -172,10 +176,7 @@ impl AdsServer {
                     message = inbound.next() => match message {
                         None => return Ok(()),
                         Some(Err(status)) => return Err(status),
-                        Some(Ok(Incoming::Sotw(request))) => {
-                            self.recall_clusters(&mut session, &request);
-                            session.on_sotw_request(request, Instant::now())
-                        }
+                        Some(Ok(Incoming::Sotw(request))) => session.on_sotw_request(request, Instant::now()),
                         Some(Ok(Incoming::Delta(request))) => session.on_delta_request(request, Instant::now()),
                     },
                     changed = desired.changed() => {
@@ -207,6 +208,15 @@ impl AdsServer {
                 just_named = true;
             }
             let events = session.take_events();
+            let answered = events.iter().any(|e| {
+                matches!(
+                    e,
+                    Event::Acked { .. } | Event::Nacked { .. } | Event::RoutesInParts { .. }
+                )
+            });
+            if answered {
+                last_answer = Instant::now();
+            }
             if !events.is_empty() {
                 let node = session.node().map(|n| n.id.as_str()).unwrap_or_default();
                 self.record(node, session.protocol(), events, &mut sent_at);
@@ -236,27 +246,6 @@ impl AdsServer {
                     status,
                 });
             }
-        }
-    }
-
-    /// A SotW Envoy's first cluster request on this stream names the version it holds:
-    /// the session keeps those clusters until the routes that use them are replaced.
-    fn recall_clusters(&self, session: &mut Session, request: &DiscoveryRequest) {
-        if request.type_url != CLUSTER
-            || request.version_info.is_empty()
-            || session.has_requested(CLUSTER)
-        {
-            return;
-        }
-        match self.desired.accepted().recall(&request.version_info) {
-            Some(held) => {
-                debug!(version = %request.version_info, clusters = held.len(), "the node holds clusters from before this stream");
-                session.recall_held(CLUSTER, held);
-            }
-            None => warn!(
-                version = %request.version_info,
-                "the node holds clusters of a version not known here: those gone since are removed with the first cluster response"
-            ),
         }
     }
 
@@ -295,7 +284,8 @@ impl AdsServer {
                                 .report_verdict(RouteVerdict::Accepted(config.clone()));
                         }
                     }
-                    // (A delta ACK's version is the snapshot's; a SotW one's, the set's.)
+                    // (A delta node's set may hold entries without content, named by its
+                    // initial versions: no SotW response could carry them.)
                     if type_url == CLUSTER && protocol == Protocol::Sotw {
                         self.desired.accepted().remember(&version, &resources);
                     }
@@ -350,6 +340,13 @@ impl AdsServer {
                         });
                     }
                 }
+                Event::Recalled { version, clusters } => {
+                    debug!(%version, clusters, "the node holds clusters from before this stream");
+                }
+                Event::NotRecalled { version } => warn!(
+                    %version,
+                    "the node holds clusters of a version not known here: those gone since are removed with the first cluster response"
+                ),
                 Event::StaleNonce { type_url, nonce } => {
                     debug!(r#type = short_type(&type_url), %nonce, "ignored request with a stale nonce");
                 }

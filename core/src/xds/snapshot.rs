@@ -265,6 +265,25 @@ pub fn version_of(resources: &Resources) -> String {
     )
 }
 
+/// Version of `a` and `b` together, `b`'s entry where both have a name (what a make step
+/// holds between two sets), from `a`'s version and what `b` adds or changes: no pass over
+/// what they share. None if `a_version` is not a version.
+pub fn union_version(a: &Resources, a_version: &str, b: &Resources) -> Option<String> {
+    let mut sum = u128::from_str_radix(a_version, 16).ok()?;
+    for item in a.diff(b) {
+        match item {
+            imbl::ordmap::DiffItem::Add(_, added) => sum = sum.wrapping_add(entry_hash(added)),
+            imbl::ordmap::DiffItem::Update { old, new } => {
+                sum = sum
+                    .wrapping_add(entry_hash(new.1))
+                    .wrapping_sub(entry_hash(old.1));
+            }
+            imbl::ordmap::DiffItem::Remove(..) => {}
+        }
+    }
+    Some(format_version(sum))
+}
+
 fn format_version(sum: u128) -> String {
     format!("{sum:032x}")
 }

@@ -12,11 +12,12 @@
 //! and routes are not answered at all: a SotW response is the whole set, and an empty one
 //! would remove them. What the Envoy holds stays until the routes that may use it are
 //! replaced: a delta node says what it holds; a SotW node names only the version of its
-//! clusters, which the server recalls (`xds::accepted`) and hands over with
-//! [`Session::recall_held`]. Nothing is removed from such a node before it has asked for
-//! every type that refers to others, and the endpoints of the clusters it holds are
-//! answered even before it asks for clusters (see `may_break` and
-//! `serve_endpoints_before_clusters`).
+//! clusters, which the session looks up among the sets this replica knows Envoys to hold
+//! (`xds::accepted`: after a restart, those of the snapshots built since, so a node that
+//! missed changes made while the server was down loses the clusters they removed).
+//! Nothing is removed from such a node before every type that refers to others has been
+//! asked for and answered on its stream, and the endpoints of the clusters it holds are
+//! answered even before it asks for clusters (see `session/reconnect.rs`).
 //!
 //! A new snapshot arriving mid-step waits for the step's ACKs, then planning starts again
 //! from what Envoy has, so the order holds whatever the timing. A NACK stops the sequence
@@ -44,6 +45,7 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use serde::Serialize;
 
+use super::accepted::AcceptedClusters;
 use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
@@ -88,6 +90,16 @@ pub enum Event {
     StaleNonce {
         type_url: String,
         nonce: String,
+    },
+    /// A reconnecting SotW node's clusters, found by the version it named.
+    Recalled {
+        version: String,
+        clusters: usize,
+    },
+    /// A reconnecting SotW node named a version of its clusters this replica does not
+    /// know: those gone since go with the first cluster response.
+    NotRecalled {
+        version: String,
     },
     /// The node accepted (`refused` None) or refused the virtual hosts of these route
     /// configurations, served in parts (see [`vhds`]): a verdict on each, as if it had
@@ -168,6 +180,10 @@ pub struct Session {
     blocked_on: Option<String>,
     /// The node said it holds resources from before this stream (it reconnected).
     held_before: bool,
+    /// The cluster sets SotW nodes may hold, by version (see `xds::accepted`).
+    accepted: Option<Arc<AcceptedClusters>>,
+    /// The version of the clusters a SotW node said it holds, until it is looked up.
+    named_clusters: Option<String>,
     next_nonce: u64,
     events: Vec<Event>,
 }
@@ -185,9 +201,17 @@ impl Session {
             types: BTreeMap::new(),
             blocked_on: None,
             held_before: false,
+            accepted: None,
+            named_clusters: None,
             next_nonce: 0,
             events: Vec::new(),
         }
+    }
+
+    /// Looks up the clusters a reconnecting SotW node holds in `accepted`.
+    pub(in crate::xds) fn with_accepted(mut self, accepted: Arc<AcceptedClusters>) -> Self {
+        self.accepted = Some(accepted);
+        self
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -349,6 +373,7 @@ impl Session {
             self.serve_endpoints_before_clusters(&desired, &mut out);
             return out;
         }
+        self.recall_named_clusters();
         let may_break = self.may_break(&desired);
         // Each pass either sends something (and waits for ACKs) or completes a step whose
         // changes this node does not subscribe to; three steps at most.

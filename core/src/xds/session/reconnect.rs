@@ -2,9 +2,9 @@
 //! reconnects after a restart of the server, or after changes it missed, to this replica
 //! or another. What it holds stays until the routes that may use it are replaced (I2).
 
-use super::{Entries, Protocol, Response, Session};
+use super::{Entries, Event, Protocol, Response, Session};
 use crate::xds::planner::{holds_exactly, merged};
-use crate::xds::snapshot::{ENDPOINT, LISTENER, ROUTE, Snapshot, VIRTUAL_HOST};
+use crate::xds::snapshot::{CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot, VIRTUAL_HOST};
 
 impl Session {
     /// Before this stream has asked for clusters, only the endpoints of clusters it
@@ -35,13 +35,14 @@ impl Session {
     }
 
     /// Whether the break step may come: nothing can be removed from a node that holds
-    /// resources from before this stream until it has asked for every type that refers
-    /// to others (listeners, routes, and for delta, virtual hosts) the snapshot has. A
-    /// reconnecting Envoy asks for each type it holds, one request after the other,
-    /// clusters first; until they are all in, the route step passes for the types not
-    /// asked for yet, and the break step would remove clusters that the routes it still
-    /// holds send to. (A SotW Envoy is served whole route configurations, and never asks
-    /// for virtual hosts.)
+    /// resources from before this stream until every type that refers to others
+    /// (listeners, routes, and for delta, virtual hosts) the snapshot has has been asked
+    /// for and answered on this stream, with nothing of it in flight. A reconnecting
+    /// Envoy asks for each type it holds, one request after the other, clusters first;
+    /// until they are all in, the route step passes for the types not asked for yet, and
+    /// the break step would remove clusters that the routes it still holds send to, in
+    /// the very response that answers the late request. (A SotW Envoy is served whole
+    /// route configurations, and never asks for virtual hosts.)
     pub(super) fn may_break(&self, desired: &Snapshot) -> bool {
         if !self.held_before {
             return true;
@@ -51,7 +52,11 @@ impl Session {
             Protocol::Delta => &[LISTENER, ROUTE, VIRTUAL_HOST],
         };
         referrers.iter().all(|type_url| {
-            desired.resources(type_url).is_none_or(|r| r.is_empty()) || self.has_requested(type_url)
+            let answered = self
+                .types
+                .get(*type_url)
+                .is_some_and(|t| t.requested && t.pending.is_none() && t.acked_version.is_some());
+            desired.resources(type_url).is_none_or(|r| r.is_empty()) || answered
         })
     }
 
@@ -71,11 +76,31 @@ impl Session {
     }
 
     /// A reconnecting SotW node holds `held` of `type_url`, as recalled from the version
-    /// it names (a SotW request names only that). Call before its first request of that
-    /// type is handled.
+    /// it names (a SotW request names only that).
     pub fn recall_held(&mut self, type_url: &str, held: Entries) {
         self.types.entry(type_url.to_string()).or_default();
         self.hold(type_url, held);
+    }
+
+    /// The clusters of the version a SotW node named on its first cluster request, looked
+    /// up once, just before the first plan: after a restart, the sets this replica knows
+    /// are those of the snapshots it has built since, and its first may come after the
+    /// node's request.
+    pub(super) fn recall_named_clusters(&mut self) {
+        let Some(version) = self.named_clusters.take() else {
+            return;
+        };
+        let Some(accepted) = self.accepted.clone() else {
+            return;
+        };
+        match accepted.recall(&version) {
+            Some(held) => {
+                let clusters = held.len();
+                self.recall_held(CLUSTER, held);
+                self.events.push(Event::Recalled { version, clusters });
+            }
+            None => self.events.push(Event::NotRecalled { version }),
+        }
     }
 
     /// Whether this stream has asked for `type_url` yet.

@@ -18,7 +18,12 @@ impl Session {
         self.remember_node(request.node);
         let type_url = request.type_url;
         // A first request naming a version: the node holds that from before this stream.
-        self.held_before |= !self.has_requested(&type_url) && !request.version_info.is_empty();
+        let names_held = !self.has_requested(&type_url) && !request.version_info.is_empty();
+        self.held_before |= names_held;
+        if names_held && type_url == snapshot::CLUSTER {
+            // What it is, is looked up just before the first plan.
+            self.named_clusters = Some(request.version_info.clone());
+        }
         let ts = self.types.entry(type_url.clone()).or_default();
         let nonce = request.response_nonce;
         if !nonce.is_empty() && ts.last_nonce.as_deref() != Some(nonce.as_str()) {
@@ -454,10 +459,22 @@ mod tests {
         held: &Snapshot,
         snapshot: &Snapshot,
     ) -> Vec<String> {
+        drive_sotw_after(s, first, held, snapshot, &BTreeMap::new())
+    }
+
+    /// [`drive_sotw`] on a stream where the node has ACKed the last responses of some
+    /// types already: their nonces, by type.
+    fn drive_sotw_after(
+        s: &mut Session,
+        first: Vec<Response>,
+        held: &Snapshot,
+        snapshot: &Snapshot,
+        acked_before: &BTreeMap<String, String>,
+    ) -> Vec<String> {
         let now = Instant::now();
         let mut clusters = subscription(held, ENDPOINT);
-        let mut nonces = BTreeMap::new();
-        let mut acked = std::collections::BTreeSet::new();
+        let mut nonces = acked_before.clone();
+        let mut acked: std::collections::BTreeSet<String> = acked_before.keys().cloned().collect();
         let mut answered = Vec::new();
         let mut queue: std::collections::VecDeque<Response> = first.into();
         while let Some(r) = queue.pop_front() {
@@ -580,6 +597,58 @@ mod tests {
         let kinds: Vec<_> = out.iter().map(|r| names(r).0).collect();
         assert_eq!(kinds, ["Cluster", "ClusterLoadAssignment", "Secret"]);
         drive_sotw(&mut s, out, &held, &config);
+        assert!(s.is_synced(), "{:#?}", s.status());
+    }
+
+    /// A node whose route request comes only after everything else it asked for was
+    /// answered and ACKed: the clusters recalled stay until its routes moved, also in
+    /// the responses to that late request.
+    #[test]
+    fn sotw_reconnect_whose_route_request_comes_last_keeps_the_clusters_until_its_routes_moved() {
+        let now = Instant::now();
+        let held = full_config(&["a", "b"]);
+        let config = full_config(&["b"]);
+        let mut s = Session::new(Protocol::Sotw, Ordering::MakeBeforeBreak);
+        assert!(
+            s.set_desired(config.clone(), now).is_empty(),
+            "no request yet"
+        );
+        let mut out = Vec::new();
+        let mut late = None;
+        for request in sotw_reconnect(&held) {
+            match request.type_url.as_str() {
+                ROUTE => late = Some(request),
+                CLUSTER => {
+                    s.recall_held(CLUSTER, held.resources(CLUSTER).unwrap().clone());
+                    out.extend(s.on_sotw_request(request, now));
+                }
+                _ => out.extend(s.on_sotw_request(request, now)),
+            }
+        }
+        let mut nonces = BTreeMap::new();
+        while let Some(r) = out.pop() {
+            assert!(
+                type_of(&r) != CLUSTER || names(&r).1.contains(&"a:c".to_string()),
+                "a removed before the routes were asked for: {r:?}"
+            );
+            let Response::Sotw(sent) = &r else {
+                panic!("a SotW session sent {r:?}");
+            };
+            let ack = DiscoveryRequest {
+                type_url: type_of(&r),
+                version_info: sent.version_info.clone(),
+                resource_names: subscription(&config, &type_of(&r)),
+                response_nonce: nonce(&r),
+                ..Default::default()
+            };
+            nonces.insert(type_of(&r), nonce(&r));
+            out.extend(s.on_sotw_request(ack, now));
+        }
+        let Some(late) = late else {
+            panic!("no route request");
+        };
+        let out = s.on_sotw_request(late, now);
+        drive_sotw_after(&mut s, out, &held, &config, &nonces);
         assert!(s.is_synced(), "{:#?}", s.status());
     }
 

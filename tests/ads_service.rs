@@ -52,9 +52,8 @@ async fn large_responses_arrive_whole_in_both_protocols() {
     }
 }
 
-#[tokio::test]
-async fn other_methods_are_unimplemented() {
-    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+/// A raw gRPC client of `server`, ready.
+async fn grpc_to(server: &InProcessServer) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel =
         tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", server.port))
             .expect("endpoint")
@@ -63,6 +62,13 @@ async fn other_methods_are_unimplemented() {
             .expect("connecting");
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.expect("ready");
+    grpc
+}
+
+#[tokio::test]
+async fn other_methods_are_unimplemented() {
+    let server = InProcessServer::start(Ordering::MakeBeforeBreak).await;
+    let mut grpc = grpc_to(&server).await;
     let status = grpc
         .unary::<DiscoveryRequest, DiscoveryResponse, _>(
             tonic::Request::new(DiscoveryRequest::default()),
@@ -88,14 +94,7 @@ async fn a_stream_left_unanswered_is_closed_so_that_the_client_connects_again() 
     assert!(server.desired.open());
 
     let answering = spawn_fleet(server.port, 1, 0).await.expect("connecting");
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", server.port))
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("connecting");
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.expect("ready");
+    let mut grpc = grpc_to(&server).await;
     let (requests, mut outgoing) = tokio::sync::mpsc::channel::<DiscoveryRequest>(4);
     let sent = std::time::Instant::now();
     requests

@@ -67,6 +67,22 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// The route's entry for `generation`: a newer generation starts afresh at `now`.
+    fn of<'a>(
+        waiting: &'a mut HashMap<(String, String), Waiting>,
+        route: &(String, String),
+        generation: i64,
+        now: Instant,
+    ) -> &'a mut Waiting {
+        let entry = waiting
+            .entry(route.clone())
+            .or_insert_with(|| Waiting::new(generation, now));
+        if entry.generation != generation {
+            *entry = Waiting::new(generation, now);
+        }
+        entry
+    }
+
     fn new(generation: i64, now: Instant) -> Waiting {
         Waiting {
             generation,
@@ -89,12 +105,7 @@ impl ProbeDeadlines {
         now: Instant,
     ) -> Verdict {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = waiting
-            .entry(route.clone())
-            .or_insert_with(|| Waiting::new(generation, now));
-        if entry.generation != generation {
-            *entry = Waiting::new(generation, now);
-        }
+        let entry = Waiting::of(&mut waiting, route, generation, now);
         let waited = now.saturating_duration_since(entry.since);
         if waited < deadline {
             return Verdict::Within {
@@ -117,12 +128,7 @@ impl ProbeDeadlines {
         now: Instant,
     ) -> bool {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = waiting
-            .entry(route.clone())
-            .or_insert_with(|| Waiting::new(generation, now));
-        if entry.generation != generation {
-            *entry = Waiting::new(generation, now);
-        }
+        let entry = Waiting::of(&mut waiting, route, generation, now);
         if entry.lagging != lagging {
             entry.lagging = lagging.to_vec();
             entry.lagging_since = now;

@@ -61,18 +61,11 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
     }
 }
 
-/// The routes waiting on the fleet, each time the Envoys connected here converge on a new
-/// snapshot: new endpoints, a new probe or live config may be what they wait for, and
-/// their requeue timer may be seconds away.
-pub(super) fn wake_waiting(
-    converged: watch::Receiver<Option<String>>,
-    attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
-) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
-    wake_waiting_on(converged, attempts)
-}
-
-/// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`.
-fn wake_waiting_on<T: Send + Sync + 'static>(
+/// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`:
+/// each time the Envoys connected here converge on a new snapshot (new endpoints, a new
+/// probe or live config may be what they wait for, and their requeue timer may be seconds
+/// away), or the fleet's addresses change (see [`wake_on_fleet_change`]).
+pub(super) fn wake_waiting<T: Send + Sync + 'static>(
     changes: watch::Receiver<T>,
     attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
 ) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
@@ -141,7 +134,7 @@ pub(super) fn wake_on_fleet_change(
     changes: &FleetChanges,
     attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
 ) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
-    wake_waiting_on(changes.subscribe(), attempts)
+    wake_waiting(changes.subscribe(), attempts)
 }
 
 /// The routes whose TLS Secret troubles (as this replica's snapshot builder sees them)
@@ -254,7 +247,7 @@ mod tests {
         let (changes, receiver) = watch::channel(0u64);
         let waiting = |name: &str| (("shop".to_owned(), name.to_owned()), 3);
         let attempts = Arc::new(Mutex::new(HashMap::from([waiting("a"), waiting("b")])));
-        let mut woken = Box::pin(wake_waiting_on(receiver, attempts.clone()));
+        let mut woken = Box::pin(wake_waiting(receiver, attempts.clone()));
         changes.send_replace(1);
         let mut names = vec![
             woken.next().await.map(|r| r.name),

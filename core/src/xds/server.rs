@@ -24,7 +24,7 @@ use tonic_prost::ProstCodec;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::session::{Event, Ordering, Protocol, Response, Session, SessionStatus};
-use super::snapshot::{CLUSTER, ROUTE, ResourceType, short_type};
+use super::snapshot::{CLUSTER, ROUTE, short_type};
 use super::wire::Frames;
 use super::{Desired, NodeReport, Nodes, RouteVerdict};
 use crate::metrics::{Metrics, TypeLabel};
@@ -79,8 +79,8 @@ impl AdsServer {
     /// Closes a stream whose Envoy has answered (ACK or NACK) nothing for `timeout` while
     /// a response waits for its answer (counted from when the response was handed to the
     /// stream, or from the last answer if that came later): a stream that makes no
-    /// progress, whatever holds it (a stuck connection, a proxy on the way). Envoy connects again, to another replica if its Service
-    /// picks one, and is served afresh.
+    /// progress, whatever holds it (a stuck connection, a proxy on the way). Envoy
+    /// connects again, to another replica if its Service picks one, and is served afresh.
     pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
         self.answer_timeout = timeout;
         self
@@ -220,11 +220,6 @@ impl AdsServer {
             if !events.is_empty() {
                 let node = session.node().map(|n| n.id.as_str()).unwrap_or_default();
                 self.record(node, session.protocol(), events, &mut sent_at);
-                // Only responses still unanswered are timed (one per type at most).
-                if sent_at.len() > ResourceType::ALL.len() {
-                    let pending: Vec<&str> = session.pending_nonces().collect();
-                    sent_at.retain(|nonce, _| pending.contains(&nonce.as_str()));
-                }
             }
             for response in responses {
                 if tx.send(Ok(response)).await.is_err() {

@@ -218,6 +218,11 @@ impl Session {
         self.protocol
     }
 
+    /// Whether this stream has asked for `type_url` yet.
+    fn has_requested(&self, type_url: &str) -> bool {
+        self.types.get(type_url).is_some_and(|t| t.requested)
+    }
+
     /// The nonces of the responses the node has not answered yet.
     pub fn pending_nonces(&self) -> impl Iterator<Item = &str> {
         self.types

@@ -77,7 +77,7 @@ impl Session {
 
     /// A reconnecting SotW node holds `held` of `type_url`, as recalled from the version
     /// it names (a SotW request names only that).
-    pub fn recall_held(&mut self, type_url: &str, held: Entries) {
+    pub(super) fn recall_held(&mut self, type_url: &str, held: Entries) {
         self.types.entry(type_url.to_string()).or_default();
         self.hold(type_url, held);
     }
@@ -101,10 +101,5 @@ impl Session {
             }
             None => self.events.push(Event::NotRecalled { version }),
         }
-    }
-
-    /// Whether this stream has asked for `type_url` yet.
-    pub fn has_requested(&self, type_url: &str) -> bool {
-        self.types.get(type_url).is_some_and(|t| t.requested)
     }
 }

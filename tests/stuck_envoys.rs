@@ -2,10 +2,16 @@
 //! with real Envoys under load: a rollout waits for it only as long as the bound that
 //! docs/concepts.md states, its status names it the whole time, an Event names it once it
 //! has held the rollout back for a while, and requests through the Envoys keep answering.
+//! So for TrafficRoutes, and for an HTTPRoute through its Gateway.
 
 use std::time::{Duration, Instant};
 
+use kube::Api;
+use serde_json::Value;
 use switchyard::api::TrafficRouteStatus;
+use switchyard::gateway::api::httproutes::HttpRoute;
+use switchyard_e2e::gateway::{edge_gateway, edge_targets, install_crds, select_fleet};
+use switchyard_e2e::kube::{self as k};
 use switchyard_e2e::kubelet_probes::KubeletProbes;
 use switchyard_e2e::relay::Relay;
 use switchyard_e2e::rig::{HOST, Rig};
@@ -262,4 +268,187 @@ async fn an_envoy_that_refuses_its_configuration_never_holds_the_fleet_back() {
     let events = rig.event_reasons("web").await;
     assert!(events.contains(&"EnvoyRejected".into()), "{events:?}");
     assert_none_failed("refusing Envoy", &load.finish().await);
+}
+
+/// HTTPRoute `web` for `HOST` on Gateway `edge`, to `backend`.
+fn http_route(namespace: &str, backend: &str) -> String {
+    format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{ name: web, namespace: {namespace} }}
+spec:
+  parentRefs: [ {{ name: edge }} ]
+  hostnames: [ {HOST} ]
+  rules: [ {{ backendRefs: [ {{ name: {backend}, port: 80 }} ] }} ]
+"#
+    )
+}
+
+/// The status and message of the HTTPRoute's Served condition (its first parent's) at
+/// `generation`, once `check` holds of them.
+async fn wait_served_condition(
+    routes: &Api<HttpRoute>,
+    generation: i64,
+    within: Duration,
+    check: impl Fn(&str, &str) -> bool,
+) -> (String, String) {
+    let started = Instant::now();
+    let mut last = Value::Null;
+    while started.elapsed() < within {
+        if let Ok(route) = routes.get("web").await {
+            last = serde_json::to_value(&route).unwrap_or_default()["status"].clone();
+            let served = (last.pointer("/parents/0/conditions"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|c| {
+                    c["type"] == "switchyard.dev/Served" && c["observedGeneration"] == generation
+                });
+            if let Some(c) = served {
+                let (status, message) = (c["status"].as_str(), c["message"].as_str());
+                let (status, message) = (status.unwrap_or_default(), message.unwrap_or_default());
+                if check(status, message) {
+                    return (status.to_owned(), message.to_owned());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "HTTPRoute web: Served at generation {generation} not as asked within {within:?}: {last:#}"
+    );
+}
+
+/// The same bounds for an HTTPRoute, rolled out through its Gateway: an Envoy whose xDS
+/// stream carries nothing holds the route's change back, named in the route's Served
+/// condition the whole time and, after 10 s, in an `EnvoysLagging` Event on the Gateway,
+/// until a new connection gets through. Then a frozen Envoy holds the next change back
+/// only until it stops being ready, and a fleet check in flight when it leaves is dropped.
+#[tokio::test]
+async fn an_httproutes_change_waits_for_a_stuck_envoy_only_while_it_is_counted() {
+    let mut rig = Rig::start(3).await;
+    install_crds(&rig).await;
+    select_fleet(&rig).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    rig.add_backend("yellow").await;
+    let xds = free_port();
+    let relay = Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], xds))).await;
+    rig.connect_envoys_to(&[xds]);
+    rig.connect_envoy_to(STUCK, &[relay.address.port()]);
+    let controller = format!("switchyard.dev/test-{}-stuck", std::process::id());
+    let class = k::unique_name("switchyard");
+    let args = ["--gateway-api", "--gateway-controller-name", &controller];
+    rig.start_operator_on("switchyard-1", xds, &args);
+    rig.start_envoys();
+    let probes = KubeletProbes::start(&rig);
+    let ns = rig.namespace.clone();
+    let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
+    let gateway = edge_gateway(&class, &controller, &ns);
+    apply(&rig, &format!("{gateway}{}", http_route(&ns, "blue"))).await;
+    let within = Duration::from_secs(60);
+    wait_served_condition(&routes, 1, within, |status, _| status == "True").await;
+    let targets = edge_targets(&rig).await;
+    let load = Load::start(targets.clone(), HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A stuck xDS stream: waited for, named, told in an Event, until it is replaced.
+    relay.stall();
+    let stuck = rig.envoy_addresses[STUCK].clone();
+    let changed = Instant::now();
+    apply(&rig, &http_route(&ns, "green")).await;
+    let waiting = wait_served_condition(&routes, 2, Duration::from_secs(10), |status, message| {
+        status == "False" && message.contains(&stuck)
+    })
+    .await;
+    eprintln!("HTTPRoute, xDS stuck: {waiting:?}");
+    while !rig
+        .event_reasons("edge")
+        .await
+        .contains(&"EnvoysLagging".into())
+    {
+        assert!(
+            changed.elapsed() < Duration::from_secs(25),
+            "no Event on the Gateway named the stuck Envoy: {:?}",
+            rig.event_reasons("edge").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let named = changed.elapsed();
+    wait_served_condition(&routes, 2, Duration::from_secs(1), |status, message| {
+        status == "False" && message.contains(&stuck)
+    })
+    .await;
+    relay.carry_new_connections();
+    let freed = Instant::now();
+    wait_served_condition(&routes, 2, Duration::from_secs(30), |status, _| {
+        status == "True"
+    })
+    .await;
+    eprintln!(
+        "HTTPRoute, xDS stuck: an Event on the Gateway named it {named:?} after the change; \
+         Served {:?} after a new connection could get through",
+        freed.elapsed()
+    );
+    assert_eq!(answers(&targets).await, ["green", "green", "green"]);
+    assert_none_failed("HTTPRoute, stuck xDS stream", &load.finish().await);
+
+    // A frozen Envoy: waited for only until it leaves the fleet.
+    let healthy: Vec<String> = targets.iter().take(2).cloned().collect();
+    let load = Load::start(healthy, HOST, RATE, Duration::from_secs(120));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rig.envoys[STUCK].freeze();
+    let changed = Instant::now();
+    apply(&rig, &http_route(&ns, "yellow")).await;
+    wait_served_condition(&routes, 3, Duration::from_secs(10), |status, message| {
+        status == "False" && message.contains(&stuck)
+    })
+    .await;
+    wait_served_condition(&routes, 3, Duration::from_secs(30), |status, _| {
+        status == "True"
+    })
+    .await;
+    let served = changed.elapsed();
+    let Some(left) = probes.marked(STUCK, false) else {
+        panic!("Served before the frozen Envoy left the fleet");
+    };
+    eprintln!(
+        "HTTPRoute, frozen Envoy: Served {served:?} after the change; the Envoy left the fleet \
+         {:?} after the change, Served {:?} after that",
+        left.saturating_duration_since(changed),
+        Instant::now().saturating_duration_since(left),
+    );
+    assert_none_failed("HTTPRoute, frozen Envoy", &load.finish().await);
+    rig.envoys[STUCK].thaw();
+    relay.unstall();
+}
+
+/// What each of `targets` answers for `HOST` (the backend's name).
+async fn answers(targets: &[String]) -> Vec<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let mut out = Vec::new();
+    for target in targets {
+        let answer = client
+            .get(format!("{target}/"))
+            .header("host", HOST)
+            .send()
+            .await;
+        out.push(match answer {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => format!("error {e}"),
+        });
+    }
+    out
+}
+
+async fn apply(rig: &Rig, yaml: &str) {
+    let out = (rig.api)
+        .kubectl_input(["apply", "--server-side", "-f", "-"], yaml)
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl apply: {stderr}");
 }

@@ -21,7 +21,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::rollout::Rollout;
+use super::rollout::{Rollout, Sources};
 use super::service::{self, GatewayKey, Wanted};
 use super::service_writes;
 use super::translate::{
@@ -30,10 +30,10 @@ use super::translate::{
 use super::unit;
 use crate::api::ProxyConfig;
 use crate::k8s::envoys::Envoys;
+use crate::k8s::event_recorder;
 use crate::k8s::index::Watches;
 use crate::k8s::status::StatusWriter;
 use crate::prober::Prober;
-use crate::rollout::{fleet_addresses, fleet_pods};
 use crate::translate::Problem;
 
 mod grace;
@@ -99,13 +99,18 @@ pub async fn run(client: Client, settings: Settings) {
     let changes = Arc::new(watch::channel(0).0);
     let mut changed = changes.subscribe();
     let controller = service::controller_label(&settings.controller_name);
+    let sources = Sources {
+        prober: settings.prober.clone(),
+        fleet: settings.watches.fleet.clone(),
+        problems: settings.problems.clone(),
+        recorder: event_recorder(&client),
+    };
     let mut rollout = Rollout::new(
         client.clone(),
         settings.watches.proxy_configs.clone(),
-        settings.prober.clone(),
+        sources,
         controller,
         settings.two_phase,
-        settings.problems.clone(),
     );
     let echoes = Echoes {
         proxy_configs: rollout.echoes(),
@@ -253,9 +258,7 @@ async fn pass(
     let (fleet_ports, addresses) =
         sync_services(client, settings, served, existing, next_fleet_port).await;
     let units = unit::units(&served.gateways, &fleet_ports);
-    let fleet = stores.shared.fleet.state();
-    let envoys = (fleet_addresses(&fleet), fleet_pods(&fleet));
-    let outcome = rollout.pass(&units, &gateways, &envoys, answered).await;
+    let outcome = rollout.pass(&units, &gateways, answered).await;
     let written = Written {
         classes: &classes,
         gateways: &gateways,

@@ -19,8 +19,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
 
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -28,11 +30,14 @@ use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::ProxyConfig;
-use crate::k8s::watched::{Filter, Watched};
+use crate::k8s::watched::{Filter, View, Watched};
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
-use crate::rollout::fleet::{named_by_pod, passed};
+use crate::rollout::fleet::{
+    FleetChanges, check_while_fleet_stays, fleet_pods, named_by_pod, passed,
+};
+use crate::rollout::lagging::{ENVOYS_LAGGING, LaggingEnvoys, event_note};
 use crate::rollout::proxy_configs::Error;
 use crate::rollout::{
     DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, label_value,
@@ -51,9 +56,6 @@ const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 
 /// Units moved at once in a pass.
 const CONCURRENCY: usize = 64;
-
-/// The fleet's Envoys: their addresses, and the Pod of each where known.
-pub type Envoys = (Vec<String>, BTreeMap<String, String>);
 
 /// Live versions seen on every Envoy, by (namespace, unit): when.
 type Served = Mutex<HashMap<(String, String), (String, Instant)>>;
@@ -113,6 +115,24 @@ pub struct Rollout {
     attempts: HashMap<(String, String), u32>,
     /// What this replica's snapshot builder left out (see [`left_out`]).
     problems: watch::Receiver<Vec<Problem>>,
+    /// The fleet Service's EndpointSlices: the Pod of each Envoy.
+    fleet: View<EndpointSlice>,
+    /// The fleet's addresses as they change: every Envoy a unit must hear from.
+    fleet_changes: FleetChanges,
+    /// Which Envoys hold each waiting unit's version back, for the Event that names them.
+    lagging: LaggingEnvoys<String>,
+    /// Records Events on the Gateways.
+    recorder: Recorder,
+}
+
+/// What a rollout reads and tells besides its ProxyConfigs.
+pub struct Sources {
+    pub prober: Prober,
+    /// The fleet Service's EndpointSlices.
+    pub fleet: View<EndpointSlice>,
+    /// What this replica's snapshot builder left out.
+    pub problems: watch::Receiver<Vec<Problem>>,
+    pub recorder: Recorder,
 }
 
 impl Rollout {
@@ -120,30 +140,31 @@ impl Rollout {
     pub fn new(
         client: Client,
         store: Watched<ProxyConfig>,
-        prober: Prober,
+        sources: Sources,
         controller: String,
         two_phase: bool,
-        problems: watch::Receiver<Vec<Problem>>,
     ) -> Self {
         Self {
             proxy_configs: ProxyConfigs::new(client, store),
-            prober,
+            prober: sources.prober,
             controller,
             two_phase,
             served: Mutex::default(),
             attempts: HashMap::new(),
-            problems,
+            problems: sources.problems,
+            fleet_changes: FleetChanges::new(&sources.fleet),
+            fleet: sources.fleet,
+            lagging: LaggingEnvoys::default(),
+            recorder: sources.recorder,
         }
     }
 
     /// Moves every unit as far as it goes now, and collects the ProxyConfigs of units gone.
-    /// `envoys`: the fleet's addresses, and the Pod of each where known; `answered`
-    /// changes whenever an Envoy connected here answers.
+    /// `answered` changes whenever an Envoy connected here answers.
     pub async fn pass(
         &mut self,
         units: &[Unit],
         gateways: &[Gateway],
-        envoys: &Envoys,
         answered: &watch::Receiver<u64>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
@@ -156,7 +177,7 @@ impl Rollout {
             // Boxed as Send here, where the lifetimes are known: the stream below cannot
             // prove it for every lifetime (rust-lang/rust#102211).
             let moved: futures::future::BoxFuture<'_, _> = Box::pin(async move {
-                let moved = this.advance(unit, gateway, envoys, answered.clone());
+                let moved = this.advance(unit, gateway, answered.clone());
                 (unit, moved.await)
             });
             Some(moved)
@@ -180,6 +201,12 @@ impl Rollout {
                 .states
                 .insert((unit.gateway.clone(), unit.name.clone()), state);
         }
+        // Units served, refused or gone wait on no Envoy any more.
+        (self.lagging).retain(|unit| {
+            (outcome.states.iter()).any(|((gateway, name), state)| {
+                (&gateway.0, name) == (&unit.0, &unit.1) && matches!(state, UnitState::Waiting(_))
+            })
+        });
         self.collect_gone(units).await;
         outcome
     }
@@ -207,7 +234,6 @@ impl Rollout {
         &self,
         unit: &Unit,
         gateway: &Gateway,
-        (envoys, pods): &Envoys,
         answered: watch::Receiver<u64>,
     ) -> (UnitState, Option<Duration>) {
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
@@ -237,8 +263,8 @@ impl Rollout {
         };
         let mut front = Fleet {
             prober: &self.prober,
-            envoys,
-            pods,
+            fleet: &self.fleet,
+            addresses: self.fleet_changes.subscribe(),
             served: &self.served,
             unit,
             answered,
@@ -248,7 +274,12 @@ impl Rollout {
             Ok(End::Rejected(error) | End::Refused(error)) => {
                 (UnitState::Failed(error.to_string()), None)
             }
-            Ok(End::Waiting { phase, result, .. }) => {
+            Ok(End::Waiting {
+                phase,
+                result,
+                version,
+                ..
+            }) => {
                 let why = match phase {
                     Phase::VerifyingEndpoints => {
                         "new clusters not ready, or routes on trial not accepted"
@@ -260,6 +291,8 @@ impl Rollout {
                 for problem in left_out(&self.problems.borrow(), &id) {
                     waiting.push_str(&format!("; left out: {problem}"));
                 }
+                self.tell_lagging(unit, gateway, &version, &result, &waiting)
+                    .await;
                 (UnitState::Waiting(waiting), None)
             }
             Ok(End::Draining { after }) => (UnitState::Served, Some(after)),
@@ -269,6 +302,44 @@ impl Rollout {
                 Some(Duration::ZERO),
             ),
             Err(error) => retried(&error),
+        }
+    }
+
+    /// Records an Event on the Gateway once the same Envoys have held `version` of `unit`
+    /// back for a while (see [`LaggingEnvoys`]): its routes' status names them from the
+    /// first pass, but nothing there is seen by `kubectl describe gateway` or an alert on
+    /// Warning Events.
+    async fn tell_lagging(
+        &self,
+        unit: &Unit,
+        gateway: &Gateway,
+        version: &str,
+        result: &FleetResult,
+        waiting: &str,
+    ) {
+        let key = (unit.gateway.0.clone(), unit.name.clone());
+        let envoys: Vec<String> = result.lagging.iter().map(|(e, _)| e.clone()).collect();
+        let now = Instant::now();
+        if !(self.lagging).tell(&key, &version.to_owned(), &envoys, now) {
+            return;
+        }
+        let on = match &unit.hostname {
+            Some(hostname) => format!("port {} hostname {hostname}", unit.port),
+            None => format!("port {}", unit.port),
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: ENVOYS_LAGGING.into(),
+            note: Some(event_note(&format!("{on}: {waiting}"))),
+            action: "Rollout".into(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &gateway.object_ref(&()))
+            .await
+        {
+            warn!(%error, "cannot record an event");
         }
     }
 
@@ -313,38 +384,52 @@ impl Rollout {
     }
 }
 
-/// How a Gateway's unit asks the fleet: again each time an Envoy answers, for up to
-/// [`VERIFY_IN_PASS`]; then the controller comes back (see [`Outcome::wake`]).
+/// How a Gateway's unit asks the fleet: again each time an Envoy answers or the fleet
+/// changes, for up to [`VERIFY_IN_PASS`]; then the controller comes back (see
+/// [`Outcome::wake`]).
 struct Fleet<'a> {
     prober: &'a Prober,
-    envoys: &'a [String],
-    /// The Pod of each Envoy, where known: status names it.
-    pods: &'a BTreeMap<String, String>,
+    /// The fleet's EndpointSlices: the Pod of each Envoy, where known (status names it).
+    fleet: &'a View<EndpointSlice>,
+    /// The fleet's addresses, as they change: every Envoy to ask.
+    addresses: watch::Receiver<Vec<String>>,
     served: &'a Served,
     unit: &'a Unit,
     answered: watch::Receiver<u64>,
 }
 
 impl Fleet<'_> {
-    /// `check` until every Envoy passes it, or [`VERIFY_IN_PASS`] is over: each Envoy's
-    /// answer to a new snapshot may change the result, nothing else can.
+    /// `check` of the fleet (read again on every attempt, so Envoys that join are asked
+    /// too) until every Envoy passes it, or [`VERIFY_IN_PASS`] is over: an Envoy's answer
+    /// to a new snapshot may change the result, and so may an Envoy leaving or joining the
+    /// fleet. A check in flight when the fleet changes is dropped within that time: a hung
+    /// Envoy's probe takes the prober's whole timeout, and once it has left the fleet
+    /// nobody needs the answer.
     async fn until_passed<F, Fut>(&mut self, check: F) -> Verification
     where
-        F: Fn() -> Fut,
+        F: Fn(Vec<String>) -> Fut,
         Fut: Future<Output = FleetResult>,
     {
         let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
         loop {
             self.answered.borrow_and_update();
-            let result = named_by_pod(check().await, self.pods);
-            if passed(&result, self.envoys) {
+            let envoys = self.addresses.borrow_and_update().clone();
+            let may_drop = tokio::time::Instant::now() < until;
+            let asked = envoys.clone();
+            let checked = check_while_fleet_stays(&mut self.addresses, &check, asked, may_drop);
+            let Some(result) = checked.await else {
+                continue;
+            };
+            let result = named_by_pod(result, &fleet_pods(&self.fleet.state()));
+            if passed(&result, &envoys) {
                 return Verification::Passed(result);
             }
-            let answered = tokio::select! {
+            let woken = tokio::select! {
                 changed = self.answered.changed() => changed.is_ok(),
+                changed = self.addresses.changed() => changed.is_ok(),
                 () = tokio::time::sleep_until(until) => false,
             };
-            if !answered {
+            if !woken {
                 return Verification::Waiting(result, Duration::ZERO);
             }
         }
@@ -356,8 +441,11 @@ impl Front for Fleet<'_> {
         let (namespace, name) = (&self.unit.gateway.0, &self.unit.name);
         let id = endpoint_probe_id(namespace, name, probe_version);
         let trial = trial_id(&route_id(namespace, name));
-        let (prober, envoys) = (self.prober, self.envoys);
-        let check = || prober.check_staged(envoys, &id, &trial, probe_version);
+        let prober = self.prober;
+        let check = |envoys: Vec<String>| {
+            let (id, trial) = (&id, &trial);
+            async move { prober.check_staged(&envoys, id, trial, probe_version).await }
+        };
         self.until_passed(check).await
     }
 
@@ -374,8 +462,11 @@ impl Front for Fleet<'_> {
             .and_then(|l| u16::try_from(l.probe_port).ok())
             .unwrap_or_default();
         let id = route_id(&key.0, &key.1);
-        let (prober, envoys) = (self.prober, self.envoys);
-        let check = || prober.check_version_on(envoys, port, &id, version);
+        let prober = self.prober;
+        let check = |envoys: Vec<String>| {
+            let id = &id;
+            async move { prober.check_version_on(&envoys, port, id, version).await }
+        };
         let verdict = self.until_passed(check).await;
         if matches!(verdict, Verification::Passed(_)) {
             (self.served.lock())

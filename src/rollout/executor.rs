@@ -89,9 +89,11 @@ pub enum End {
     Rejected(RouteError),
     /// The API server refuses one of its ProxyConfigs as invalid: it would again.
     Refused(RouteError),
-    /// Waiting on the fleet: ask again after `after`.
+    /// Waiting on the fleet for `version` (the probe's or the live one, by `phase`): ask
+    /// again after `after`.
     Waiting {
         phase: Phase,
+        version: String,
         result: FleetResult,
         after: Duration,
     },
@@ -169,6 +171,7 @@ pub async fn advance(
                         let phase = Phase::VerifyingEndpoints;
                         return Ok(End::Waiting {
                             phase,
+                            version: probe_version,
                             result,
                             after,
                         });
@@ -197,6 +200,7 @@ pub async fn advance(
                         let phase = Phase::VerifyingLive;
                         return Ok(End::Waiting {
                             phase,
+                            version,
                             result,
                             after,
                         });

@@ -8,12 +8,14 @@
 //! - [`spec`]: a unit's two ProxyConfig specs and names, and why a unit is not served;
 //! - [`proxy_configs`]: reading them, and writing and deleting them conditionally;
 //! - [`fleet`]: the Envoys a verification must hear from;
+//! - [`lagging`]: when an Event names the Envoys that hold a unit back;
 //! - [`clock`]: how long each step took, for the step histogram.
 
 pub mod clock;
 pub mod executor;
 pub mod fleet;
 mod known;
+pub mod lagging;
 pub mod proxy_configs;
 pub mod shift;
 pub mod spec;

@@ -3,9 +3,6 @@
 //! and an Event the first time); the rollout keeps retrying, and the route turns Ready by
 //! itself once every Envoy proves it. Counted from when this replica first found the
 //! generation waiting: a replica that takes the lead counts afresh.
-//!
-//! Before that, once a generation has waited [`LAGGING_AFTER`] on the same Envoys, an
-//! Event (`EnvoysLagging`) names them and why each holds it back.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,17 +16,6 @@ pub const PROBE_DEADLINE_EXCEEDED: &str = "ProbeDeadlineExceeded";
 
 /// The deadline of a route that sets none.
 pub const DEFAULT_PROBE_DEADLINE: Duration = Duration::from_secs(300);
-
-/// The reason of the Event recorded once a generation has waited [`LAGGING_AFTER`] for the
-/// same Envoys: which ones hold it back, and why.
-pub const ENVOYS_LAGGING: &str = "EnvoysLagging";
-
-/// How long a generation waits on the same Envoys before an Event names them: far longer
-/// than a rollout takes when every Envoy answers (tens of milliseconds), and than a hung
-/// Envoy takes to stop being ready and leave the fleet (5 s), so it names the Envoys that
-/// stay counted and hold the rollout back: a stuck xDS stream, a refusal. Timed from the
-/// first pass that found the generation waiting on them.
-pub const LAGGING_AFTER: Duration = Duration::from_secs(10);
 
 /// The route's probe deadline, or the default (its spec was validated before it got here).
 pub fn probe_deadline(route: &TrafficRoute) -> Duration {
@@ -59,11 +45,6 @@ struct Waiting {
     generation: i64,
     since: Instant,
     told: bool,
-    /// The Envoys it waits on, and since when.
-    lagging: Vec<String>,
-    lagging_since: Instant,
-    /// The Envoys an Event named last.
-    lagging_told: Option<Vec<String>>,
 }
 
 impl Waiting {
@@ -88,9 +69,6 @@ impl Waiting {
             generation,
             since: now,
             told: false,
-            lagging: Vec::new(),
-            lagging_since: now,
-            lagging_told: None,
         }
     }
 }
@@ -117,30 +95,6 @@ impl ProbeDeadlines {
         Verdict::Exceeded { waited, first }
     }
 
-    /// `generation` of `route` waits on `lagging` (the Envoys not proven yet) at `now`:
-    /// true when an Event should name them, once they have held it back for
-    /// [`LAGGING_AFTER`] and no Event named these same Envoys for it.
-    pub fn lagging(
-        &self,
-        route: &(String, String),
-        generation: i64,
-        lagging: &[String],
-        now: Instant,
-    ) -> bool {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = Waiting::of(&mut waiting, route, generation, now);
-        if entry.lagging != lagging {
-            entry.lagging = lagging.to_vec();
-            entry.lagging_since = now;
-        }
-        let long = now.saturating_duration_since(entry.lagging_since) >= LAGGING_AFTER;
-        if !long || lagging.is_empty() || entry.lagging_told.as_deref() == Some(lagging) {
-            return false;
-        }
-        entry.lagging_told = Some(lagging.to_vec());
-        true
-    }
-
     /// The route waits no more (served, rejected, or gone).
     pub fn done(&self, route: &(String, String)) {
         (self.waiting.lock().unwrap_or_else(|p| p.into_inner())).remove(route);
@@ -150,27 +104,6 @@ impl ProbeDeadlines {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn envoys_holding_a_generation_back_are_named_once_they_have_for_a_while() {
-        let deadlines = ProbeDeadlines::default();
-        let route = ("shop".to_owned(), "web".to_owned());
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let one = vec!["envoy-2 (198.18.0.3)".to_owned()];
-        let two = vec!["envoy-1 (198.18.0.2)".to_owned(), one[0].clone()];
-        assert!(!deadlines.lagging(&route, 2, &one, t0));
-        assert!(!deadlines.lagging(&route, 2, &one, at(9)));
-        assert!(deadlines.lagging(&route, 2, &one, at(10)), "named");
-        assert!(!deadlines.lagging(&route, 2, &one, at(30)), "once");
-        // Other Envoys are timed afresh, and named in their turn.
-        assert!(!deadlines.lagging(&route, 2, &two, at(31)));
-        assert!(deadlines.lagging(&route, 2, &two, at(41)));
-        // A newer generation starts its own count.
-        assert!(!deadlines.lagging(&route, 3, &two, at(42)));
-        assert!(deadlines.lagging(&route, 3, &two, at(52)));
-        assert!(!deadlines.lagging(&route, 3, &[], at(80)), "none lagging");
-    }
 
     #[test]
     fn a_generation_is_timed_from_its_first_wait_and_told_once() {

@@ -28,7 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -37,6 +37,7 @@ use tracing::warn;
 
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::envoys::Envoys;
+use crate::k8s::event_recorder;
 use crate::k8s::fleet_report::FleetView;
 use crate::k8s::index::{Scope, Watches};
 use crate::k8s::status::{StatusKind, StatusWriter, Write};
@@ -45,14 +46,16 @@ use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::rollout::ProxyConfigs;
 use crate::rollout::clock::RolloutClock;
+use crate::rollout::fleet::FleetChanges;
+use crate::rollout::lagging::LaggingEnvoys;
 use crate::rollout::proxy_configs::Error;
 use crate::translate::Problem;
 use deadline::ProbeDeadlines;
 use reconcile::reconcile;
 use routes::{RouteIndex, object_ref};
 use triggers::{
-    FleetChanges, collect_orphans, track_convergence, wake_on_fleet_change,
-    wake_on_fleet_rejections, wake_on_secret_troubles, wake_waiting,
+    collect_orphans, track_convergence, wake_on_fleet_change, wake_on_fleet_rejections,
+    wake_on_secret_troubles, wake_waiting,
 };
 
 /// Whether `pc` belongs to another front-end's unit: owned (as its controller) by an
@@ -138,6 +141,9 @@ pub(super) struct Context {
     pub(super) clock: RolloutClock,
     /// How long each waiting route has waited, against its `probeDeadline`.
     pub(super) deadlines: ProbeDeadlines,
+    /// Which Envoys hold each waiting route's generation back, for the Event that names
+    /// them.
+    pub(super) lagging: LaggingEnvoys<i64>,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -154,13 +160,7 @@ pub async fn run(client: Client, settings: Settings) {
         // One controller for several namespaces watches them all; the list is short.
         _ => Api::all(client.clone()),
     };
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "switchyard".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let recorder = event_recorder(&client);
     // The controller's watch, also feeding the index its triggers look routes up in.
     let route_index = Arc::new(RouteIndex::default());
     let (route_store, writer) = reflector::store();
@@ -189,6 +189,7 @@ pub async fn run(client: Client, settings: Settings) {
         fleet_changes: FleetChanges::new(&watches.fleet),
         clock: RolloutClock::default(),
         deadlines: ProbeDeadlines::default(),
+        lagging: LaggingEnvoys::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());

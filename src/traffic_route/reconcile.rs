@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::admission::admit;
-use super::deadline::{ENVOYS_LAGGING, PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
+use super::deadline::{PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
 use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
 use super::verify::verify;
@@ -26,6 +26,7 @@ use crate::model::trial_id;
 use crate::prober::FleetResult;
 use crate::rollout::clock::RolloutStep;
 use crate::rollout::executor::{Done, End, Front, Held, Phase, Unit, Verification, advance};
+use crate::rollout::lagging::{ENVOYS_LAGGING, event_note};
 use crate::rollout::proxy_configs::Error;
 use crate::rollout::{DEFAULT_DRAIN, Owner, RouteError, UnitRef};
 
@@ -72,6 +73,7 @@ pub(super) async fn reconcile(
         End::Rejected(error) => {
             ctx.clock.stop(&pass.key);
             ctx.deadlines.done(&(namespace.clone(), name.clone()));
+            ctx.lagging.done(&(namespace.clone(), name.clone()));
             report.rejected(&error, live);
             let event = Some((error.reason(), error.to_string()));
             publish(ctx, route, &report, event).await;
@@ -82,6 +84,7 @@ pub(super) async fn reconcile(
             phase,
             result,
             after,
+            ..
         } => requeue_waiting(ctx, route, &mut report, waiting(phase), &result, after).await,
         End::Superseded => Action::requeue(Duration::ZERO),
         End::Draining { after } => {
@@ -91,6 +94,7 @@ pub(super) async fn reconcile(
         End::Served => {
             ctx.clock.stop(&pass.key);
             ctx.deadlines.done(&(namespace.clone(), name.clone()));
+            ctx.lagging.done(&(namespace.clone(), name.clone()));
             report.done();
             ready(ctx, route, &mut report, Duration::from_secs(300)).await
         }
@@ -271,7 +275,7 @@ pub(super) async fn requeue_waiting(
     }
     // Envoys holding the generation back for a while are named (nothing more said yet).
     let lagging: Vec<String> = result.lagging.iter().map(|(e, _)| e.clone()).collect();
-    if event.is_none() && (ctx.deadlines).lagging(&key, report.generation, &lagging, now) {
+    if event.is_none() && (ctx.lagging).tell(&key, &report.generation, &lagging, now) {
         event = Some((ENVOYS_LAGGING, report.ready.message.clone()));
     }
     publish(ctx, route, report, event).await;
@@ -351,7 +355,7 @@ pub(super) async fn publish(
             EventType::Warning
         },
         reason: reason.into(),
-        note: Some(note),
+        note: Some(event_note(&note)),
         action: "Rollout".into(),
         secondary: None,
     };

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
@@ -16,8 +15,7 @@ use super::{Context, is_others};
 use crate::api::TrafficRoute;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
-use crate::k8s::watched::View;
-use crate::rollout::fleet_addresses;
+use crate::rollout::fleet::FleetChanges;
 use crate::translate::{Cause, Problem};
 
 /// Deletes the ProxyConfigs of routes that are gone, as Kubernetes' garbage collector
@@ -83,50 +81,6 @@ pub(super) fn wake_waiting<T: Send + Sync + 'static>(
         }
     })
     .flatten()
-}
-
-/// The fleet's addresses (the ready endpoints of its EndpointSlices), published when they
-/// change: an Envoy that stops being ready (a hung one, say) no longer holds a rollout
-/// back, and one that becomes ready must be asked. A rollout waiting on the fleet looks
-/// again at once, rather than when its timer fires. Other events of the slices (a relist,
-/// a change of ports or conditions that leaves the addresses as they were) wake nobody.
-/// The route controller's context holds it for as long as the controller runs.
-pub(crate) struct FleetChanges {
-    addresses: watch::Receiver<Vec<String>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl FleetChanges {
-    pub(super) fn new(fleet: &View<EndpointSlice>) -> FleetChanges {
-        let events = Arc::new(watch::channel(0u64).0);
-        fleet.notify(&events);
-        let (publish, addresses) = watch::channel(fleet_addresses(&fleet.state()));
-        let fleet = fleet.clone();
-        let mut event = events.subscribe();
-        let task = tokio::spawn(async move {
-            // The watch bumps `events` only while it lives: held here.
-            let _events = events;
-            while event.changed().await.is_ok() {
-                let now = fleet_addresses(&fleet.state());
-                publish.send_if_modified(|addresses| {
-                    let changed = *addresses != now;
-                    *addresses = now;
-                    changed
-                });
-            }
-        });
-        FleetChanges { addresses, task }
-    }
-
-    pub(super) fn subscribe(&self) -> watch::Receiver<Vec<String>> {
-        self.addresses.clone()
-    }
-}
-
-impl Drop for FleetChanges {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// The routes waiting on the fleet, at every change of its addresses.

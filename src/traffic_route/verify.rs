@@ -12,6 +12,7 @@ use super::{Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
 use crate::prober::FleetResult;
 use crate::rollout::executor::Verification;
+use crate::rollout::fleet::check_while_fleet_stays;
 use crate::rollout::{fleet_addresses, fleet_pods, named_by_pod};
 
 impl Context {
@@ -102,41 +103,6 @@ where
         };
         if ctx.superseded(route) {
             return Verification::Superseded;
-        }
-    }
-}
-
-/// `check` of `envoys`; None if the fleet lost or gained an Envoy meanwhile and
-/// `may_drop`. A hung Envoy's probe takes the prober's whole timeout to fail; once it has
-/// left the fleet, nobody needs that answer.
-async fn check_while_fleet_stays<F, Fut>(
-    fleet_changes: &mut tokio::sync::watch::Receiver<Vec<String>>,
-    check: &F,
-    envoys: Vec<String>,
-    may_drop: bool,
-) -> Option<FleetResult>
-where
-    F: Fn(Vec<String>) -> Fut,
-    Fut: Future<Output = FleetResult>,
-{
-    let asked = envoys.clone();
-    let checking = check(envoys);
-    if !may_drop {
-        return Some(checking.await);
-    }
-    tokio::pin!(checking);
-    loop {
-        tokio::select! {
-            result = &mut checking => return Some(result),
-            changed = fleet_changes.changed() => {
-                // (A watch that is gone changes nothing more: wait for the answer.)
-                if changed.is_err() {
-                    return Some(checking.await);
-                }
-                if *fleet_changes.borrow_and_update() != asked {
-                    return None;
-                }
-            }
         }
     }
 }

@@ -272,14 +272,19 @@ async fn an_envoy_that_refuses_its_configuration_never_holds_the_fleet_back() {
 
 /// HTTPRoute `web` for `HOST` on Gateway `edge`, to `backend`.
 fn http_route(namespace: &str, backend: &str) -> String {
+    http_route_for(namespace, ("web", HOST), backend)
+}
+
+/// HTTPRoute `name` for `host` on Gateway `edge`, to `backend`.
+fn http_route_for(namespace: &str, (name, host): (&str, &str), backend: &str) -> String {
     format!(
         r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
-metadata: {{ name: web, namespace: {namespace} }}
+metadata: {{ name: {name}, namespace: {namespace} }}
 spec:
   parentRefs: [ {{ name: edge }} ]
-  hostnames: [ {HOST} ]
+  hostnames: [ {host} ]
   rules: [ {{ backendRefs: [ {{ name: {backend}, port: 80 }} ] }} ]
 "#
     )
@@ -322,8 +327,9 @@ async fn wait_served_condition(
 
 /// The same bounds for an HTTPRoute, rolled out through its Gateway: an Envoy whose xDS
 /// stream carries nothing holds the route's change back, named in the route's Served
-/// condition the whole time and, after 10 s, in an `EnvoysLagging` Event on the Gateway,
-/// until a new connection gets through. Then a frozen Envoy holds the next change back
+/// condition the whole time and, after 10 s, in an `EnvoysLagging` Event on the Gateway
+/// for each hostname held back (two routes change here), until a new connection gets
+/// through. Then a frozen Envoy holds the next change back
 /// only until it stops being ready, and a fleet check in flight when it leaves is dropped.
 #[tokio::test]
 async fn an_httproutes_change_waits_for_a_stuck_envoy_only_while_it_is_counted() {
@@ -346,7 +352,12 @@ async fn an_httproutes_change_waits_for_a_stuck_envoy_only_while_it_is_counted()
     let ns = rig.namespace.clone();
     let routes: Api<HttpRoute> = Api::namespaced(rig.client.clone(), &ns);
     let gateway = edge_gateway(&class, &controller, &ns);
-    apply(&rig, &format!("{gateway}{}", http_route(&ns, "blue"))).await;
+    let shop = ("shop", "shop.test");
+    let routes_to = |backend: &str| {
+        let web = http_route(&ns, backend);
+        format!("{web}---{}", http_route_for(&ns, shop, backend))
+    };
+    apply(&rig, &format!("{gateway}{}", routes_to("blue"))).await;
     let within = Duration::from_secs(60);
     wait_served_condition(&routes, 1, within, |status, _| status == "True").await;
     let targets = edge_targets(&rig).await;
@@ -357,25 +368,30 @@ async fn an_httproutes_change_waits_for_a_stuck_envoy_only_while_it_is_counted()
     relay.stall();
     let stuck = rig.envoy_addresses[STUCK].clone();
     let changed = Instant::now();
-    apply(&rig, &http_route(&ns, "green")).await;
+    apply(&rig, &routes_to("green")).await;
     let waiting = wait_served_condition(&routes, 2, Duration::from_secs(10), |status, message| {
         status == "False" && message.contains(&stuck)
     })
     .await;
     eprintln!("HTTPRoute, xDS stuck: {waiting:?}");
-    while !rig
-        .event_reasons("edge")
-        .await
-        .contains(&"EnvoysLagging".into())
-    {
+    // One Event per hostname held back, each in its own words.
+    let named_each = |messages: &[String]| {
+        [HOST, shop.1].iter().all(|host| {
+            (messages.iter())
+                .any(|m| m.contains(&format!("hostname {host}:")) && m.contains(&stuck))
+        })
+    };
+    let mut messages = Vec::new();
+    while !named_each(&messages) {
         assert!(
             changed.elapsed() < Duration::from_secs(25),
-            "no Event on the Gateway named the stuck Envoy: {:?}",
-            rig.event_reasons("edge").await
+            "no Event on the Gateway named the stuck Envoy for each hostname: {messages:#?}",
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+        messages = rig.event_messages("edge", "EnvoysLagging").await;
     }
     let named = changed.elapsed();
+    eprintln!("HTTPRoute, xDS stuck: Events on the Gateway: {messages:#?}");
     wait_served_condition(&routes, 2, Duration::from_secs(1), |status, message| {
         status == "False" && message.contains(&stuck)
     })

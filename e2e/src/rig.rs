@@ -828,6 +828,27 @@ impl Rig {
             .collect()
     }
 
+    /// The messages of the Events recorded about the object `name` in the rig's namespace
+    /// under `reason`, one per Event.
+    pub async fn event_messages(&self, name: &str, reason: &str) -> Vec<String> {
+        let selector = format!("involvedObject.name={name},reason={reason}");
+        self.api
+            .kubectl_ok([
+                "get",
+                "events",
+                "-n",
+                &self.namespace,
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+            ])
+            .await
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Response header `name` for `host` through every Envoy ("-" when absent).
     pub async fn header_for(&self, host: &str, name: &str) -> Vec<String> {
         let mut out = Vec::new();

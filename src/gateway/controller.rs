@@ -30,7 +30,7 @@ use super::translate::{
 use super::unit;
 use crate::api::ProxyConfig;
 use crate::k8s::envoys::Envoys;
-use crate::k8s::event_recorder;
+use crate::k8s::events::EventRecorder;
 use crate::k8s::index::Watches;
 use crate::k8s::status::StatusWriter;
 use crate::prober::Prober;
@@ -103,7 +103,7 @@ pub async fn run(client: Client, settings: Settings) {
         prober: settings.prober.clone(),
         fleet: settings.watches.fleet.clone(),
         problems: settings.problems.clone(),
-        recorder: event_recorder(&client),
+        recorder: EventRecorder::new(&client),
     };
     let mut rollout = Rollout::new(
         client.clone(),

@@ -14,7 +14,7 @@
 //! read, written and deleted through the engine ([`ProxyConfigs`]): every write and delete
 //! holds only if the object is still as read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,6 @@ use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
 
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -30,12 +29,13 @@ use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::ProxyConfig;
+use crate::k8s::events::{Event, EventRecorder, EventType};
 use crate::k8s::watched::{Filter, View, Watched};
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
 use crate::rollout::fleet::{
-    FleetChanges, check_while_fleet_stays, fleet_pods, named_by_pod, passed,
+    FleetChanges, check_while_fleet_stays, fleet_addresses, fleet_pods, named_by_pod, passed,
 };
 use crate::rollout::lagging::{ENVOYS_LAGGING, LaggingEnvoys, event_note};
 use crate::rollout::proxy_configs::Error;
@@ -122,7 +122,7 @@ pub struct Rollout {
     /// Which Envoys hold each waiting unit's version back, for the Event that names them.
     lagging: LaggingEnvoys<String>,
     /// Records Events on the Gateways.
-    recorder: Recorder,
+    recorder: EventRecorder,
 }
 
 /// What a rollout reads and tells besides its ProxyConfigs.
@@ -132,7 +132,7 @@ pub struct Sources {
     pub fleet: View<EndpointSlice>,
     /// What this replica's snapshot builder left out.
     pub problems: watch::Receiver<Vec<Problem>>,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
 }
 
 impl Rollout {
@@ -202,11 +202,11 @@ impl Rollout {
                 .insert((unit.gateway.clone(), unit.name.clone()), state);
         }
         // Units served, refused or gone wait on no Envoy any more.
-        (self.lagging).retain(|unit| {
-            (outcome.states.iter()).any(|((gateway, name), state)| {
-                (&gateway.0, name) == (&unit.0, &unit.1) && matches!(state, UnitState::Waiting(_))
-            })
-        });
+        let waiting: HashSet<(&str, &str)> = (outcome.states.iter())
+            .filter(|(_, state)| matches!(state, UnitState::Waiting(_)))
+            .map(|((gateway, name), _)| (gateway.0.as_str(), name.as_str()))
+            .collect();
+        (self.lagging).retain(|unit| waiting.contains(&(unit.0.as_str(), unit.1.as_str())));
         self.collect_gone(units).await;
         outcome
     }
@@ -389,9 +389,10 @@ impl Rollout {
 /// [`Outcome::wake`]).
 struct Fleet<'a> {
     prober: &'a Prober,
-    /// The fleet's EndpointSlices: the Pod of each Envoy, where known (status names it).
+    /// The fleet's EndpointSlices: the Envoys to ask, and the Pod of each where known
+    /// (status names it).
     fleet: &'a View<EndpointSlice>,
-    /// The fleet's addresses, as they change: every Envoy to ask.
+    /// The fleet's addresses, as they change: what wakes a unit, and drops a check.
     addresses: watch::Receiver<Vec<String>>,
     served: &'a Served,
     unit: &'a Unit,
@@ -402,9 +403,9 @@ impl Fleet<'_> {
     /// `check` of the fleet (read again on every attempt, so Envoys that join are asked
     /// too) until every Envoy passes it, or [`VERIFY_IN_PASS`] is over: an Envoy's answer
     /// to a new snapshot may change the result, and so may an Envoy leaving or joining the
-    /// fleet. A check in flight when the fleet changes is dropped within that time: a hung
-    /// Envoy's probe takes the prober's whole timeout, and once it has left the fleet
-    /// nobody needs the answer.
+    /// fleet. A check started within that time is dropped when the fleet changes while
+    /// it is in flight: a hung Envoy's probe takes the prober's whole timeout, and once it
+    /// has left the fleet nobody needs the answer.
     async fn until_passed<F, Fut>(&mut self, check: F) -> Verification
     where
         F: Fn(Vec<String>) -> Fut,
@@ -413,7 +414,8 @@ impl Fleet<'_> {
         let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
         loop {
             self.answered.borrow_and_update();
-            let envoys = self.addresses.borrow_and_update().clone();
+            self.addresses.borrow_and_update();
+            let envoys = fleet_addresses(&self.fleet.state());
             let may_drop = tokio::time::Instant::now() < until;
             let asked = envoys.clone();
             let checked = check_while_fleet_stays(&mut self.addresses, &check, asked, may_drop);

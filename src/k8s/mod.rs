@@ -3,12 +3,13 @@
 //! stores), `fleet_drain`. Building, on every replica: `to_model` and `model_cache`
 //! (ProxyConfigs, EndpointSlices and TLS Secrets → model), `departed`, `tls_secrets`,
 //! `builder` (→ translator → the Envoys). Backends: `services` (a Service port → its
-//! cluster). Writing status: `status`; Events: [`event_recorder`]. Leader election: `leader`. The Envoys are reached
+//! cluster). Writing status: `status`; Events: `events`. Leader election: `leader`. The Envoys are reached
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod builder;
 pub mod departed;
 pub mod envoys;
+pub mod events;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod fleet_drain;
@@ -23,13 +24,3 @@ pub mod status;
 pub mod tls_secrets;
 pub mod to_model;
 pub mod watched;
-
-/// Records Events as Switchyard, this Pod the instance (`POD_NAME`, where the chart sets
-/// it): what every front-end's Events are reported by.
-pub fn event_recorder(client: &kube::Client) -> kube::runtime::events::Recorder {
-    let reporter = kube::runtime::events::Reporter {
-        controller: "switchyard".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    kube::runtime::events::Recorder::new(client.clone(), reporter)
-}

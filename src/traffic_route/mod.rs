@@ -28,7 +28,6 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -37,7 +36,7 @@ use tracing::warn;
 
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::envoys::Envoys;
-use crate::k8s::event_recorder;
+use crate::k8s::events::EventRecorder;
 use crate::k8s::fleet_report::FleetView;
 use crate::k8s::index::{Scope, Watches};
 use crate::k8s::status::{StatusKind, StatusWriter, Write};
@@ -124,7 +123,7 @@ pub(super) struct Context {
     pub(super) services: Watched<Service>,
     /// The fleet Service's EndpointSlices: the Envoys a rollout must hear from.
     pub(super) fleet: View<EndpointSlice>,
-    pub(super) recorder: Recorder,
+    pub(super) recorder: EventRecorder,
     /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
     /// are the routes waiting on the fleet.
     pub(super) attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
@@ -160,7 +159,7 @@ pub async fn run(client: Client, settings: Settings) {
         // One controller for several namespaces watches them all; the list is short.
         _ => Api::all(client.clone()),
     };
-    let recorder = event_recorder(&client);
+    let recorder = EventRecorder::new(&client);
     // The controller's watch, also feeding the index its triggers look routes up in.
     let route_index = Arc::new(RouteIndex::default());
     let (route_store, writer) = reflector::store();

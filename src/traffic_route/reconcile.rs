@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -19,6 +18,7 @@ use super::verify::verify;
 use super::{Context, ENVOY_REJECTED};
 use crate::api::{TrafficRoute, TrafficRouteStatus};
 use crate::duration;
+use crate::k8s::events::{Event, EventType};
 use crate::k8s::status::StatusUpdate;
 use crate::k8s::to_model::endpoint_probe_id;
 use crate::metrics::StepLabel;

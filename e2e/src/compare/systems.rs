@@ -1,0 +1,353 @@
+//! The three systems, each installed on the node from its own release as a user would:
+//! Switchyard from this repo's chart, Envoy Gateway from the Helm charts its Go module
+//! ships, Contour from the gateway provisioner's manifests its module ships (all built by
+//! `e2e/provision.sh --only envoy-gateway,contour`, their images made by `e2e/images.sh`).
+//! Every one runs the same Envoy binary (the `envoy` image). The Gateway API CRDs are the
+//! v1.7.0 experimental channel's for all three: Contour reads TLSRoute and TCPRoute at
+//! v1alpha2, which only that channel serves; neither peer's own bundle (Envoy Gateway's
+//! v1.6.1, Contour's v1.3.0) is applied, since it would take the node's CRDs back.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::kube::tool;
+use crate::node::{Node, image};
+
+/// A system under comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    Switchyard,
+    EnvoyGateway,
+    Contour,
+}
+
+/// The versions compared (what e2e/provision.sh builds by default).
+pub const ENVOY_GATEWAY_VERSION: &str = "v1.9.1";
+pub const CONTOUR_VERSION: &str = "v1.33.8";
+
+impl System {
+    pub const ALL: [System; 3] = [System::Switchyard, System::EnvoyGateway, System::Contour];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Switchyard => "Switchyard",
+            System::EnvoyGateway => "Envoy Gateway",
+            System::Contour => "Contour",
+        }
+    }
+
+    /// Its short name: flags, JSON, namespaces.
+    pub fn key(self) -> &'static str {
+        match self {
+            System::Switchyard => "switchyard",
+            System::EnvoyGateway => "envoy-gateway",
+            System::Contour => "contour",
+        }
+    }
+
+    pub fn version(self) -> String {
+        match self {
+            System::Switchyard => format!("{} (this tree)", env!("CARGO_PKG_VERSION")),
+            System::EnvoyGateway => ENVOY_GATEWAY_VERSION.into(),
+            System::Contour => CONTOUR_VERSION.into(),
+        }
+    }
+
+    /// The namespace of its Gateway, route and backends.
+    pub fn namespace(self) -> String {
+        format!("cmp-{}", self.key())
+    }
+
+    /// The GatewayClass controllerName it answers to.
+    fn controller_name(self) -> &'static str {
+        match self {
+            System::Switchyard => "switchyard.dev/gateway-controller",
+            System::EnvoyGateway => "gateway.envoyproxy.io/gatewayclass-controller",
+            System::Contour => "projectcontour.io/gateway-controller",
+        }
+    }
+
+    /// The route condition that says a change is done, in the system's own words: what a
+    /// user (or a GitOps tool) would wait for.
+    pub fn done_condition(self) -> &'static str {
+        match self {
+            System::Switchyard => "switchyard.dev/Served",
+            System::EnvoyGateway | System::Contour => "Accepted",
+        }
+    }
+
+    /// The images the node must hold for it.
+    pub fn images(self) -> &'static [&'static str] {
+        match self {
+            System::Switchyard => &[],
+            System::EnvoyGateway => &["envoy-gateway"],
+            System::Contour => &["contour"],
+        }
+    }
+
+    /// Installs it, as its release is installed; returns once its control plane runs.
+    pub async fn install(self, node: &Node) {
+        for name in self.images() {
+            node.import_image(name).await;
+        }
+        match self {
+            System::Switchyard => install_switchyard(node).await,
+            System::EnvoyGateway => install_envoy_gateway(node).await,
+            System::Contour => install_contour(node).await,
+        }
+    }
+
+    /// Its GatewayClass (with what it takes for a node without a load balancer), and
+    /// Gateway `edge` with one HTTP listener on port 80, in [`System::namespace`].
+    pub fn gateway_yaml(self) -> String {
+        let (class, namespace, controller) =
+            (self.namespace(), self.namespace(), self.controller_name());
+        let parameters = match self {
+            // The provisioner's Envoy Service is a LoadBalancer unless told otherwise.
+            System::Contour => format!(
+                r#"
+  parametersRef: {{ group: projectcontour.io, kind: ContourDeployment, name: cmp, namespace: {namespace} }}
+---
+apiVersion: projectcontour.io/v1alpha1
+kind: ContourDeployment
+metadata: {{ name: cmp, namespace: {namespace} }}
+spec:
+  envoy:
+    networkPublishing: {{ type: ClusterIPService }}"#
+            ),
+            _ => String::new(),
+        };
+        format!(
+            r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{ name: {class} }}
+spec:
+  controllerName: {controller}{parameters}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: edge, namespace: {namespace} }}
+spec:
+  gatewayClassName: {class}
+  listeners: [ {{ name: http, port: 80, protocol: HTTP }} ]
+"#
+        )
+    }
+
+    /// `http://<address>:80` of Gateway `edge`, once the system gives one: the Gateway's
+    /// status address (Switchyard, Envoy Gateway), or the ClusterIP of the Envoy Service
+    /// the provisioner made for it (Contour gives a Gateway an address only from a load
+    /// balancer).
+    pub async fn gateway_url(self, node: &Node, within: Duration) -> String {
+        let namespace = self.namespace();
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            let address = match self {
+                System::Contour => {
+                    node.get(&namespace, "service/envoy-edge", "{.spec.clusterIP}")
+                        .await
+                }
+                _ => {
+                    let programmed = node
+                        .get(
+                            &namespace,
+                            "gateway/edge",
+                            "{.status.conditions[?(@.type==\"Programmed\")].status}",
+                        )
+                        .await;
+                    let address = node
+                        .get(&namespace, "gateway/edge", "{.status.addresses[0].value}")
+                        .await;
+                    if programmed == "True" {
+                        address
+                    } else {
+                        String::new()
+                    }
+                }
+            };
+            if !address.is_empty() {
+                return format!("http://{address}:80");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "{}: gateway edge got no address within {within:?}\n{}",
+            self.name(),
+            node.diagnostics().await
+        );
+    }
+}
+
+/// Where e2e/provision.sh put a peer's release files (`<name>-release`).
+fn release(name: &str) -> PathBuf {
+    let link = tool(&format!("{name}-release"));
+    std::fs::canonicalize(&link).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: run e2e/provision.sh --only envoy-gateway,contour",
+            link.display()
+        )
+    })
+}
+
+async fn install_switchyard(node: &Node) {
+    node.install_switchyard(&["--set", "gatewayAPI.enabled=true"])
+        .await;
+}
+
+/// Envoy Gateway's own CRDs from its CRD chart (not its Gateway API bundle), then its
+/// chart, packaged as its release packages it (`values.yaml` from `values.tmpl.yaml`),
+/// with local images and a ClusterIP Envoy Service.
+async fn install_envoy_gateway(node: &Node) {
+    let charts = release("envoy-gateway").join("charts");
+    let crds = node
+        .helm_ok(&[
+            "template",
+            "eg-crds",
+            &path(&charts.join("gateway-crds-helm")),
+            "--set",
+            "crds.envoyGateway.enabled=true",
+        ])
+        .await;
+    let out = node
+        .api()
+        .kubectl_input(["apply", "--server-side", "-f", "-"], &crds)
+        .await;
+    assert!(
+        out.status.success(),
+        "Envoy Gateway's CRDs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.api()
+        .kubectl_ok([
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "--all",
+            "--timeout",
+            "60s",
+        ])
+        .await;
+    let chart = package_envoy_gateway(node, &charts).await;
+    let values = [
+        "crds.enabled=false".to_owned(),
+        format!(
+            "global.images.envoyGateway.image={}",
+            image("envoy-gateway")
+        ),
+        "global.images.envoyGateway.pullPolicy=Never".to_owned(),
+        format!("global.images.envoyProxy.image={}", image("envoy")),
+        "config.envoyGateway.envoyProxy.provider.type=Kubernetes".to_owned(),
+        "config.envoyGateway.envoyProxy.provider.kubernetes.envoyService.type=ClusterIP".to_owned(),
+    ];
+    let mut args = vec![
+        "install",
+        "eg",
+        chart.as_str(),
+        "-n",
+        "envoy-gateway-system",
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    for value in &values {
+        args.extend(["--set", value.as_str()]);
+    }
+    node.helm_ok(&args).await;
+}
+
+/// The chart as Envoy Gateway's release makes it: `values.yaml` written from the template
+/// with its image, then `helm package` at the release's version.
+async fn package_envoy_gateway(node: &Node, charts: &Path) -> String {
+    let work = node.dir.join("envoy-gateway-chart");
+    let chart = work.join("gateway-helm");
+    let _ = std::fs::remove_dir_all(&work);
+    copy_dir(&charts.join("gateway-helm"), &chart);
+    let template = std::fs::read_to_string(chart.join("values.tmpl.yaml"))
+        .expect("Envoy Gateway's values.tmpl.yaml");
+    let values = template
+        .replace(
+            "${GatewayImage}",
+            &format!("docker.io/envoyproxy/gateway:{ENVOY_GATEWAY_VERSION}"),
+        )
+        .replace("${GatewayImagePullPolicy}", "IfNotPresent");
+    std::fs::write(chart.join("values.yaml"), values).expect("write values.yaml");
+    node.helm_ok(&[
+        "package",
+        &path(&chart),
+        "--version",
+        ENVOY_GATEWAY_VERSION,
+        "--app-version",
+        ENVOY_GATEWAY_VERSION,
+        "-d",
+        &path(&work),
+    ])
+    .await;
+    path(&work.join(format!("gateway-helm-{ENVOY_GATEWAY_VERSION}.tgz")))
+}
+
+/// Contour's CRDs and its gateway provisioner, from the manifests its release ships
+/// (`examples/contour/01-crds.yaml`, `examples/gateway-provisioner/`), with the local
+/// images: the provisioner's own, and the Contour and Envoy images it gives what it
+/// provisions for each Gateway (its `--contour-image` and `--envoy-image` flags).
+async fn install_contour(node: &Node) {
+    let examples = release("contour").join("examples");
+    let mut manifests =
+        std::fs::read_to_string(examples.join("contour/01-crds.yaml")).expect("Contour's CRDs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples.join("gateway-provisioner"))
+        .expect("Contour's gateway provisioner")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for file in files {
+        manifests.push_str("\n---\n");
+        manifests.push_str(&std::fs::read_to_string(&file).expect("a provisioner manifest"));
+    }
+    let release_image = format!("ghcr.io/projectcontour/contour:{CONTOUR_VERSION}");
+    assert!(
+        manifests.contains(&release_image) && manifests.contains("- --enable-leader-election"),
+        "Contour's provisioner manifests are not as expected"
+    );
+    let flags = format!(
+        "- --enable-leader-election\n        - --contour-image={}\n        - --envoy-image={}",
+        image("contour"),
+        image("envoy")
+    );
+    let manifests = manifests
+        .replace(&release_image, &image("contour"))
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never")
+        .replace("- --enable-leader-election", &flags);
+    let out = node
+        .api()
+        .kubectl_input(["apply", "--server-side", "-f", "-"], &manifests)
+        .await;
+    assert!(
+        out.status.success(),
+        "Contour's manifests: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.wait_rollout(
+        "projectcontour",
+        "deployment/contour-gateway-provisioner",
+        Duration::from_secs(180),
+    )
+    .await;
+}
+
+fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create a folder");
+    for entry in std::fs::read_dir(from).expect("read a folder").flatten() {
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if source.is_dir() {
+            copy_dir(&source, &target);
+        } else {
+            std::fs::copy(&source, &target).expect("copy a file");
+        }
+    }
+}

@@ -50,11 +50,14 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
         ])
         .await;
     let mut outcomes = Vec::new();
+    let mut fleets = Vec::new();
     for system in systems {
         eprintln!("== {} {}", system.name(), system.version());
         system.install(&node).await;
         let url = scenarios::prepare(&node, system).await;
-        eprintln!("   serving at {url}");
+        let envoys = system.envoy_pods(&node).await;
+        eprintln!("   serving at {url} through {envoys} Envoy Pods");
+        fleets.push((system, envoys));
         let measured = scenarios::run_all(&node, system, &url).await;
         for outcome in &measured {
             eprintln!(
@@ -80,6 +83,13 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
         versions.join(", "),
         scenarios::RATE
     );
+    let shown: Vec<String> = (fleets.iter())
+        .map(|(system, envoys)| format!("{}: {envoys}", system.name()))
+        .collect();
+    println!(
+        "Envoy Pods per Gateway (each system's default): {}",
+        shown.join(", ")
+    );
     println!("{}", tables(&outcomes));
     if let Some(path) = json {
         let all: Vec<serde_json::Value> = outcomes.iter().map(scenarios::to_json).collect();
@@ -89,6 +99,7 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
             "cores": cpus,
             "rate": scenarios::RATE,
             "outcomes": all,
+            "envoy_pods": fleets.iter().map(|(s, n)| (s.key(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
         });
         std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
         eprintln!("wrote {}", path.display());

@@ -24,18 +24,21 @@ pub fn tables(outcomes: &[Outcome]) -> String {
         let _ = writeln!(out, "\n### {scenario}\n");
         let _ = writeln!(
             out,
-            "| system | changes | requests | non-2xx | by kind | change → first new answer p50 / max ms | → every answer new p50 / max ms | → the system's done p50 / max ms (condition) |"
+            "| system | changes | requests | non-2xx | by kind | change → first new answer p50 / max ms | → every answer new p50 / max ms | → the system's done p50 / max ms (condition) | answers not new after done |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
         for o in rows {
-            let kinds: Vec<String> = o
+            let mut kinds: Vec<String> = o
                 .failures
                 .iter()
                 .map(|(k, n)| format!("{k}: {n}"))
                 .collect();
+            if o.misrouted > 0 {
+                kinds.push(format!("2xx from the wrong backend: {}", o.misrouted));
+            }
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} ({}) |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} |",
                 o.system.name(),
                 o.done.len(),
                 o.requests,
@@ -49,6 +52,11 @@ pub fn tables(outcomes: &[Outcome]) -> String {
                 p50_max(&o.all_new),
                 p50_max(&o.done),
                 o.system.done_condition(),
+                if o.first_new.is_empty() {
+                    "n/a".to_owned()
+                } else {
+                    o.old_after_done.to_string()
+                },
             );
         }
     }
@@ -57,6 +65,9 @@ pub fn tables(outcomes: &[Outcome]) -> String {
 
 /// "p50 / max" in ms, and how many never came.
 fn p50_max(values: &[Option<std::time::Duration>]) -> String {
+    if values.is_empty() {
+        return "n/a".into();
+    }
     let (p50, missing) = quantile(values, 0.5);
     let (max, _) = quantile(values, 1.0);
     let shown = match (p50, max) {

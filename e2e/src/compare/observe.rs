@@ -168,23 +168,39 @@ pub fn failures(seen: &[Seen]) -> BTreeMap<String, usize> {
     out
 }
 
-/// For a change made at `at` and the answers up to the next change (`until`): when the
-/// first new answer came, and when every answer from then on was new (the first answer
-/// after the last that was not), both from `at`. None where it never came.
+/// When a change showed, from when it was made.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Moments {
+    /// The first new answer.
+    pub first_new: Option<Duration>,
+    /// The first answer after which every answer was new (the one after the last that
+    /// was not).
+    pub all_new: Option<Duration>,
+    /// The last answer that was not new.
+    pub last_old: Option<Duration>,
+}
+
+/// For a change made at `at` and the answers up to the next change (`until`): its
+/// [`Moments`]. None where it never came.
 pub fn moments(
     seen: &[Seen],
     at: Duration,
     until: Duration,
     new: impl Fn(&Seen) -> bool,
-) -> (Option<Duration>, Option<Duration>) {
+) -> Moments {
     let window: Vec<&Seen> = seen.iter().filter(|s| s.at >= at && s.at < until).collect();
-    let first = window.iter().find(|s| new(s)).map(|s| s.at - at);
+    let first_new = window.iter().find(|s| new(s)).map(|s| s.at - at);
     let last_old = window.iter().rposition(|s| !new(s));
-    let all = match last_old {
+    let all_new = match last_old {
         None => window.first().map(|s| s.at - at),
         Some(i) => window.get(i + 1).map(|s| s.at - at),
     };
-    (first, all)
+    let last_old = last_old.and_then(|i| window.get(i)).map(|s| s.at - at);
+    Moments {
+        first_new,
+        all_new,
+        last_old,
+    }
 }
 
 #[cfg(test)]
@@ -214,12 +230,14 @@ mod tests {
         ];
         let new = |s: &Seen| s.sentinel == "2";
         let ms = Duration::from_millis;
-        let (first, all) = moments(&answers, ms(100), ms(300), new);
-        assert_eq!(first, Some(ms(20)));
-        assert_eq!(all, Some(ms(40)));
-        let (first, all) = moments(&answers, ms(100), ms(125), new);
-        assert_eq!((first, all), (Some(ms(20)), Some(ms(20))));
-        assert_eq!(moments(&answers, ms(100), ms(115), new), (None, None));
+        let seen = moments(&answers, ms(100), ms(300), new);
+        assert_eq!(seen.first_new, Some(ms(20)));
+        assert_eq!(seen.all_new, Some(ms(40)));
+        assert_eq!(seen.last_old, Some(ms(30)));
+        let seen = moments(&answers, ms(100), ms(125), new);
+        assert_eq!((seen.first_new, seen.all_new), (Some(ms(20)), Some(ms(20))));
+        let seen = moments(&answers, ms(100), ms(115), new);
+        assert_eq!((seen.first_new, seen.all_new), (None, None));
     }
 
     #[test]

@@ -28,13 +28,16 @@ pub enum Expect {
     Sentinel(String),
     /// A Pod of this Service answered.
     Backend(String),
+    /// Nothing a client sees changes: the sentinel stays this value (a change is timed
+    /// only to the system's done).
+    Unchanged(String),
 }
 
 impl Expect {
     fn shown_by(&self, seen: &Seen) -> bool {
         seen.ok()
             && match self {
-                Expect::Sentinel(value) => &seen.sentinel == value,
+                Expect::Sentinel(value) | Expect::Unchanged(value) => &seen.sentinel == value,
                 Expect::Backend(service) => seen.backend.starts_with(&format!("{service}-")),
             }
     }
@@ -58,9 +61,18 @@ pub struct Outcome {
     /// Non-2xx answers by kind (status and Envoy response flag, see
     /// [`super::observe::failure_kind`]).
     pub failures: std::collections::BTreeMap<String, usize>,
-    /// Per change: to the first new answer, to all answers new, to the system's done.
+    /// 2xx answers from what a change should not have touched (another rule's backend,
+    /// say), where nothing a client sees should change.
+    pub misrouted: usize,
+    /// Per change: to the first new answer, to all answers new (none where a change shows
+    /// nothing new), to the system's done.
     pub first_new: Vec<Option<Duration>>,
     pub all_new: Vec<Option<Duration>>,
+    /// Per change, the last answer that did not show it.
+    pub last_old: Vec<Option<Duration>>,
+    /// Answers that did not show a change although they came after the system said it
+    /// was done: what a user who waits for that status still gets.
+    pub old_after_done: usize,
     pub done: Vec<Option<Duration>>,
 }
 
@@ -198,17 +210,20 @@ impl Run<'_> {
         None
     }
 
-    /// Lets the load run until every answer shows `expect` for a second (at most 15 s),
-    /// so that the next change starts from a settled route.
-    async fn settle(observer: &Observer, expect: &Expect) {
+    /// Lets the load run until every answer since `change` was applied shows what it
+    /// should for a second (at most 15 s), so that the next change starts from a settled
+    /// route and every change has a second of answers of its own.
+    async fn settle(observer: &Observer, change: &Change) {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(15) {
             let seen = observer.seen();
             let now = observer.started().elapsed();
             let recent: Vec<&Seen> = (seen.iter())
-                .filter(|s| s.at + Duration::from_secs(1) >= now)
+                .filter(|s| s.at >= change.at && s.at + Duration::from_secs(1) >= now)
                 .collect();
-            if !recent.is_empty() && recent.iter().all(|s| expect.shown_by(s)) {
+            let long_enough = now >= change.at + Duration::from_secs(1);
+            if long_enough && !recent.is_empty() && recent.iter().all(|s| change.expect.shown_by(s))
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -224,7 +239,7 @@ impl Run<'_> {
             let yaml = route_yaml(&self.namespace(), "web", &rule(&service, &sentinel));
             let expect = Expect::Sentinel(sentinel);
             let change = self.change(&observer, "web", &yaml, expect).await;
-            Self::settle(&observer, &change.expect).await;
+            Self::settle(&observer, &change).await;
             changes.push(change);
         }
         self.outcome(SCENARIOS[0], observer, changes).await
@@ -272,7 +287,7 @@ impl Run<'_> {
             } else {
                 self.change(&observer, "web", &yaml, expect).await
             };
-            Self::settle(&observer, &change.expect).await;
+            Self::settle(&observer, &change).await;
             changes.push(change);
             (self.node.api())
                 .kubectl_ok([
@@ -294,6 +309,13 @@ impl Run<'_> {
     async fn reordered(&mut self) -> Outcome {
         let namespace = self.namespace();
         let service = format!("svc-{}", self.service);
+        // The rules in their first order, with the sentinel the reorders keep, before the
+        // load starts: only the reorders are measured.
+        let first = format!("{}{}", rule(&service, "r"), canary_rule());
+        self.apply_route(&route_yaml(&namespace, "web", &first))
+            .await;
+        self.wait_done("web", Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let observer = self.observe();
         let mut changes = Vec::new();
         for i in 0..6 {
@@ -303,9 +325,9 @@ impl Run<'_> {
                 format!("{}{}", rule(&service, "r"), canary_rule())
             };
             let yaml = route_yaml(&namespace, "web", &rules);
-            let expect = Expect::Sentinel("r".into());
+            let expect = Expect::Unchanged("r".into());
             let change = self.change(&observer, "web", &yaml, expect).await;
-            Self::settle(&observer, &change.expect).await;
+            Self::settle(&observer, &change).await;
             changes.push(change);
         }
         self.outcome(SCENARIOS[3], observer, changes).await
@@ -357,16 +379,33 @@ impl Run<'_> {
             requests: seen.len(),
             non_2xx: seen.iter().filter(|s| !s.ok()).count(),
             failures: failures(&seen),
+            misrouted: 0,
             first_new: Vec::new(),
             all_new: Vec::new(),
+            last_old: Vec::new(),
+            old_after_done: 0,
             done: Vec::new(),
         };
         for (i, change) in changes.iter().enumerate() {
-            let until = changes.get(i + 1).map(|c| c.at).unwrap_or(end);
-            let (first, all) = moments(&seen, change.at, until, |s| change.expect.shown_by(s));
-            outcome.first_new.push(first);
-            outcome.all_new.push(all);
             outcome.done.push(change.done);
+            let until = changes.get(i + 1).map(|c| c.at).unwrap_or(end);
+            if let Expect::Unchanged(_) = change.expect {
+                outcome.misrouted += (seen.iter())
+                    .filter(|s| s.at >= change.at && s.at < until)
+                    .filter(|s| s.ok() && !change.expect.shown_by(s))
+                    .count();
+                continue;
+            }
+            let shown = moments(&seen, change.at, until, |s| change.expect.shown_by(s));
+            if let Some(done) = change.done {
+                outcome.old_after_done += (seen.iter())
+                    .filter(|s| s.at >= change.at + done && s.at < until)
+                    .filter(|s| !change.expect.shown_by(s))
+                    .count();
+            }
+            outcome.first_new.push(shown.first_new);
+            outcome.all_new.push(shown.all_new);
+            outcome.last_old.push(shown.last_old);
         }
         outcome
     }
@@ -437,8 +476,11 @@ pub fn to_json(outcome: &Outcome) -> Value {
         "requests": outcome.requests,
         "non_2xx": outcome.non_2xx,
         "failures": outcome.failures,
+        "misrouted": outcome.misrouted,
         "first_new_ms": ms(&outcome.first_new),
         "all_new_ms": ms(&outcome.all_new),
+        "last_old_ms": ms(&outcome.last_old),
+        "old_after_done": outcome.old_after_done,
         "done_ms": ms(&outcome.done),
         "done_condition": outcome.system.done_condition(),
     })

@@ -178,6 +178,29 @@ spec:
     }
 }
 
+impl System {
+    /// How many Envoy Pods (of the `envoy` image) run for it, ready or not.
+    pub async fn envoy_pods(self, node: &Node) -> usize {
+        let namespace = match self {
+            System::Switchyard => crate::node::SWITCHYARD_NAMESPACE.to_owned(),
+            System::EnvoyGateway => "envoy-gateway-system".to_owned(),
+            System::Contour => self.namespace(),
+        };
+        let images = node
+            .get(
+                &namespace,
+                "pods",
+                "{range .items[*]}{.spec.containers[*].image}{\"\\n\"}{end}",
+            )
+            .await;
+        let envoy = image("envoy");
+        images
+            .lines()
+            .filter(|line| line.split_whitespace().any(|i| i == envoy))
+            .count()
+    }
+}
+
 /// Where e2e/provision.sh put a peer's release files (`<name>-release`).
 fn release(name: &str) -> PathBuf {
     let link = tool(&format!("{name}-release"));

@@ -6,6 +6,7 @@
 
 pub mod ads_client;
 mod backend;
+pub mod change_bytes;
 pub mod compare;
 pub mod connections;
 pub mod datagrams;

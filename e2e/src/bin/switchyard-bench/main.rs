@@ -20,9 +20,10 @@ use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
-use fanout::{BytesResult, FanoutResult, MemoryResult};
+use fanout::{FanoutResult, MemoryResult};
 use switch::SwitchResult;
 use switchyard::xds::Protocol;
+use switchyard_e2e::change_bytes::{self, BytesResult};
 use translation::TranslationResult;
 
 #[derive(Parser)]
@@ -158,7 +159,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if args.runs(Section::Bytes) {
-        results.bytes = runtime.block_on(fanout::measure_bytes(10_000))?;
+        results.bytes = runtime.block_on(change_bytes::measure_bytes(10_000))?;
     }
     if args.runs(Section::Memory) {
         results.memory = Some(runtime.block_on(fanout::measure_memory(

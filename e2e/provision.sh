@@ -624,8 +624,10 @@ provision_kube_apiserver() {
 # The node's runtime, from Debian: containerd 1.6, runc, the CNI plugins (bridge,
 # host-local, loopback in /usr/lib/cni), iptables and conntrack for kube-proxy, iproute2
 # for the rig's network namespace. Installed with apt only when one is missing.
-NODE_COMMANDS=(containerd ctr runc iptables conntrack ip)
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2)
+# valgrind is not the node's: e2e/tests/translation_instructions.rs counts instructions
+# with it. It is installed with these, the one apt step.
+NODE_COMMANDS=(containerd ctr runc iptables conntrack ip valgrind)
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 valgrind)
 
 node_packages_present() {
 	local c

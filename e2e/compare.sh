@@ -12,7 +12,7 @@
 # Builds what it needs first: the node's parts (e2e/provision.sh, as e2e/test.sh does;
 # cached), Envoy Gateway and Contour from their Go modules (e2e/provision.sh --only
 # envoy-gateway,contour; ENVOY_GATEWAY_VERSION, CONTOUR_VERSION), and every image
-# (e2e/images.sh). Takes about 15 minutes once those are cached; needs root, as the node
+# (e2e/images.sh). Takes about 10 minutes once those are cached; needs root, as the node
 # tests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."

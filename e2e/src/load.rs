@@ -147,6 +147,27 @@ impl Turns {
         }
     }
 
+    /// [`Turns::new`], the first turn a share of the period after the worker before's, so
+    /// that the workers' requests come one every `1 / rate` seconds rather than all
+    /// together once a period. Made on the runtime that polls it (its timer is that one's).
+    pub(crate) fn staggered(
+        worker: usize,
+        rate: u32,
+        started: Instant,
+        duration: Duration,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        let mut turns = Self::new(worker, rate, started, duration, stop);
+        let period = turns.ticker.period();
+        let offset = period.mul_f64(worker as f64 / WORKERS as f64);
+        let first = tokio::time::Instant::from_std(started) + offset;
+        turns.ticker = tokio::time::interval_at(first, period);
+        turns
+            .ticker
+            .set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        turns
+    }
+
     /// Waits for this worker's next turn: the request's number, or None when the load is
     /// over.
     pub(crate) async fn next(&mut self) -> Option<usize> {

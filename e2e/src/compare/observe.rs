@@ -11,6 +11,8 @@ use crate::load::{Turns, WORKERS, traffic_runtime};
 /// One answer (or its absence).
 #[derive(Clone, Debug)]
 pub struct Seen {
+    /// When it was sent, from the start of the load.
+    pub sent: Duration,
     /// When it came, from the start of the load.
     pub at: Duration,
     /// The HTTP status, or None when no answer came (connection refused, timeout).
@@ -45,9 +47,10 @@ impl Observer {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let tasks = (0..WORKERS)
             .map(|worker| {
-                let mut turns = Turns::new(worker, rate, started, bound, stop.clone());
+                let stop = stop.clone();
                 let (url, host, seen) = (format!("{url}/"), host.to_owned(), seen.clone());
                 traffic_runtime().spawn(async move {
+                    let mut turns = Turns::staggered(worker, rate, started, bound, stop);
                     let Ok(client) = reqwest::Client::builder()
                         .timeout(Duration::from_secs(2))
                         .build()
@@ -55,6 +58,7 @@ impl Observer {
                         return;
                     };
                     while turns.next().await.is_some() {
+                        let sent = started.elapsed();
                         let answer = client.get(&url).header("host", &host).send().await;
                         let one = match answer {
                             Ok(response) => {
@@ -84,6 +88,7 @@ impl Observer {
                         let (status, backend, sentinel, failure) = one;
                         let at = started.elapsed();
                         let seen_one = Seen {
+                            sent,
                             at,
                             status,
                             backend,
@@ -131,9 +136,9 @@ impl Observer {
 
 /// A failure's kind as Envoy's response flags name it, read from what the client got (the
 /// bodies Envoy writes for its own local replies): `UH` no healthy upstream, `UF` upstream
-/// connection failure, `UC` upstream connection termination, `URX`/`UO` retries or
-/// overflow, `NR` no route (404 with no backend), `NC` no cluster (Envoy's 503 with an
-/// empty body), else the status alone.
+/// connection failure, `UC` upstream connection termination, `UO` overflow, `NR` no route
+/// (404 with an empty body), `NC` no cluster (Envoy's 503 with an empty body), else the
+/// status alone.
 pub fn failure_kind(status: u16, body: &str) -> String {
     let flag = if body.contains("no healthy upstream") {
         "UH"
@@ -207,8 +212,9 @@ pub fn moments(
 mod tests {
     use super::*;
 
-    fn seen(ms: u64, sentinel: &str) -> Seen {
+    fn answer(ms: u64, sentinel: &str) -> Seen {
         Seen {
+            sent: Duration::from_millis(ms.saturating_sub(1)),
             at: Duration::from_millis(ms),
             status: Some(200),
             backend: "svc-0-a".into(),
@@ -220,13 +226,13 @@ mod tests {
     #[test]
     fn a_change_is_seen_first_and_then_everywhere() {
         let answers = [
-            seen(90, "1"),
-            seen(110, "1"),
-            seen(120, "2"),
-            seen(130, "1"),
-            seen(140, "2"),
-            seen(150, "2"),
-            seen(400, "3"),
+            answer(90, "1"),
+            answer(110, "1"),
+            answer(120, "2"),
+            answer(130, "1"),
+            answer(140, "2"),
+            answer(150, "2"),
+            answer(400, "3"),
         ];
         let new = |s: &Seen| s.sentinel == "2";
         let ms = Duration::from_millis;

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::Value;
@@ -28,17 +29,20 @@ pub enum Expect {
     Sentinel(String),
     /// A Pod of this Service answered.
     Backend(String),
-    /// Nothing a client sees changes: the sentinel stays this value (a change is timed
-    /// only to the system's done).
-    Unchanged(String),
+    /// Nothing a client sees changes: the sentinel stays this value and a Pod of this
+    /// Service answers (a change is timed only to the system's done).
+    Unchanged { sentinel: String, service: String },
 }
 
 impl Expect {
     fn shown_by(&self, seen: &Seen) -> bool {
         seen.ok()
             && match self {
-                Expect::Sentinel(value) | Expect::Unchanged(value) => &seen.sentinel == value,
+                Expect::Sentinel(value) => &seen.sentinel == value,
                 Expect::Backend(service) => seen.backend.starts_with(&format!("{service}-")),
+                Expect::Unchanged { sentinel, service } => {
+                    &seen.sentinel == sentinel && seen.backend.starts_with(&format!("{service}-"))
+                }
             }
     }
 }
@@ -70,9 +74,13 @@ pub struct Outcome {
     pub all_new: Vec<Option<Duration>>,
     /// Per change, the last answer that did not show it.
     pub last_old: Vec<Option<Duration>>,
-    /// Answers that did not show a change although they came after the system said it
-    /// was done: what a user who waits for that status still gets.
+    /// 2xx answers that did not show a change although the request was sent after the
+    /// system said it was done: what a user who waits for that status still gets.
     pub old_after_done: usize,
+    /// Requests sent after the system said a change was done that failed.
+    pub failed_after_done: usize,
+    /// Changes after which the answers did not all show the change within 15 s.
+    pub unsettled: usize,
     pub done: Vec<Option<Duration>>,
 }
 
@@ -129,11 +137,13 @@ pub async fn prepare(node: &Node, system: System) -> String {
 
 /// Runs every scenario on `system` (prepared), in order.
 pub async fn run_all(node: &Node, system: System, url: &str) -> Vec<Outcome> {
+    let client = node.api().client().await;
     let mut run = Run {
         node,
         system,
         url,
-        routes: Api::namespaced(node.api().client().await, &system.namespace()),
+        routes: Api::namespaced(client.clone(), &system.namespace()),
+        services: Api::namespaced(client, &system.namespace()),
         service: 0,
     };
     vec![
@@ -150,6 +160,7 @@ struct Run<'a> {
     system: System,
     url: &'a str,
     routes: Api<HttpRoute>,
+    services: Api<Service>,
     /// The Service the route sends to now: `svc-<n>`.
     service: usize,
 }
@@ -161,8 +172,9 @@ impl Run<'_> {
 
     /// Applies `yaml` (a change of route `name`) and waits for the system's done on it.
     async fn change(&self, observer: &Observer, name: &str, yaml: &str, expect: Expect) -> Change {
+        let route = parse_route(yaml);
         let at = observer.started().elapsed();
-        self.apply_route(yaml).await;
+        self.apply_route(&route).await;
         let done = self.wait_done(name, Duration::from_secs(60)).await;
         let done = done.map(|_| observer.started().elapsed() - at);
         Change { at, expect, done }
@@ -171,13 +183,12 @@ impl Run<'_> {
     /// Applies an HTTPRoute as `kubectl apply --server-side` would, through the API
     /// directly: a change is timed from before this call, and a kubectl process would add
     /// its own start to every figure.
-    async fn apply_route(&self, yaml: &str) {
-        let route: HttpRoute = serde_saphyr::from_str(yaml).expect("an HTTPRoute");
+    async fn apply_route(&self, route: &HttpRoute) {
         let name = route.metadata.name.clone().unwrap_or_default();
         let params = PatchParams::apply("compare").force();
         if let Err(error) = self
             .routes
-            .patch(&name, &params, &Patch::Apply(&route))
+            .patch(&name, &params, &Patch::Apply(route))
             .await
         {
             panic!("{}: apply httproute/{name}: {error}", self.system.name());
@@ -213,7 +224,7 @@ impl Run<'_> {
     /// Lets the load run until every answer since `change` was applied shows what it
     /// should for a second (at most 15 s), so that the next change starts from a settled
     /// route and every change has a second of answers of its own.
-    async fn settle(observer: &Observer, change: &Change) {
+    async fn settle(observer: &Observer, change: &Change) -> bool {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(15) {
             let seen = observer.seen();
@@ -224,14 +235,16 @@ impl Run<'_> {
             let long_enough = now >= change.at + Duration::from_secs(1);
             if long_enough && !recent.is_empty() && recent.iter().all(|s| change.expect.shown_by(s))
             {
-                return;
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        false
     }
 
     async fn header_only(&mut self) -> Outcome {
-        let observer = self.observe();
+        let observer = self.observe().await;
+        let mut unsettled = 0;
         let mut changes = Vec::new();
         for i in 1..=10 {
             let sentinel = format!("h{i}");
@@ -239,10 +252,13 @@ impl Run<'_> {
             let yaml = route_yaml(&self.namespace(), "web", &rule(&service, &sentinel));
             let expect = Expect::Sentinel(sentinel);
             let change = self.change(&observer, "web", &yaml, expect).await;
-            Self::settle(&observer, &change).await;
+            if !Self::settle(&observer, &change).await {
+                unsettled += 1;
+            }
             changes.push(change);
         }
-        self.outcome(SCENARIOS[0], observer, changes).await
+        self.outcome(SCENARIOS[0], observer, changes, unsettled)
+            .await
     }
 
     /// Ten moves, each to a fresh Service whose Pods are ready: `late`, its Service
@@ -250,7 +266,8 @@ impl Run<'_> {
     /// every answer comes from the new one.
     async fn moves(&mut self, late: bool) -> Outcome {
         let namespace = self.namespace();
-        let observer = self.observe();
+        let observer = self.observe().await;
+        let mut unsettled = 0;
         let mut changes = Vec::new();
         for _ in 0..10 {
             let previous = format!("svc-{}", self.service);
@@ -271,23 +288,32 @@ impl Run<'_> {
             let yaml = route_yaml(&namespace, "web", &rule(&service, "m"));
             let expect = Expect::Backend(service.clone());
             let change = if late {
+                let route = parse_route(&yaml);
+                let selector = serde_json::json!({ "spec": { "selector": { "app": service } } });
                 let at = observer.started().elapsed();
-                self.apply_route(&yaml).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let selector = format!(r#"{{"spec":{{"selector":{{"app":"{service}"}}}}}}"#);
-                (self.node.api())
-                    .kubectl_ok([
-                        "patch", "-n", &namespace, "service", &service, "--type", "merge", "-p",
-                        &selector,
-                    ])
-                    .await;
-                let done = self.wait_done("web", Duration::from_secs(60)).await;
+                self.apply_route(&route).await;
+                // The endpoints come 100 ms after the change was applied, whatever the
+                // system says meanwhile: its done is watched from the start.
+                let endpoints = async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let params = PatchParams::default();
+                    let patched = (self.services)
+                        .patch(&service, &params, &Patch::Merge(&selector))
+                        .await;
+                    if let Err(error) = patched {
+                        panic!("{}: patch service/{service}: {error}", self.system.name());
+                    }
+                };
+                let (done, ()) =
+                    tokio::join!(self.wait_done("web", Duration::from_secs(60)), endpoints);
                 let done = done.map(|_| observer.started().elapsed() - at);
                 Change { at, expect, done }
             } else {
                 self.change(&observer, "web", &yaml, expect).await
             };
-            Self::settle(&observer, &change).await;
+            if !Self::settle(&observer, &change).await {
+                unsettled += 1;
+            }
             changes.push(change);
             (self.node.api())
                 .kubectl_ok([
@@ -301,7 +327,7 @@ impl Run<'_> {
                 .await;
         }
         let name = if late { SCENARIOS[2] } else { SCENARIOS[1] };
-        self.outcome(name, observer, changes).await
+        self.outcome(name, observer, changes, unsettled).await
     }
 
     /// Six reorders of two rules (one matches a header the load never sends): nothing a
@@ -312,11 +338,12 @@ impl Run<'_> {
         // The rules in their first order, with the sentinel the reorders keep, before the
         // load starts: only the reorders are measured.
         let first = format!("{}{}", rule(&service, "r"), canary_rule());
-        self.apply_route(&route_yaml(&namespace, "web", &first))
+        self.apply_route(&parse_route(&route_yaml(&namespace, "web", &first)))
             .await;
         self.wait_done("web", Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let observer = self.observe();
+        let observer = self.observe().await;
+        let mut unsettled = 0;
         let mut changes = Vec::new();
         for i in 0..6 {
             let rules = if i % 2 == 0 {
@@ -325,12 +352,18 @@ impl Run<'_> {
                 format!("{}{}", rule(&service, "r"), canary_rule())
             };
             let yaml = route_yaml(&namespace, "web", &rules);
-            let expect = Expect::Unchanged("r".into());
+            let expect = Expect::Unchanged {
+                sentinel: "r".into(),
+                service: service.clone(),
+            };
             let change = self.change(&observer, "web", &yaml, expect).await;
-            Self::settle(&observer, &change).await;
+            if !Self::settle(&observer, &change).await {
+                unsettled += 1;
+            }
             changes.push(change);
         }
-        self.outcome(SCENARIOS[3], observer, changes).await
+        self.outcome(SCENARIOS[3], observer, changes, unsettled)
+            .await
     }
 
     /// The route renamed in one sync: the same rules under a new name, the old route
@@ -339,13 +372,13 @@ impl Run<'_> {
     async fn renamed(&mut self) -> Outcome {
         let namespace = self.namespace();
         let service = format!("svc-{}", self.service);
-        let observer = self.observe();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let at = observer.started().elapsed();
+        let observer = self.observe().await;
         let yaml = route_yaml(&namespace, "web-renamed", &rule(&service, "renamed"));
+        let route = parse_route(&yaml);
         let params = DeleteParams::default();
+        let at = observer.started().elapsed();
         let delete = self.routes.delete("web", &params);
-        let (_, deleted) = tokio::join!(self.apply_route(&yaml), delete);
+        let (_, deleted) = tokio::join!(self.apply_route(&route), delete);
         if let Err(error) = deleted {
             panic!("{}: delete httproute/web: {error}", self.system.name());
         }
@@ -354,11 +387,16 @@ impl Run<'_> {
         tokio::time::sleep(Duration::from_secs(12)).await;
         let expect = Expect::Sentinel("renamed".into());
         let changes = vec![Change { at, expect, done }];
-        self.outcome(SCENARIOS[4], observer, changes).await
+        self.outcome(SCENARIOS[4], observer, changes, 0).await
     }
 
-    fn observe(&self) -> Observer {
-        Observer::start(self.url, HOST, RATE, Duration::from_secs(600))
+    /// Starts the load, and lets it run for a second before the first change (the
+    /// connections open, the API client's too).
+    async fn observe(&self) -> Observer {
+        let observer = Observer::start(self.url, HOST, RATE, Duration::from_secs(600));
+        let _ = self.routes.get_opt("web").await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        observer
     }
 
     async fn outcome(
@@ -366,7 +404,14 @@ impl Run<'_> {
         scenario: &'static str,
         observer: Observer,
         changes: Vec<Change>,
+        unsettled: usize,
     ) -> Outcome {
+        if unsettled > 0 {
+            eprintln!(
+                "   {}, {scenario}: {unsettled} changes did not settle within 15 s",
+                self.system.name()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let seen = observer.finish().await;
         let end = seen
@@ -384,12 +429,14 @@ impl Run<'_> {
             all_new: Vec::new(),
             last_old: Vec::new(),
             old_after_done: 0,
+            failed_after_done: 0,
+            unsettled,
             done: Vec::new(),
         };
         for (i, change) in changes.iter().enumerate() {
             outcome.done.push(change.done);
             let until = changes.get(i + 1).map(|c| c.at).unwrap_or(end);
-            if let Expect::Unchanged(_) = change.expect {
+            if let Expect::Unchanged { .. } = change.expect {
                 outcome.misrouted += (seen.iter())
                     .filter(|s| s.at >= change.at && s.at < until)
                     .filter(|s| s.ok() && !change.expect.shown_by(s))
@@ -398,10 +445,14 @@ impl Run<'_> {
             }
             let shown = moments(&seen, change.at, until, |s| change.expect.shown_by(s));
             if let Some(done) = change.done {
-                outcome.old_after_done += (seen.iter())
-                    .filter(|s| s.at >= change.at + done && s.at < until)
-                    .filter(|s| !change.expect.shown_by(s))
+                // Sent after the system said it was done.
+                let after: Vec<&Seen> = (seen.iter())
+                    .filter(|s| s.sent >= change.at + done && s.at < until)
+                    .collect();
+                outcome.old_after_done += (after.iter())
+                    .filter(|s| s.ok() && !change.expect.shown_by(s))
                     .count();
+                outcome.failed_after_done += after.iter().filter(|s| !s.ok()).count();
             }
             outcome.first_new.push(shown.first_new);
             outcome.all_new.push(shown.all_new);
@@ -409,6 +460,11 @@ impl Run<'_> {
         }
         outcome
     }
+}
+
+/// An HTTPRoute of [`route_yaml`], as the API takes it.
+fn parse_route(yaml: &str) -> HttpRoute {
+    serde_saphyr::from_str(yaml).expect("an HTTPRoute")
 }
 
 /// HTTPRoute `name` for [`HOST`] on Gateway `edge`: `rules` as YAML list items.
@@ -481,6 +537,8 @@ pub fn to_json(outcome: &Outcome) -> Value {
         "all_new_ms": ms(&outcome.all_new),
         "last_old_ms": ms(&outcome.last_old),
         "old_after_done": outcome.old_after_done,
+        "failed_after_done": outcome.failed_after_done,
+        "unsettled": outcome.unsettled,
         "done_ms": ms(&outcome.done),
         "done_condition": outcome.system.done_condition(),
     })

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::kube::tool;
+use crate::kube::cache_bin_dir;
 use crate::node::{Node, image};
 
 /// A system under comparison.
@@ -20,10 +20,6 @@ pub enum System {
     EnvoyGateway,
     Contour,
 }
-
-/// The versions compared (what e2e/provision.sh builds by default).
-pub const ENVOY_GATEWAY_VERSION: &str = "v1.9.1";
-pub const CONTOUR_VERSION: &str = "v1.33.8";
 
 impl System {
     pub const ALL: [System; 3] = [System::Switchyard, System::EnvoyGateway, System::Contour];
@@ -48,8 +44,8 @@ impl System {
     pub fn version(self) -> String {
         match self {
             System::Switchyard => format!("{} (this tree)", env!("CARGO_PKG_VERSION")),
-            System::EnvoyGateway => ENVOY_GATEWAY_VERSION.into(),
-            System::Contour => CONTOUR_VERSION.into(),
+            System::EnvoyGateway => release_version("envoy-gateway"),
+            System::Contour => release_version("contour"),
         }
     }
 
@@ -201,9 +197,10 @@ impl System {
     }
 }
 
-/// Where e2e/provision.sh put a peer's release files (`<name>-release`).
+/// Where e2e/provision.sh put a peer's release files (`<name>-release`, a link to
+/// `<name>-<version>/release`).
 fn release(name: &str) -> PathBuf {
-    let link = tool(&format!("{name}-release"));
+    let link = cache_bin_dir().join(format!("{name}-release"));
     std::fs::canonicalize(&link).unwrap_or_else(|_| {
         panic!(
             "{} is missing: run e2e/provision.sh --only envoy-gateway,contour",
@@ -222,6 +219,7 @@ async fn install_switchyard(node: &Node) {
 /// with local images and a ClusterIP Envoy Service.
 async fn install_envoy_gateway(node: &Node) {
     let charts = release("envoy-gateway").join("charts");
+    let version = release_version("envoy-gateway");
     let crds = node
         .helm_ok(&[
             "template",
@@ -251,7 +249,7 @@ async fn install_envoy_gateway(node: &Node) {
             "60s",
         ])
         .await;
-    let chart = package_envoy_gateway(node, &charts).await;
+    let chart = package_envoy_gateway(node, &charts, &version).await;
     let values = [
         "crds.enabled=false".to_owned(),
         format!(
@@ -282,7 +280,7 @@ async fn install_envoy_gateway(node: &Node) {
 
 /// The chart as Envoy Gateway's release makes it: `values.yaml` written from the template
 /// with its image, then `helm package` at the release's version.
-async fn package_envoy_gateway(node: &Node, charts: &Path) -> String {
+async fn package_envoy_gateway(node: &Node, charts: &Path, version: &str) -> String {
     let work = node.dir.join("envoy-gateway-chart");
     let chart = work.join("gateway-helm");
     let _ = std::fs::remove_dir_all(&work);
@@ -292,7 +290,7 @@ async fn package_envoy_gateway(node: &Node, charts: &Path) -> String {
     let values = template
         .replace(
             "${GatewayImage}",
-            &format!("docker.io/envoyproxy/gateway:{ENVOY_GATEWAY_VERSION}"),
+            &format!("docker.io/envoyproxy/gateway:{version}"),
         )
         .replace("${GatewayImagePullPolicy}", "IfNotPresent");
     std::fs::write(chart.join("values.yaml"), values).expect("write values.yaml");
@@ -300,14 +298,14 @@ async fn package_envoy_gateway(node: &Node, charts: &Path) -> String {
         "package",
         &path(&chart),
         "--version",
-        ENVOY_GATEWAY_VERSION,
+        version,
         "--app-version",
-        ENVOY_GATEWAY_VERSION,
+        version,
         "-d",
         &path(&work),
     ])
     .await;
-    path(&work.join(format!("gateway-helm-{ENVOY_GATEWAY_VERSION}.tgz")))
+    path(&work.join(format!("gateway-helm-{version}.tgz")))
 }
 
 /// Contour's CRDs and its gateway provisioner, from the manifests its release ships
@@ -328,7 +326,8 @@ async fn install_contour(node: &Node) {
         manifests.push_str("\n---\n");
         manifests.push_str(&std::fs::read_to_string(&file).expect("a provisioner manifest"));
     }
-    let release_image = format!("ghcr.io/projectcontour/contour:{CONTOUR_VERSION}");
+    let version = release_version("contour");
+    let release_image = format!("ghcr.io/projectcontour/contour:{version}");
     assert!(
         manifests.contains(&release_image) && manifests.contains("- --enable-leader-election"),
         "Contour's provisioner manifests are not as expected"
@@ -357,6 +356,19 @@ async fn install_contour(node: &Node) {
         Duration::from_secs(180),
     )
     .await;
+}
+
+/// The version of the peer e2e/provision.sh built (its folder is `<name>-<version>`).
+fn release_version(name: &str) -> String {
+    let folder = release(name)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let folder = folder.file_name().map(|f| f.to_string_lossy().into_owned());
+    let prefix = format!("{name}-");
+    folder
+        .and_then(|f| f.strip_prefix(&prefix).map(str::to_owned))
+        .unwrap_or_else(|| panic!("{name}: no version in the name of its release folder"))
 }
 
 fn path(p: &Path) -> String {

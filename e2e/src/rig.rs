@@ -811,42 +811,33 @@ impl Rig {
     /// The reasons of the Events recorded about the object `name` in the rig's namespace.
     pub async fn event_reasons(&self, name: &str) -> Vec<String> {
         let selector = format!("involvedObject.name={name}");
-        self.api
-            .kubectl_ok([
-                "get",
-                "events",
-                "-n",
-                &self.namespace,
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[*].reason}",
-            ])
-            .await
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
+        let events = self.events(&selector, "{.items[*].reason}").await;
+        events.split_whitespace().map(str::to_owned).collect()
     }
 
     /// The messages of the Events recorded about the object `name` in the rig's namespace
     /// under `reason`, one per Event.
     pub async fn event_messages(&self, name: &str, reason: &str) -> Vec<String> {
         let selector = format!("involvedObject.name={name},reason={reason}");
-        self.api
-            .kubectl_ok([
-                "get",
-                "events",
-                "-n",
-                &self.namespace,
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-            ])
-            .await
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        let jsonpath = "{range .items[*]}{.message}{\"\\n\"}{end}";
+        let messages = self.events(&selector, jsonpath).await;
+        messages.lines().map(str::to_owned).collect()
+    }
+
+    /// `kubectl get events` of the rig's namespace with this field selector, as `jsonpath`.
+    async fn events(&self, selector: &str, jsonpath: &str) -> String {
+        let output = format!("jsonpath={jsonpath}");
+        let args = [
+            "get",
+            "events",
+            "-n",
+            &self.namespace,
+            "--field-selector",
+            selector,
+            "-o",
+            &output,
+        ];
+        self.api.kubectl_ok(args).await
     }
 
     /// Response header `name` for `host` through every Envoy ("-" when absent).

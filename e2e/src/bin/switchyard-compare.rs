@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use switchyard_e2e::compare::{chosen, scenarios, systems::System, tables};
+use switchyard_e2e::compare::systems::{self, System};
+use switchyard_e2e::compare::{chosen, scenarios, tables};
 use switchyard_e2e::node::Node;
 
 #[derive(Parser)]
@@ -37,25 +38,10 @@ fn main() -> anyhow::Result<()> {
 async fn run(systems: Vec<System>, json: Option<PathBuf>) -> anyhow::Result<()> {
     let mut outcomes = Vec::new();
     let mut fleets = Vec::new();
-    let crds = std::fs::canonicalize(switchyard_e2e::kube::tool("gateway-api-experimental"))?;
-    let crds = crds.to_string_lossy().into_owned();
     for &system in &systems {
         eprintln!("== {} {}", system.name(), system.version());
         let node = Node::start().await;
-        node.api()
-            .kubectl_ok(["apply", "--server-side", "-f", &crds])
-            .await;
-        node.api()
-            .kubectl_ok([
-                "wait",
-                "--for",
-                "condition=Established",
-                "crd",
-                "--all",
-                "--timeout",
-                "60s",
-            ])
-            .await;
+        systems::install_gateway_api(&node).await;
         system.install(&node).await;
         let url = scenarios::prepare(&node, system).await;
         let envoys = system.envoy_pods(&node).await;

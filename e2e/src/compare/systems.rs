@@ -197,6 +197,32 @@ impl System {
     }
 }
 
+/// The Gateway API CRDs every system reads: v1.7.0's experimental channel, as
+/// e2e/provision.sh downloaded them.
+pub async fn install_gateway_api(node: &Node) {
+    let crds = std::fs::canonicalize(crate::kube::tool("gateway-api-experimental"))
+        .expect("the Gateway API CRDs, experimental channel");
+    let crds = crds.to_string_lossy();
+    (node.api())
+        .kubectl_ok(["apply", "--server-side", "-f", &crds])
+        .await;
+    crds_established(node).await;
+}
+
+/// Once every CRD the API server has is established.
+async fn crds_established(node: &Node) {
+    let wait = [
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd",
+        "--all",
+        "--timeout",
+        "60s",
+    ];
+    node.api().kubectl_ok(wait).await;
+}
+
 /// Where e2e/provision.sh put a peer's release files (`<name>-release`, a link to
 /// `<name>-<version>/release`).
 fn release(name: &str) -> PathBuf {
@@ -238,17 +264,7 @@ async fn install_envoy_gateway(node: &Node) {
         "Envoy Gateway's CRDs: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    node.api()
-        .kubectl_ok([
-            "wait",
-            "--for",
-            "condition=Established",
-            "crd",
-            "--all",
-            "--timeout",
-            "60s",
-        ])
-        .await;
+    crds_established(node).await;
     let chart = package_envoy_gateway(node, &charts, &version).await;
     let values = [
         "crds.enabled=false".to_owned(),

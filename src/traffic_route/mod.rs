@@ -40,7 +40,7 @@ use crate::k8s::events::EventRecorder;
 use crate::k8s::fleet_report::FleetView;
 use crate::k8s::index::{Scope, Watches};
 use crate::k8s::status::{StatusKind, StatusWriter, Write};
-use crate::k8s::watched::{View, WatchBackoff, Watched};
+use crate::k8s::watched::{View, WatchBackoff, Watched, forget_bookkeeping};
 use crate::metrics::{ErrorLabel, Metrics};
 use crate::prober::Prober;
 use crate::rollout::ProxyConfigs;
@@ -164,6 +164,7 @@ pub async fn run(client: Client, settings: Settings) {
     let route_index = Arc::new(RouteIndex::default());
     let (route_store, writer) = reflector::store();
     let route_events = watcher(routes, watcher::Config::default())
+        .modify(forget_bookkeeping)
         .reflect(writer)
         .inspect_ok({
             let index = route_index.clone();

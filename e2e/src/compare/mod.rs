@@ -2,11 +2,14 @@
 //! (`e2e/compare.sh`, a benchmark, not a test): each system installed from its own
 //! release ([`systems`]), the same scenarios through the same Gateway API objects
 //! ([`scenarios`]) under the same load ([`observe`]), one table per scenario with the
-//! systems side by side.
+//! systems side by side; and the scale rows ([`scale`]): N HTTPRoutes at once, each
+//! control plane's CPU and memory ([`usage`]) and the time to every route served.
 
 pub mod observe;
+pub mod scale;
 pub mod scenarios;
 pub mod systems;
+pub mod usage;
 
 use std::fmt::Write as _;
 

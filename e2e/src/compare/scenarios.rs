@@ -201,20 +201,10 @@ impl Run<'_> {
         let started = Instant::now();
         let condition = self.system.done_condition();
         while started.elapsed() < within {
-            if let Ok(route) = self.routes.get(name).await {
-                let generation = route.metadata.generation;
-                let status = serde_json::to_value(&route.status).unwrap_or_default();
-                let parents = status["parents"].as_array().cloned().unwrap_or_default();
-                let done = parents.iter().any(|parent| {
-                    (parent["conditions"].as_array().into_iter().flatten()).any(|c| {
-                        c["type"] == condition
-                            && c["status"] == "True"
-                            && c["observedGeneration"].as_i64() == generation
-                    })
-                });
-                if done {
-                    return Some(started.elapsed());
-                }
+            if let Ok(route) = self.routes.get(name).await
+                && is_done(&route, condition)
+            {
+                return Some(started.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -460,6 +450,20 @@ impl Run<'_> {
         }
         outcome
     }
+}
+
+/// Whether a parent of the route has `condition` True for the route's generation.
+pub fn is_done(route: &HttpRoute, condition: &str) -> bool {
+    let generation = route.metadata.generation;
+    let status = serde_json::to_value(&route.status).unwrap_or_default();
+    let parents = status["parents"].as_array().cloned().unwrap_or_default();
+    parents.iter().any(|parent| {
+        (parent["conditions"].as_array().into_iter().flatten()).any(|c| {
+            c["type"] == condition
+                && c["status"] == "True"
+                && c["observedGeneration"].as_i64() == generation
+        })
+    })
 }
 
 /// An HTTPRoute of [`route_yaml`], as the API takes it.

@@ -175,6 +175,25 @@ spec:
 }
 
 impl System {
+    /// The Pods of its control plane, the processes that read the routes and serve Envoy
+    /// its configuration over xDS: (namespace, label selector). Switchyard: every operator
+    /// replica (each serves xDS); Envoy Gateway: its `envoy-gateway` Deployment; Contour:
+    /// the Contour Deployment its provisioner made for Gateway `edge` (`contour-edge`),
+    /// not the provisioner, which reads Gateways only.
+    pub fn control_plane(self) -> (String, &'static str) {
+        match self {
+            System::Switchyard => (
+                crate::node::SWITCHYARD_NAMESPACE.to_owned(),
+                crate::node::OPERATOR_SELECTOR,
+            ),
+            System::EnvoyGateway => (
+                "envoy-gateway-system".to_owned(),
+                "control-plane=envoy-gateway",
+            ),
+            System::Contour => (self.namespace(), "app=contour-edge"),
+        }
+    }
+
     /// How many Envoy Pods (of the `envoy` image) run for it, ready or not.
     pub async fn envoy_pods(self, node: &Node) -> usize {
         let namespace = match self {

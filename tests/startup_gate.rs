@@ -1,5 +1,6 @@
 //! The strict startup gate (I5) on a real kube-apiserver: after a restart, an Envoy's first
-//! configuration already holds every route, and slow status writes never hold xDS back.
+//! configuration already holds every route, and slow status writes never hold xDS back;
+//! and the operator's peak memory through a cold start at 2000 routes stays as recorded.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use kube::{Api, ResourceExt};
 use switchyard::api::{ProxyConfig, TrafficRoute};
 use switchyard::traffic_route::resolve::{live_proxy_config, resolve_route};
 use switchyard_e2e::Envoy;
-use switchyard_e2e::rig::Rig;
+use switchyard_e2e::rig::{Rig, is_ready};
 
 fn tls_secret(name: &str) -> Secret {
     let read = |file: &str| {
@@ -93,48 +94,8 @@ async fn slow_status_writes_never_delay_xds() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
     let mut rig = Rig::start(1).await;
-    rig.add_backend("app").await;
-    let services: Api<Service> = Api::namespaced(rig.client.clone(), &rig.namespace);
-    let app = services.get("app").await.expect("app service");
+    create_served_routes(&mut rig, count).await;
     let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
-    let configs: Api<ProxyConfig> = Api::namespaced(rig.client.clone(), &rig.namespace);
-
-    // Routes whose live configs an earlier leader wrote; none has a status yet.
-    let created = Instant::now();
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let (routes, configs, app) = (routes.clone(), configs.clone(), app.clone());
-            async move {
-                let name = format!("r{i}");
-                let spec: switchyard::api::TrafficRouteSpec =
-                    serde_json::from_value(serde_json::json!({
-                        "hosts": [format!("r{i}.test")],
-                        "rules": [{ "backends": [{ "service": "app", "port": 80 }] }],
-                    }))
-                    .expect("spec");
-                let route = routes
-                    .create(&PostParams::default(), &TrafficRoute::new(&name, spec))
-                    .await
-                    .expect("create route");
-                let resolved = resolve_route(&route, &[&app]).expect("resolves");
-                let pc = live_proxy_config(&route, &resolved);
-                configs
-                    .patch(
-                        &pc.name_any(),
-                        &PatchParams::apply("switchyard").force(),
-                        &Patch::Apply(&pc),
-                    )
-                    .await
-                    .expect("apply live config");
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<()>>()
-        .await;
-    eprintln!(
-        "created {count} routes and live configs in {:?}",
-        created.elapsed()
-    );
 
     rig.start_operator("switchyard-1", &["--status-qps", "2"]);
     let started = Instant::now();
@@ -187,6 +148,131 @@ async fn slow_status_writes_never_delay_xds() {
         later > with_status,
         "status writes stalled\n--- switchyard log ---\n{}",
         rig.operators[0].process.log_tail()
+    );
+}
+
+/// TrafficRoutes r0..r{count} on Service `app`, with the live configs an earlier leader
+/// wrote for them; none has a status yet.
+async fn create_served_routes(rig: &mut Rig, count: usize) {
+    rig.add_backend("app").await;
+    let services: Api<Service> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    let app = services.get("app").await.expect("app service");
+    let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    let configs: Api<ProxyConfig> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    let created = Instant::now();
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (routes, configs, app) = (routes.clone(), configs.clone(), app.clone());
+            async move {
+                let name = format!("r{i}");
+                let spec: switchyard::api::TrafficRouteSpec =
+                    serde_json::from_value(serde_json::json!({
+                        "hosts": [format!("r{i}.test")],
+                        "rules": [{ "backends": [{ "service": "app", "port": 80 }] }],
+                    }))
+                    .expect("spec");
+                let route = routes
+                    .create(&PostParams::default(), &TrafficRoute::new(&name, spec))
+                    .await
+                    .expect("create route");
+                let resolved = resolve_route(&route, &[&app]).expect("resolves");
+                let pc = live_proxy_config(&route, &resolved);
+                configs
+                    .patch(
+                        &pc.name_any(),
+                        &PatchParams::apply("switchyard").force(),
+                        &Patch::Apply(&pc),
+                    )
+                    .await
+                    .expect("apply live config");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    eprintln!(
+        "created {count} routes and live configs in {:?}",
+        created.elapsed()
+    );
+}
+
+/// The operator's peak RSS through a cold start at 2000 served routes, every one of them
+/// Ready (stores, model, translator, snapshot, status writes at that size), held to a
+/// record: memory a code change can lose without any other test noticing. The run is
+/// taken to its end, every status written, so that the peak is of the same work each time
+/// (cut off while statuses were still being written, it moved by 10 % from run to run),
+/// with one malloc arena, so that which threads happen to allocate first matters less:
+/// four runs were within 0.9 % (123.7–124.8 MiB), three with an arena per thread within
+/// 1.9 % (124.5–126.9 MiB). The record is the debug build's, the operator the tests run. More than 3 % off fails, either
+/// way: a regression must be found, a gain recorded, with `UPDATE_RSS=1 cargo test --test
+/// startup_gate peak_memory`.
+#[tokio::test]
+async fn the_operators_peak_memory_at_2000_routes_stays_as_recorded() {
+    const ROUTES: usize = 2000;
+    const RECORD: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/e2e/testdata/operator-peak-rss-2000.json"
+    );
+    const TOLERANCE: f64 = 0.03;
+    if !cfg!(debug_assertions) || std::env::var_os("SWITCHYARD_BIN").is_some() {
+        eprintln!("the record is of the debug operator the tests build: nothing to compare");
+        return;
+    }
+    let mut rig = Rig::start(1).await;
+    create_served_routes(&mut rig, ROUTES).await;
+    rig.operator_env = vec![("MALLOC_ARENA_MAX".into(), "1".into())];
+    rig.start_operator("switchyard-1", &["--status-qps", "1000"]);
+    let started = Instant::now();
+    let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
+    loop {
+        let ready = routes
+            .list(&Default::default())
+            .await
+            .expect("list routes")
+            .items
+            .iter()
+            .filter(|r| is_ready(r))
+            .count();
+        if ready == ROUTES {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{ready} of {ROUTES} routes Ready after 120 s\n--- switchyard log ---\n{}",
+            rig.operators[0].process.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (_, peak_mib) = rig.operators[0]
+        .process
+        .memory_mib()
+        .expect("the operator's /proc/<pid>/status");
+    eprintln!(
+        "every route Ready {:?} after the start; operator peak RSS {peak_mib:.1} MiB",
+        started.elapsed()
+    );
+    if std::env::var_os("UPDATE_RSS").is_some() {
+        let record = serde_json::json!({
+            "routes": ROUTES,
+            "build": "debug",
+            "peak_rss_mib": (peak_mib * 10.0).round() / 10.0,
+        });
+        let json = serde_json::to_string_pretty(&record).expect("JSON");
+        std::fs::write(RECORD, format!("{json}\n")).expect("write the record");
+        return;
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(RECORD).expect("the record"))
+            .expect("the record's JSON");
+    let recorded = record["peak_rss_mib"]
+        .as_f64()
+        .expect("peak_rss_mib in the record");
+    let off = peak_mib / recorded - 1.0;
+    assert!(
+        off.abs() <= TOLERANCE,
+        "the operator's peak RSS at {ROUTES} routes is {peak_mib:.1} MiB, {:+.1} % off the \
+         {recorded} MiB of {RECORD}: a regression must be found, a gain recorded (UPDATE_RSS=1)",
+        off * 100.0
     );
 }
 

@@ -73,7 +73,20 @@ pub struct Rig {
     envoy_restarts: usize,
     /// The kubeconfig operators are started with (default: the API server's own).
     operator_kubeconfig: Option<PathBuf>,
+    /// Added to the environment of operators started from now on.
+    pub operator_env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
+}
+
+/// Whether the route's current generation is Ready.
+pub fn is_ready(route: &TrafficRoute) -> bool {
+    let generation = route.metadata.generation;
+    route.status.as_ref().is_some_and(|s| {
+        s.observed_generation == generation
+            && s.conditions.iter().any(|c| {
+                c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation
+            })
+    })
 }
 
 /// The rig's working directory (configs, logs); kept after the test when
@@ -133,6 +146,7 @@ impl Rig {
             xds_ports_of: BTreeMap::new(),
             envoy_restarts: 0,
             operator_kubeconfig: None,
+            operator_env: Vec::new(),
             _dir: dir,
         };
         rig.register_fleet().await;
@@ -225,6 +239,7 @@ impl Rig {
                 extra,
             ]
             .concat(),
+            &self.operator_env,
         );
         self.operators.push(operator);
         if self.envoys.is_empty() && !self.envoys_by_test {
@@ -709,16 +724,7 @@ impl Rig {
         let started = Instant::now();
         loop {
             let route = self.route(name).await;
-            let generation = route.metadata.generation;
-            let ready = route.status.as_ref().is_some_and(|s| {
-                s.observed_generation == generation
-                    && s.conditions.iter().any(|c| {
-                        c.type_ == "Ready"
-                            && c.status == "True"
-                            && c.observed_generation == generation
-                    })
-            });
-            if ready {
+            if is_ready(&route) {
                 return started.elapsed();
             }
             if started.elapsed() > within {
@@ -740,7 +746,8 @@ impl Rig {
                     })
                     .collect();
                 panic!(
-                    "route {name} generation {generation:?} not Ready within {within:?}: {:#?}\n--- operator logs ---\n{}\n--- Envoy logs ---\n{}",
+                    "route {name} generation {:?} not Ready within {within:?}: {:#?}\n--- operator logs ---\n{}\n--- Envoy logs ---\n{}",
+                    route.metadata.generation,
                     route.status,
                     logs.join("\n---\n"),
                     envoy_logs.join("\n---\n")

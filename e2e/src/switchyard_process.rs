@@ -95,12 +95,14 @@ impl Switchyard {
             ports,
             free_port(),
             extra,
+            &[],
         )
     }
 
     /// [`Switchyard::start_operator`] serving xDS on a port chosen beforehand, e.g. the one
     /// of a replica that was killed, or one that Envoys already list
-    /// ([`Envoy::start_with_replicas`]).
+    /// ([`Envoy::start_with_replicas`]). `env` is added to its environment.
+    #[allow(clippy::too_many_arguments)]
     pub fn start_operator_on(
         work: &Path,
         name: &str,
@@ -109,6 +111,7 @@ impl Switchyard {
         ports: ListenerPorts,
         xds_port: u16,
         extra: &[&str],
+        env: &[(String, String)],
     ) -> Switchyard {
         let admin_port = free_port();
         let mut command = Command::new(switchyard_binary());
@@ -124,7 +127,8 @@ impl Switchyard {
             .args(["--identity", name, "--lease-namespace", "default"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,switchyard=debug,kube=warn");
+            .env("RUST_LOG", "info,switchyard=debug,kube=warn")
+            .envs(env.iter().map(|(k, v)| (k, v)));
         let process = Process::spawn(name, &mut command, work.join(format!("{name}.log")));
         Switchyard {
             process,

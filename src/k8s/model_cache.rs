@@ -135,6 +135,15 @@ struct Last {
     secret_problems: Vec<Problem>,
     /// Two ProxyConfigs claimed one name: leave it to a full build every time.
     ambiguous: bool,
+    /// The Gateway listeners the translator was last given.
+    gateway_listeners: Vec<model::GatewayListener>,
+}
+
+/// The Gateway listener a ProxyConfig's virtual host is served on, and whether it is the
+/// port's own unit, defining it.
+fn listener_of(part: Option<&Contribution>) -> Option<(&model::GatewayListener, bool)> {
+    let part = part?;
+    Some((part.gateway_listener.as_ref()?, part.defines_listener))
 }
 
 fn version<K: ResourceExt>(object: &K) -> Option<&str> {
@@ -201,6 +210,7 @@ impl ModelCache {
             parts,
             &built.config.clusters,
             built.endpoint_sources,
+            &built.config.gateway_listeners,
             &built.problems,
         ));
         (Step::Full(built.config), built.problems)
@@ -236,6 +246,7 @@ impl Last {
         parts: Vec<Contribution>,
         clusters: &[model::Cluster],
         endpoint_sources: BTreeMap<String, EndpointsKey>,
+        gateway_listeners: &[model::GatewayListener],
         problems: &[Problem],
     ) -> Self {
         let mut last = Last {
@@ -255,6 +266,7 @@ impl Last {
             owners: HashMap::new(),
             secret_problems: Vec::new(),
             ambiguous: false,
+            gateway_listeners: gateway_listeners.to_vec(),
         };
         for slice in &inputs.endpoint_slices {
             let key = key_of(*slice);
@@ -390,16 +402,17 @@ impl Last {
             (before.into_iter().chain(now))
                 .any(|p| p.secret.is_some() || !p.client_secrets.is_empty())
         });
-        // The Gateway listeners are handed to the translator whole: one that a ProxyConfig
-        // brings, drops or changes takes a full build (Gateway virtual hosts come and go
-        // rarely; their updates keep their listener).
+        // The Gateway listeners are handed to the translator whole: when a ProxyConfig
+        // brings, drops or changes one, the list is made again from every ProxyConfig
+        // (a walk of what is held, where a full build would translate everything: each
+        // of thousands of HTTPRoutes on one Gateway brings the listener its virtual
+        // host is served on when it first goes live).
         let touches_listeners = pc_changes.iter().any(|c| {
             let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
             let now = c.now.as_ref().map(|(_, p)| p);
-            before.and_then(|p| p.gateway_listener.as_ref())
-                != now.and_then(|p| p.gateway_listener.as_ref())
+            listener_of(before) != listener_of(now)
         });
-        if touches_secrets || touches_listeners {
+        if touches_secrets {
             return None;
         }
         let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
@@ -453,6 +466,14 @@ impl Last {
             self.cluster_edits(objects, &users_before, &nows, &mut clusters)?;
         }
         changes.clusters = clusters.into_values().collect();
+        if touches_listeners {
+            let listeners =
+                to_model::gateway_listeners(self.proxy_configs.values().map(|(_, p)| p));
+            if listeners != self.gateway_listeners {
+                changes.gateway_listeners = Some(listeners.clone());
+                self.gateway_listeners = listeners;
+            }
+        }
         let problems = self
             .pc_problems
             .values()

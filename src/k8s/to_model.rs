@@ -108,6 +108,32 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
     }
 }
 
+/// The Gateway listeners the contributions serve on, one entry per listener in one order
+/// (the translator compares the list as a whole). Listeners a Gateway port's own unit
+/// defines: their virtual hosts' definitions, the same but while a change rolls out, give
+/// way (two definitions of one listener serve neither: its port would close).
+pub fn gateway_listeners<'a, I>(parts: I) -> Vec<model::GatewayListener>
+where
+    I: IntoIterator<Item = &'a Contribution>,
+    I::IntoIter: Clone,
+{
+    let parts = parts.into_iter();
+    let defined: BTreeSet<&str> = (parts.clone())
+        .filter(|p| p.defines_listener)
+        .filter_map(|p| Some(p.gateway_listener.as_ref()?.name.as_str()))
+        .collect();
+    let mut listeners: Vec<model::GatewayListener> = parts
+        .filter_map(|part| {
+            (part.gateway_listener.as_ref())
+                .filter(|l| part.defines_listener || !defined.contains(l.name.as_str()))
+                .cloned()
+        })
+        .collect();
+    listeners.sort();
+    listeners.dedup();
+    listeners
+}
+
 pub fn build_with_sources(inputs: &Inputs<'_>) -> Built {
     let parts: Vec<Contribution> = in_key_order(&inputs.proxy_configs)
         .iter()
@@ -137,30 +163,18 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     };
     let mut clusters: BTreeMap<String, (String, ResolvedCluster)> = BTreeMap::new();
     let mut secrets = BTreeSet::new();
-    // Listeners a Gateway port's own unit defines: their virtual hosts' definitions, the
-    // same but while a change rolls out, give way (two definitions of one listener serve
-    // neither: its port would close).
-    let defined: BTreeSet<&str> = (parts.iter())
-        .filter(|p| p.defines_listener)
-        .filter_map(|p| Some(p.gateway_listener.as_ref()?.name.as_str()))
-        .collect();
+    config.gateway_listeners = gateway_listeners(parts);
     for part in parts {
         for (name, namespace, cluster) in &part.clusters {
             clusters.insert(name.clone(), (namespace.clone(), cluster.clone()));
         }
         config.virtual_hosts.extend(part.virtual_host.clone());
-        let listener = (part.gateway_listener.as_ref())
-            .filter(|l| part.defines_listener || !defined.contains(l.name.as_str()));
-        config.gateway_listeners.extend(listener.cloned());
         config.version_probes.extend(part.version_probe.clone());
         config.endpoint_probes.extend(part.endpoint_probe.clone());
         secrets.extend(part.secret.clone());
         secrets.extend(part.client_secrets.iter().cloned());
         problems.extend(part.problems.iter().cloned());
     }
-    // One entry per listener, in one order: the translator compares the list as a whole.
-    config.gateway_listeners.sort();
-    config.gateway_listeners.dedup();
     let endpoints = endpoints_by_service(&inputs.endpoint_slices);
     let mut endpoint_sources = BTreeMap::new();
     config.clusters = clusters

@@ -1,5 +1,7 @@
 use super::*;
-use crate::api::proxy_config::{ResolvedBackend, ResolvedRule, ResolvedTls, ResolvedVirtualHost};
+use crate::api::proxy_config::{
+    ResolvedBackend, ResolvedListener, ResolvedRule, ResolvedTls, ResolvedVirtualHost,
+};
 use crate::api::{ProxyConfig, ProxyConfigRole, ProxyConfigSpec};
 use crate::k8s::fixtures::{self, cluster};
 use crate::translate::Translator;
@@ -158,6 +160,71 @@ impl Rig {
         assert_eq!(translation.problems, fresh.problems);
         full
     }
+}
+
+/// A Gateway listener on `port` (HTTP), named as the Gateway front-end names them.
+fn gateway_listener(port: i32) -> ResolvedListener {
+    ResolvedListener {
+        name: format!("shop/edge/{port}/HTTP"),
+        port,
+        probe_port: port + 10000,
+        tls: false,
+        default_certificate: None,
+        client_validation: None,
+        protocol: Default::default(),
+    }
+}
+
+/// The live ProxyConfig of an HTTPRoute's virtual host on `listener`.
+fn on_gateway(route: &str, listener: &ResolvedListener, version: &str) -> ProxyConfig {
+    let mut pc = live(route, &["web"], version);
+    pc.spec.listener = Some(listener.clone());
+    pc
+}
+
+/// A Gateway port's own unit: no hosts, it defines the listener.
+fn gateway_port(listener: &ResolvedListener, version: &str) -> ProxyConfig {
+    let mut pc = on_gateway(&format!("port-{}", listener.port), listener, version);
+    pc.spec.clusters = Vec::new();
+    if let Some(vh) = pc.spec.virtual_host.as_mut() {
+        vh.hosts = Vec::new();
+        vh.rules = Vec::new();
+    }
+    pc
+}
+
+#[test]
+fn gateway_virtual_hosts_come_and_go_without_a_full_build() {
+    let mut rig = Rig::new();
+    let web = slice("web-1", "web", &["10.0.0.1"], "1");
+    let (http, other) = (gateway_listener(80), gateway_listener(8080));
+    let port = gateway_port(&http, "1");
+    let a = on_gateway("a", &http, "1");
+    assert!(rig.step(&[&port, &a], &[&web]));
+    // Thousands of HTTPRoutes on one listener: each new one brings the listener its
+    // virtual host is served on, which the translator already has.
+    let b = on_gateway("b", &http, "1");
+    let c = on_gateway("c", &http, "1");
+    assert!(!rig.step(&[&port, &a, &b], &[&web]));
+    assert!(!rig.step(&[&port, &a, &b, &c], &[&web]));
+    assert!(!rig.step(&[&port, &a, &c], &[&web]));
+    // A virtual host on a listener no port defines yet, then its port, then the port
+    // changed while its virtual hosts still carry the definition before.
+    let d = on_gateway("d", &other, "1");
+    assert!(!rig.step(&[&port, &a, &c, &d], &[&web]));
+    let other_port = gateway_port(&other, "1");
+    assert!(!rig.step(&[&port, &other_port, &a, &c, &d], &[&web]));
+    let mut changed = other.clone();
+    changed.probe_port += 1;
+    let other_port = gateway_port(&changed, "2");
+    assert!(!rig.step(&[&port, &other_port, &a, &c, &d], &[&web]));
+    let d = on_gateway("d", &changed, "2");
+    assert!(!rig.step(&[&port, &other_port, &a, &c, &d], &[&web]));
+    // The port goes, then its last virtual host; a TrafficRoute's beside them all.
+    assert!(!rig.step(&[&port, &a, &c, &d], &[&web]));
+    let shared = live("t", &["web"], "1");
+    assert!(!rig.step(&[&port, &a, &c, &shared], &[&web]));
+    assert!(!rig.step(&[&a, &c, &shared], &[&web]));
 }
 
 #[test]

@@ -196,16 +196,18 @@ async fn create_served_routes(rig: &mut Rig, count: usize) {
     );
 }
 
-/// The operator's peak RSS through a cold start at 2000 served routes, every one of them
-/// Ready (stores, model, translator, snapshot, status writes at that size), held to a
-/// record: memory a code change can lose without any other test noticing. The run is
-/// taken to its end, every status written, so that the peak is of the same work each time
-/// (cut off while statuses were still being written, it moved by 10 % from run to run),
-/// with one malloc arena, so that which threads happen to allocate first matters less:
-/// four runs were within 0.9 % (123.7–124.8 MiB), three with an arena per thread within
-/// 1.9 % (124.5–126.9 MiB). The record is the debug build's, the operator the tests run. More than 3 % off fails, either
-/// way: a regression must be found, a gain recorded, with `UPDATE_RSS=1 cargo test --test
-/// startup_gate peak_memory`.
+/// The operator's peak RSS through a start at 2000 served routes (their live configurations
+/// written before), every one of them Ready: stores, model, translator, snapshot and status
+/// writes at that size, held to a record, memory a code change can lose without any other
+/// test noticing. The run is taken to its end, every status written, so that the peak is of
+/// the same work each time (cut off while statuses were still being written, it moved by
+/// 10 % from run to run), with one malloc arena, so that which threads happen to allocate
+/// first matters less: four runs alone were within 0.9 % (123.7–124.8 MiB), two beside the
+/// rest of this file's tests run twice at once 122.9 and 123.4; three with an arena per
+/// thread within 1.9 %. The record is the debug build's, the operator the tests run. More
+/// than 3 % off fails, either way: a regression must be found, a gain recorded, with
+/// `UPDATE_RSS=1 cargo test --test startup_gate peak_memory`. Less goes unseen: undoing the
+/// watches' dropping of `managedFields` measured +3.5 %.
 #[tokio::test]
 async fn the_operators_peak_memory_at_2000_routes_stays_as_recorded() {
     const ROUTES: usize = 2000;
@@ -220,7 +222,12 @@ async fn the_operators_peak_memory_at_2000_routes_stays_as_recorded() {
     }
     let mut rig = Rig::start(1).await;
     create_served_routes(&mut rig, ROUTES).await;
-    rig.operator_env = vec![("MALLOC_ARENA_MAX".into(), "1".into())];
+    // One malloc arena and two runtime workers, whatever the machine's cores: the record
+    // is of this work, not of the machine it last ran on.
+    rig.operator_env = vec![
+        ("MALLOC_ARENA_MAX".into(), "1".into()),
+        ("TOKIO_WORKER_THREADS".into(), "2".into()),
+    ];
     rig.start_operator("switchyard-1", &["--status-qps", "1000"]);
     let started = Instant::now();
     let routes: Api<TrafficRoute> = Api::namespaced(rig.client.clone(), &rig.namespace);
@@ -236,12 +243,16 @@ async fn the_operators_peak_memory_at_2000_routes_stays_as_recorded() {
         if ready == ROUTES {
             break;
         }
+        // 18–41 s alone, 75 s beside another test binary's rigs: a bound for a stall, not
+        // a measure of speed.
         assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{ready} of {ROUTES} routes Ready after 120 s\n--- switchyard log ---\n{}",
+            started.elapsed() < Duration::from_secs(300),
+            "{ready} of {ROUTES} routes Ready after 300 s\n--- switchyard log ---\n{}",
             rig.operators[0].process.log_tail()
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // A list of 2000 routes costs the API server (and the cores the operator is
+        // measured on): once a second is enough.
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let (_, peak_mib) = rig.operators[0]
         .process

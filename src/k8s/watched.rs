@@ -504,11 +504,11 @@ where
 pub fn forget_bookkeeping<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
-    if let Some(annotations) = &mut meta.annotations {
-        annotations.remove(LAST_APPLIED);
-        if annotations.is_empty() {
-            meta.annotations = None;
-        }
+    if let Some(annotations) = &mut meta.annotations
+        && annotations.remove(LAST_APPLIED).is_some()
+        && annotations.is_empty()
+    {
+        meta.annotations = None;
     }
 }
 

@@ -3,8 +3,9 @@
 //! Service [`super::scenarios::prepare`] made (so that Services and Pods do not multiply). Timed
 //! from just before the first create: to every route answering 2xx through the Gateway's
 //! address, from inside the node's namespace as the scenarios' load is sent; to every
-//! route showing the system's own "done" ([`System::done_condition`]). Meanwhile the
-//! control plane's CPU time and memory are read from /proc ([`super::usage`]). Then one Envoy Pod
+//! route showing the system's own "done" ([`System::done_condition`]). The control plane's
+//! CPU time and memory are read from /proc ([`super::usage`]) before the first create, when
+//! every route is served and at the end. Then one Envoy Pod
 //! is deleted (grace 0) and its replacement is timed to every route: how long a new
 //! Envoy takes to get all N routes from the control plane.
 
@@ -33,10 +34,14 @@ pub const DEFAULT_SIZES: [usize; 2] = [1000, 5000];
 /// How long a system gets to serve every route (and to say it is done with each; and a
 /// replacement Envoy, to serve them all): past it, how many it got to is reported.
 pub const WITHIN: Duration = Duration::from_secs(600);
+/// How many times a create refused for load is tried.
+const CREATE_ATTEMPTS: u32 = 5;
 /// Route creations in flight at once.
 const CREATING_AT_ONCE: usize = 32;
 /// Requests in flight at once while probing routes.
 const PROBING_AT_ONCE: usize = 16;
+/// How long one probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Between two rounds of probes.
 const ROUND_PAUSE: Duration = Duration::from_millis(50);
 /// Every route goes to this Service: the backend [`super::scenarios::prepare`] made.
@@ -170,13 +175,43 @@ async fn create_routes(
     futures::stream::iter((0..n).map(Ok))
         .try_for_each_concurrent(CREATING_AT_ONCE, |i| async move {
             let route = route(namespace, i)?;
-            api.create(&PostParams::default(), &route)
+            create_with_retries(api, &route)
                 .await
-                .with_context(|| format!("create httproute/r{i} in {namespace}"))?;
-            Ok::<(), anyhow::Error>(())
+                .with_context(|| format!("create httproute/r{i} in {namespace}"))
         })
         .await?;
     Ok(started.elapsed())
+}
+
+/// Creates `route`, again after a refusal for load (429, 5xx) or a lost answer, at most
+/// [`CREATE_ATTEMPTS`] times: one such answer among thousands of creates would otherwise
+/// lose the system's row. A create that got through before its answer was lost is
+/// answered 409 the next time: it is there.
+async fn create_with_retries(api: &Api<HttpRoute>, route: &HttpRoute) -> anyhow::Result<()> {
+    let mut pause = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match api.create(&PostParams::default(), route).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if attempt > 1 && status.code == 409 => return Ok(()),
+            Err(error) if attempt < CREATE_ATTEMPTS && refused_for_load(&error) => {}
+            Err(error) => {
+                return Err(anyhow::Error::new(error).context(format!("attempt {attempt}")));
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+        attempt += 1;
+    }
+}
+
+/// An answer that says nothing about the route: the API server was busy, or the answer
+/// never came.
+fn refused_for_load(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
 }
 
 /// HTTPRoute `r<i>` for [`host`]`(i)` on Gateway `edge`, to [`BACKEND`].
@@ -211,18 +246,30 @@ async fn every_route_done(
     let mut routes = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
     let deadline = tokio::time::Instant::from_std(started + WITHIN);
     let mut done = BTreeSet::new();
+    let mut watch_errors = 0_usize;
     loop {
         let next = tokio::time::timeout_at(deadline, routes.next()).await;
         let route = match next {
             Err(_) => {
+                if watch_errors > 0 {
+                    eprintln!("   the watch of the routes failed {watch_errors} times");
+                }
                 return Ok(Reached {
                     every: None,
                     count: done.len(),
                 });
             }
             Ok(None) => anyhow::bail!("the watch of the HTTPRoutes ended"),
-            // The watch starts over after a backoff; a status seen twice counts once.
-            Ok(Some(Err(_))) => continue,
+            // The watch starts over after a backoff; a status seen twice counts once. Said
+            // once, and counted: a watch that keeps failing ends in "not within", and
+            // the reason must be on record.
+            Ok(Some(Err(error))) => {
+                watch_errors += 1;
+                if watch_errors == 1 {
+                    eprintln!("   the watch of the routes failed (it starts over): {error}");
+                }
+                continue;
+            }
             Ok(Some(Ok(route))) => route,
         };
         if is_done(&route, condition) {
@@ -266,7 +313,10 @@ async fn every_host_served(
         }
         tokio::time::sleep(ROUND_PAUSE).await;
     }
-    let last_pass = Instant::now() + Duration::from_secs(60);
+    // Time for every batch to time out: the count is of every route, not of those the
+    // pass got to.
+    let batches = u32::try_from(pending.len().div_ceil(PROBING_AT_ONCE)).unwrap_or(u32::MAX);
+    let last_pass = Instant::now() + PROBE_TIMEOUT.saturating_mul(batches.saturating_add(1));
     sweep(&client, &url, &hosts, &mut pending, false, last_pass).await;
     Ok(Reached {
         every: None,
@@ -285,7 +335,7 @@ async fn unserved(url: String, hosts: Vec<String>) -> anyhow::Result<usize> {
 
 fn probe_client() -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
+        .timeout(PROBE_TIMEOUT)
         .build()
         .context("an HTTP client for the probes")
 }
@@ -450,13 +500,14 @@ pub fn tables(outcomes: &[ScaleOutcome]) -> String {
                     |s| format!("{s:.1}"),
                 )
             };
+            let mib = |m: Option<f64>| m.map_or_else(|| "—".to_owned(), |m| format!("{m:.0}"));
             let mut served = reached(&o.served, o.routes);
             if let Some(unserved) = o.unserved_at_check.filter(|&n| n > 0) {
                 let _ = write!(served, " ({unserved} not served at the check after)");
             }
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {} | {} ({}) | {} / {} | {:.0} / {:.0} | {:.0} | {} |",
+                "| {} | {} | {:.1} | {} | {} ({}) | {} / {} | {:.0} / {} | {} | {} |",
                 o.system.name(),
                 u.before.len(),
                 o.created_in.as_secs_f64(),
@@ -466,8 +517,8 @@ pub fn tables(outcomes: &[ScaleOutcome]) -> String {
                 cpu(&u.at_served),
                 cpu(&u.at_end),
                 usage::rss_mib(&u.before),
-                usage::rss_mib(&u.at_end),
-                usage::peak_rss_mib(&u.at_end),
+                mib(usage::rss_mib_after(&u.before, &u.at_end)),
+                mib(usage::peak_rss_mib(&u.before, &u.at_end)),
                 o.replacement
                     .map_or_else(|| "n/a".to_owned(), |r| reached(&r, o.routes)),
             );
@@ -521,8 +572,8 @@ pub fn to_json(outcome: &ScaleOutcome) -> Value {
         "cpu_s_to_served": usage::cpu_seconds(&u.before, &u.at_served),
         "cpu_s_to_served_and_done": usage::cpu_seconds(&u.before, &u.at_end),
         "rss_mib_before": usage::rss_mib(&u.before),
-        "rss_mib_after": usage::rss_mib(&u.at_end),
-        "peak_rss_mib": usage::peak_rss_mib(&u.at_end),
+        "rss_mib_after": usage::rss_mib_after(&u.before, &u.at_end),
+        "peak_rss_mib": usage::peak_rss_mib(&u.before, &u.at_end),
         "processes_before": processes(&u.before),
         "processes_at_served": processes(&u.at_served),
         "processes_at_end": processes(&u.at_end),

@@ -164,9 +164,17 @@ pub fn rss_mib(samples: &[ProcessSample]) -> f64 {
     samples.iter().map(|s| s.rss_kib).sum::<u64>() as f64 / 1024.0
 }
 
-/// The sum of VmHWM, MiB: each process's peak since it started (not a peak of the sum).
-pub fn peak_rss_mib(samples: &[ProcessSample]) -> f64 {
-    samples.iter().map(|s| s.peak_rss_kib).sum::<u64>() as f64 / 1024.0
+/// The sum of VmRSS at `after` of the processes of `before`, MiB; None when one of them
+/// is not [`all_still_running`] (its memory would be missing from the sum).
+pub fn rss_mib_after(before: &[ProcessSample], after: &[ProcessSample]) -> Option<f64> {
+    all_still_running(before, after).then(|| rss_mib(after))
+}
+
+/// The sum of VmHWM at `after`, MiB: each process's peak since it started (not a peak of
+/// the sum); None as for [`rss_mib_after`].
+pub fn peak_rss_mib(before: &[ProcessSample], after: &[ProcessSample]) -> Option<f64> {
+    all_still_running(before, after)
+        .then(|| after.iter().map(|s| s.peak_rss_kib).sum::<u64>() as f64 / 1024.0)
 }
 
 fn clock_ticks_per_second() -> f64 {
@@ -187,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn cpu_time_is_lost_when_a_process_restarted() {
+    fn cpu_time_and_memory_are_lost_when_a_process_restarted() {
         let process = |pid, started, cpu_ticks| ProcessSample {
             pid,
             started,
@@ -201,6 +209,19 @@ mod tests {
         assert!((seconds * clock_ticks_per_second() - 220.0).abs() < 1e-9);
         let restarted = [process(10, 5, 300), process(11, 900, 1)];
         assert_eq!(cpu_seconds(&before, &restarted), None);
-        assert_eq!((rss_mib(&after), peak_rss_mib(&after)), (2.0, 4.0));
+        assert_eq!(
+            (
+                rss_mib_after(&before, &after),
+                peak_rss_mib(&before, &after)
+            ),
+            (Some(2.0), Some(4.0))
+        );
+        assert_eq!(
+            (
+                rss_mib_after(&before, &restarted),
+                peak_rss_mib(&before, &restarted)
+            ),
+            (None, None)
+        );
     }
 }

@@ -6,11 +6,12 @@
 //!
 //! - an EndpointSlice changes: the clusters of its Service get new endpoints;
 //! - a ProxyConfig is added, changed or removed: its virtual host and probes are put or
-//!   removed, and its clusters come and go with the last ProxyConfig using them.
+//!   removed, and its clusters, TLS Secrets and Gateway listener come and go with the last
+//!   ProxyConfig using them.
 //!
-//! Whatever else changes (a TLS Secret or a ProxyConfig serving one, listener settings),
-//! or an ambiguity the translator itself must resolve (two ProxyConfigs claiming one
-//! name), takes a full build from every object, as does the first step.
+//! Whatever else changes (a TLS Secret's content, listener settings), or an ambiguity the
+//! translator itself must resolve (two ProxyConfigs claiming one name), takes a full build
+//! from every object, as does the first step.
 //!
 //! The translator (`core/src/translate/translator`) keeps the inputs these changes edit;
 //! each xDS session (`core/src/xds/session`) keeps what its Envoy acknowledged of the
@@ -129,9 +130,11 @@ struct Last {
     service_clusters: BTreeMap<Service, BTreeSet<String>>,
     /// Cluster name → how many ProxyConfigs use it.
     cluster_users: BTreeMap<String, usize>,
+    /// TLS Secret → how many ProxyConfigs use it (none: not there).
+    secret_users: BTreeMap<(String, String), usize>,
     /// Virtual host names and probe ids → the ProxyConfig that has it.
     owners: HashMap<Claim, ObjectKey>,
-    /// Problems with TLS Secrets, from the last full build (a change to them rebuilds).
+    /// Problems with TLS Secrets in use (a change to the Secrets themselves rebuilds).
     secret_problems: Vec<Problem>,
     /// Two ProxyConfigs claimed one name: leave it to a full build every time.
     ambiguous: bool,
@@ -218,7 +221,7 @@ impl ModelCache {
 
     /// The change that the `touched` objects make, looked up in `objects`, and what is
     /// left out of the model; None when only a full build can tell (the first step,
-    /// other settings, TLS, a name claimed twice).
+    /// other settings, a Secret's content, a name claimed twice).
     pub fn step(
         &mut self,
         settings: &Settings<'_>,
@@ -263,6 +266,7 @@ impl Last {
             endpoint_sources: BTreeMap::new(),
             service_clusters: BTreeMap::new(),
             cluster_users: BTreeMap::new(),
+            secret_users: BTreeMap::new(),
             owners: HashMap::new(),
             secret_problems: Vec::new(),
             ambiguous: false,
@@ -349,6 +353,9 @@ impl Last {
         for name in names {
             *self.cluster_users.entry(name.clone()).or_default() += 1;
         }
+        for secret in to_model::secrets_of(part) {
+            *self.secret_users.entry(secret.clone()).or_default() += 1;
+        }
         for claim in claims(part) {
             if self.owners.insert(claim, key.clone()).is_some() {
                 self.ambiguous = true;
@@ -359,11 +366,48 @@ impl Last {
         }
     }
 
+    fn secret_in_use(&self, secret: &(String, String)) -> bool {
+        self.secret_users.get(secret).is_some_and(|n| *n > 0)
+    }
+
+    /// The Secrets that gained their first user or lost their last, as edits (one the
+    /// watch does not hold has nothing to edit: its problem says so), and the Secrets'
+    /// problems made again, in key order as a full build lists them.
+    fn secret_edits(
+        &mut self,
+        used_before: &BTreeMap<(String, String), bool>,
+    ) -> Vec<Edit<model::TlsSecret>> {
+        let mut edits = Vec::new();
+        for (key, was_used) in used_before {
+            match (was_used, self.secret_in_use(key), self.secrets.get(key)) {
+                (false, true, Some(data)) => {
+                    edits.extend(to_model::tls_secret(key, Some(data)).ok().map(Edit::Put));
+                }
+                (true, false, Some(_)) => {
+                    edits.push(Edit::Remove(to_model::secret_name(&key.0, &key.1)))
+                }
+                _ => {}
+            }
+        }
+        self.secret_problems = (self.secret_users.keys())
+            .filter_map(|key| to_model::tls_secret(key, self.secrets.get(key)).err())
+            .collect();
+        edits
+    }
+
     fn retract(&mut self, key: &ObjectKey, part: &Contribution) {
         let names: BTreeSet<&String> = part.clusters.iter().map(|(n, _, _)| n).collect();
         for name in names {
             if let Some(users) = self.cluster_users.get_mut(name) {
                 *users = users.saturating_sub(1);
+            }
+        }
+        for secret in to_model::secrets_of(part) {
+            if let Some(users) = self.secret_users.get_mut(secret) {
+                *users = users.saturating_sub(1);
+                if *users == 0 {
+                    self.secret_users.remove(secret);
+                }
             }
         }
         for claim in claims(part) {
@@ -396,12 +440,15 @@ impl Last {
         objects: &dyn Objects,
     ) -> Option<(Step, Vec<Problem>)> {
         let pc_changes = self.changed_proxy_configs(touched, objects);
-        let touches_secrets = pc_changes.iter().any(|c| {
-            let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
-            let now = c.now.as_ref().map(|(_, p)| p);
-            (before.into_iter().chain(now))
-                .any(|p| p.secret.is_some() || !p.client_secrets.is_empty())
-        });
+        // TLS Secrets the changed ProxyConfigs used or use, and whether they were in use.
+        let secrets_used_before: BTreeMap<(String, String), bool> = (pc_changes.iter())
+            .flat_map(|c| {
+                let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
+                let now = c.now.as_ref().map(|(_, p)| p);
+                before.into_iter().chain(now).flat_map(to_model::secrets_of)
+            })
+            .map(|key| (key.clone(), self.secret_in_use(key)))
+            .collect();
         // The Gateway listeners are handed to the translator whole: when a ProxyConfig
         // brings, drops or changes one, the list is made again from every ProxyConfig
         // (a walk of what is held, where a full build would translate everything: each
@@ -412,9 +459,6 @@ impl Last {
             let now = c.now.as_ref().map(|(_, p)| p);
             listener_of(before) != listener_of(now)
         });
-        if touches_secrets {
-            return None;
-        }
         let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
             .refresh_endpoints(touched, objects)
             .into_iter()
@@ -466,6 +510,9 @@ impl Last {
             self.cluster_edits(objects, &users_before, &nows, &mut clusters)?;
         }
         changes.clusters = clusters.into_values().collect();
+        if !secrets_used_before.is_empty() {
+            changes.secrets = self.secret_edits(&secrets_used_before);
+        }
         if touches_listeners {
             let listeners =
                 to_model::gateway_listeners(self.proxy_configs.values().map(|(_, p)| p));

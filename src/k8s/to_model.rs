@@ -186,18 +186,10 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
             model_cluster(name, &namespace, &cluster, endpoints)
         })
         .collect();
-    for (namespace, name) in secrets {
-        match inputs.secrets.get(&(namespace.clone(), name.clone())) {
-            Some(data) => config.secrets.push(model::TlsSecret {
-                name: secret_name(&namespace, &name),
-                certificate_chain: data.certificate_chain.clone(),
-                private_key: data.private_key.clone(),
-            }),
-            // The translator leaves out the virtual host and says why.
-            None => problems.push(Problem::new(
-                Subject::Secret(format!("{namespace}/{name}")),
-                "not found or not a TLS Secret",
-            )),
+    for key in secrets {
+        match tls_secret(&key, inputs.secrets.get(&key)) {
+            Ok(secret) => config.secrets.push(secret),
+            Err(problem) => problems.push(problem),
         }
     }
     Built {
@@ -205,6 +197,30 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
         problems,
         endpoint_sources,
     }
+}
+
+/// The model's copy of TLS Secret (namespace, name) that a ProxyConfig uses, or why there
+/// is none: the translator leaves out the virtual host and says why.
+pub fn tls_secret(
+    (namespace, name): &(String, String),
+    data: Option<&TlsData>,
+) -> Result<model::TlsSecret, Problem> {
+    match data {
+        Some(data) => Ok(model::TlsSecret {
+            name: secret_name(namespace, name),
+            certificate_chain: data.certificate_chain.clone(),
+            private_key: data.private_key.clone(),
+        }),
+        None => Err(Problem::new(
+            Subject::Secret(format!("{namespace}/{name}")),
+            "not found or not a TLS Secret",
+        )),
+    }
+}
+
+/// The TLS Secrets a ProxyConfig's contribution uses: its virtual host's, its clusters'.
+pub fn secrets_of(part: &Contribution) -> BTreeSet<&(String, String)> {
+    part.secret.iter().chain(&part.client_secrets).collect()
 }
 
 /// Where the endpoints of `cluster` in `namespace` come from.

@@ -84,6 +84,8 @@ struct Rig {
     cache: ModelCache,
     translator: Translator,
     objects: ObjectMaps,
+    /// The TLS Secrets the watch holds.
+    secrets: BTreeMap<(String, String), TlsData>,
 }
 
 impl Rig {
@@ -92,6 +94,7 @@ impl Rig {
             cache: ModelCache::default(),
             translator: Translator::new(),
             objects: ObjectMaps::default(),
+            secrets: BTreeMap::new(),
         }
     }
 
@@ -129,7 +132,7 @@ impl Rig {
         slices: &[&EndpointSlice],
     ) -> bool {
         self.objects = now;
-        let secrets = BTreeMap::new();
+        let secrets = self.secrets.clone();
         let listeners = listeners();
         let inputs = Inputs {
             listeners: listeners.clone(),
@@ -227,6 +230,53 @@ fn gateway_virtual_hosts_come_and_go_without_a_full_build() {
     assert!(!rig.step(&[&a, &c, &shared], &[&web]));
 }
 
+/// `pc` served over TLS with Secret `secret` of its namespace.
+fn with_tls(mut pc: ProxyConfig, secret: &str) -> ProxyConfig {
+    if let Some(vh) = pc.spec.virtual_host.as_mut() {
+        vh.tls = Some(ResolvedTls {
+            namespace: None,
+            secret_name: secret.into(),
+            redirect_http: false,
+            listener_hostname: None,
+        });
+    }
+    pc
+}
+
+#[test]
+fn tls_secrets_come_and_go_with_their_users_without_a_full_build() {
+    let mut rig = Rig::new();
+    let data = |n: u8| TlsData {
+        certificate_chain: format!("chain {n}"),
+        private_key: format!("key {n}"),
+    };
+    rig.secrets.insert(("shop".into(), "cert".into()), data(1));
+    rig.secrets.insert(("shop".into(), "other".into()), data(2));
+    let web = slice("web-1", "web", &["10.0.0.1"], "1");
+    let a = with_tls(live("a", &["web"], "1"), "cert");
+    assert!(rig.step(&[&a], &[&web]));
+    // Thousands of routes served with one certificate: the second and third users, a
+    // user changed, the first of another Secret, one the watch does not hold.
+    let b = with_tls(live("b", &["web"], "1"), "cert");
+    let c = with_tls(live("c", &["web"], "1"), "cert");
+    assert!(!rig.step(&[&a, &b], &[&web]));
+    assert!(!rig.step(&[&a, &b, &c], &[&web]));
+    let b = with_tls(live("b", &["web"], "2"), "other");
+    assert!(!rig.step(&[&a, &b, &c], &[&web]));
+    let d = with_tls(live("d", &["web"], "1"), "missing");
+    let e = with_tls(live("e", &["web"], "1"), "absent");
+    assert!(!rig.step(&[&a, &b, &c, &d, &e], &[&web]));
+    assert!(!rig.step(&[&a, &b, &c, &e], &[&web]));
+    // The last users go, one Secret after the other; a route without TLS stays.
+    let plain = live("p", &["web"], "1");
+    assert!(!rig.step(&[&a, &b, &plain], &[&web]));
+    assert!(!rig.step(&[&b, &plain], &[&web]));
+    assert!(!rig.step(&[&plain], &[&web]));
+    // A Secret's content changes: a full build.
+    rig.secrets.insert(("shop".into(), "cert".into()), data(3));
+    assert!(rig.step(&[&plain, &c], &[&web]));
+}
+
 #[test]
 fn slice_changes_update_only_their_services_clusters() {
     let mut rig = Rig::new();
@@ -281,18 +331,10 @@ fn slice_changes_update_only_their_services_clusters() {
     assert!(rig.step(&[&b2, &c, &twin], &with_new));
     assert!(rig.step(&[&b2, &c, &twin], &with_new));
     assert!(rig.step(&[&b2, &c], &with_new));
-    // A live ProxyConfig with TLS: a full build.
-    let mut tls = live("d", &["web"], "1");
-    if let Some(vh) = tls.spec.virtual_host.as_mut() {
-        vh.tls = Some(ResolvedTls {
-            namespace: None,
-            secret_name: "cert".into(),
-            redirect_http: false,
-            listener_hostname: None,
-        });
-    }
-    assert!(rig.step(&[&b2, &c, &tls], &with_new));
-    assert!(rig.step(&[&b2, &c], &with_new));
+    // A live ProxyConfig with TLS, its Secret not there: its problem comes and goes.
+    let tls = with_tls(live("d", &["web"], "1"), "cert");
+    assert!(!rig.step(&[&b2, &c, &tls], &with_new));
+    assert!(!rig.step(&[&b2, &c], &with_new));
     // ProxyConfigs with problems, handed out in any order: problems in key order, as
     // a full build lists them, through additions and removals.
     let broken = |route: &str| {

@@ -11,6 +11,7 @@ use kube::{Api, ResourceExt};
 use switchyard::api::{ProxyConfig, TrafficRoute};
 use switchyard::traffic_route::resolve::{live_proxy_config, resolve_route};
 use switchyard_e2e::Envoy;
+use switchyard_e2e::record::recorded_or_update;
 use switchyard_e2e::rig::{Rig, is_ready};
 
 fn tls_secret(name: &str) -> Secret {
@@ -262,22 +263,14 @@ async fn the_operators_peak_memory_at_2000_routes_stays_as_recorded() {
         "every route Ready {:?} after the start; operator peak RSS {peak_mib:.1} MiB",
         started.elapsed()
     );
-    if std::env::var_os("UPDATE_RSS").is_some() {
-        let record = serde_json::json!({
-            "routes": ROUTES,
-            "build": "debug",
-            "peak_rss_mib": (peak_mib * 10.0).round() / 10.0,
-        });
-        let json = serde_json::to_string_pretty(&record).expect("JSON");
-        std::fs::write(RECORD, format!("{json}\n")).expect("write the record");
+    let record = serde_json::json!({
+        "routes": ROUTES,
+        "build": "debug",
+        "peak_rss_mib": (peak_mib * 10.0).round() / 10.0,
+    });
+    let Some(recorded) = recorded_or_update(RECORD, "UPDATE_RSS", record, "peak_rss_mib") else {
         return;
-    }
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(RECORD).expect("the record"))
-            .expect("the record's JSON");
-    let recorded = record["peak_rss_mib"]
-        .as_f64()
-        .expect("peak_rss_mib in the record");
+    };
     let off = peak_mib / recorded - 1.0;
     assert!(
         off.abs() <= TOLERANCE,

@@ -21,6 +21,7 @@ mod load;
 pub mod local_range;
 pub mod node;
 mod process;
+pub mod record;
 pub mod relay;
 pub mod rig;
 mod switchyard_process;

@@ -11,6 +11,8 @@
 
 use std::process::Command;
 
+use switchyard_e2e::record::recorded_or_update;
+
 const RECORD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/testdata/translation-instructions-1000.json"
@@ -47,20 +49,12 @@ fn a_translation_takes_the_instructions_recorded() {
         return;
     }
     let measured = measure();
-    if std::env::var_os("UPDATE_INSTRUCTIONS").is_some() {
-        let record =
-            serde_json::json!({ "routes": 1000, "build": "debug", "instructions": measured });
-        let json = serde_json::to_string_pretty(&record).expect("JSON");
-        std::fs::write(RECORD, format!("{json}\n")).expect("write the record");
+    let record = serde_json::json!({ "routes": 1000, "build": "debug", "instructions": measured });
+    let Some(recorded) = recorded_or_update(RECORD, "UPDATE_INSTRUCTIONS", record, "instructions")
+    else {
         return;
-    }
-    let record: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(RECORD).expect("the record"))
-            .expect("the record's JSON");
-    let recorded = record["instructions"]
-        .as_u64()
-        .expect("instructions in the record");
-    let ratio = measured as f64 / recorded as f64;
+    };
+    let ratio = measured as f64 / recorded;
     assert!(
         (ratio - 1.0).abs() <= TOLERANCE,
         "a translation of {ROUTES} routes took {measured} instructions, recorded {recorded} \

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::watch;
 
@@ -168,25 +169,42 @@ impl Rollout {
         answered: &watch::Receiver<u64>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        let moves = units.iter().filter_map(|unit| {
-            let gateway = gateways.iter().find(|g| {
-                g.metadata.namespace.as_deref() == Some(unit.gateway.0.as_str())
-                    && g.metadata.name.as_deref() == Some(unit.gateway.1.as_str())
-            })?;
+        let work: Vec<(&Unit, &Gateway)> = units
+            .iter()
+            .filter_map(|unit| {
+                let gateway = gateways.iter().find(|g| {
+                    g.metadata.namespace.as_deref() == Some(unit.gateway.0.as_str())
+                        && g.metadata.name.as_deref() == Some(unit.gateway.1.as_str())
+                })?;
+                Some((unit, gateway))
+            })
+            .collect();
+        // Each move is made when one of CONCURRENCY running ends: a move is the size of
+        // everything it may await, and thousands made at once (one per HTTPRoute's
+        // hostname) held that much while only CONCURRENCY ran. A plain loop, as a lazy
+        // stream of them cannot be proven Send here (rust-lang/rust#102211).
+        let moved = {
             let this = &*self;
-            // Boxed as Send here, where the lifetimes are known: the stream below cannot
-            // prove it for every lifetime (rust-lang/rust#102211).
-            let moved: futures::future::BoxFuture<'_, _> = Box::pin(async move {
-                let moved = this.advance(unit, gateway, answered.clone());
-                (unit, moved.await)
-            });
-            Some(moved)
-        });
-        let moves: Vec<_> = moves.collect();
-        let moved: Vec<_> = futures::stream::iter(moves)
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+            let mut work = work.into_iter();
+            let mut running = FuturesUnordered::new();
+            let mut moved = Vec::new();
+            loop {
+                while running.len() < CONCURRENCY {
+                    let Some((unit, gateway)) = work.next() else {
+                        break;
+                    };
+                    let next: futures::future::BoxFuture<'_, _> = Box::pin(async move {
+                        let moved = this.advance(unit, gateway, answered.clone());
+                        (unit, moved.await)
+                    });
+                    running.push(next);
+                }
+                match running.next().await {
+                    Some(done) => moved.push(done),
+                    None => break moved,
+                }
+            }
+        };
         for (unit, (state, wake)) in moved {
             let key = (unit.gateway.0.clone(), unit.name.clone());
             let wake = match &state {

@@ -2,7 +2,7 @@
 //! translation decided, with what only the fleet can tell (Programmed, Served) added, and
 //! hands them to the status writer, which writes what differs from what the object shows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -204,16 +204,25 @@ fn write_route_statuses<'a>(
             )
         })
         .collect();
+    // Each route's units, looked up once: thousands of routes, each its own hostname and
+    // unit, made a walk of every unit per route parent.
+    let mut units_of: HashMap<&(&'static str, String), Vec<&Unit>> = HashMap::new();
+    for unit in units {
+        for route in &unit.routes {
+            units_of.entry(route).or_default().push(unit);
+        }
+    }
     for route in routes {
         let namespace = route.meta.namespace.as_deref().unwrap_or_default();
         let name = route.meta.name.as_deref().unwrap_or_default();
         let parents = ours.get(&(namespace, name)).copied().unwrap_or_default();
         let route_id = (of.kind, format!("{namespace}/{name}"));
+        let route_units = units_of.get(&route_id).map_or(&[][..], Vec::as_slice);
         let generation = route.meta.generation.unwrap_or(0);
         let waits = waiting.get(&route_id);
         // A route whose change waits is served at the generation kept meanwhile.
         let served = |p: &ParentOutcome| {
-            let served = served(p, &route_id, units, outcome);
+            let served = served(p, route_units, outcome);
             match waits {
                 Some(w) => served_while_waiting(served, w, generation),
                 None => served,
@@ -417,14 +426,10 @@ impl Programmed<'_> {
     }
 }
 
-/// Served of one route parent: the route's rules are in units of that Gateway, and every
-/// one of them is served by every Envoy.
-fn served(
-    parent: &ParentOutcome,
-    route: &(&'static str, String),
-    units: &[Unit],
-    outcome: &Outcome,
-) -> Cond {
+/// Served of one route parent: the route's rules are in units of that Gateway (of
+/// `route_units`, the units holding the route), and every one of them is served by every
+/// Envoy.
+fn served(parent: &ParentOutcome, route_units: &[&Unit], outcome: &Outcome) -> Cond {
     if !parent.conditions.first().is_some_and(Cond::is_true) {
         return Cond::no(
             SERVED,
@@ -433,9 +438,9 @@ fn served(
         );
     }
     let gateway = (parent.gateway_namespace.clone(), parent.gateway.clone());
-    let states: Vec<&UnitState> = units
+    let states: Vec<&UnitState> = route_units
         .iter()
-        .filter(|u| u.gateway == gateway && u.routes.contains(route))
+        .filter(|u| u.gateway == gateway)
         .filter_map(|u| outcome.states.get(&(u.gateway.clone(), u.name.clone())))
         .collect();
     if states.is_empty() {

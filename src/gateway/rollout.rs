@@ -6,9 +6,9 @@
 //! owned by the Gateway, and are served like any other.
 //!
 //! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy
-//! answers, for up to [`VERIFY_IN_PASS`]: a Gateway pass translates every Gateway and
-//! writes statuses, so ending it to wait cost each step a pass. A unit that still waits
-//! says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
+//! answers, until [`VERIFY_IN_PASS`] after the pass began: a Gateway pass translates every
+//! Gateway and writes statuses, so ending it to wait cost each step a pass. A unit that
+//! still waits says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
 //! derived from the ProxyConfigs the API server holds, so a new leader goes on where the
 //! old one was; promotion only follows a verification of the same pass (I3). They are
 //! read, written and deleted through the engine ([`ProxyConfigs`]): every write and delete
@@ -50,13 +50,19 @@ use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 /// since are then heard from too.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// How long a unit waits on the fleet within one pass, asking again each time an Envoy
-/// answers: long enough for Envoys to take a configuration push (as a TrafficRoute's
-/// pass waits), short enough that a unit that cannot pass reports promptly.
+/// How long after a pass began its units may wait on the fleet, asking again each time an
+/// Envoy answers: long enough for Envoys to take a configuration push (as a TrafficRoute's
+/// pass waits), short enough that a unit that cannot pass reports promptly. The time is
+/// the pass's, not each unit's: units that wait hold a place among the [`CONCURRENCY`]
+/// running, and with thousands of new HTTPRoutes waiting 200 ms each, a pass lasted
+/// seconds while the snapshots their checks waited for came and went.
 const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 
-/// Units moved at once in a pass.
-const CONCURRENCY: usize = 64;
+/// Units moved at once in a pass. A pass lasts until its last unit is moved, and a unit
+/// waiting on the fleet holds its place while it waits: with thousands of HTTPRoutes
+/// rolling out at once, this paced them (at 64, 5000 new HTTPRoutes took 281 s to be
+/// served). As many as a TrafficRoute controller runs passes.
+const CONCURRENCY: usize = 256;
 
 /// Live versions seen on every Envoy, by (namespace, unit): when.
 type Served = Mutex<HashMap<(String, String), (String, Instant)>>;
@@ -169,6 +175,7 @@ impl Rollout {
         answered: &watch::Receiver<u64>,
     ) -> Outcome {
         let mut outcome = Outcome::default();
+        let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
         let work: Vec<(&Unit, &Gateway)> = units
             .iter()
             .filter_map(|unit| {
@@ -194,7 +201,7 @@ impl Rollout {
                         break;
                     };
                     let next: futures::future::BoxFuture<'_, _> = Box::pin(async move {
-                        let moved = this.advance(unit, gateway, answered.clone());
+                        let moved = this.advance(unit, gateway, answered.clone(), until);
                         (unit, moved.await)
                     });
                     running.push(next);
@@ -246,13 +253,14 @@ impl Rollout {
         Duration::from_millis(25 << (*n - 1)).min(Duration::from_secs(2))
     }
 
-    /// Moves one unit as far as it goes now, by the engine's steps: its state, and when
-    /// to come back if sooner than the backoff.
+    /// Moves one unit as far as it goes now, by the engine's steps, waiting on the fleet
+    /// until `until` at most: its state, and when to come back if sooner than the backoff.
     async fn advance(
         &self,
         unit: &Unit,
         gateway: &Gateway,
         answered: watch::Receiver<u64>,
+        until: tokio::time::Instant,
     ) -> (UnitState, Option<Duration>) {
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
         let moved = executor::Unit {
@@ -286,6 +294,7 @@ impl Rollout {
             served: &self.served,
             unit,
             answered,
+            until,
         };
         let end = advance(&self.proxy_configs, &moved, &mut held, &mut front).await;
         match end {
@@ -403,7 +412,7 @@ impl Rollout {
 }
 
 /// How a Gateway's unit asks the fleet: again each time an Envoy answers or the fleet
-/// changes, for up to [`VERIFY_IN_PASS`]; then the controller comes back (see
+/// changes, until the pass's time to wait is over; then the controller comes back (see
 /// [`Outcome::wake`]).
 struct Fleet<'a> {
     prober: &'a Prober,
@@ -415,21 +424,23 @@ struct Fleet<'a> {
     served: &'a Served,
     unit: &'a Unit,
     answered: watch::Receiver<u64>,
+    /// When the pass's time to wait on the fleet is over ([`VERIFY_IN_PASS`]).
+    until: tokio::time::Instant,
 }
 
 impl Fleet<'_> {
     /// `check` of the fleet (read again on every attempt, so Envoys that join are asked
-    /// too) until every Envoy passes it, or [`VERIFY_IN_PASS`] is over: an Envoy's answer
-    /// to a new snapshot may change the result, and so may an Envoy leaving or joining the
-    /// fleet. A check started within that time is dropped when the fleet changes while
-    /// it is in flight: a hung Envoy's probe takes the prober's whole timeout, and once it
-    /// has left the fleet nobody needs the answer.
+    /// too) until every Envoy passes it, or the pass's time to wait is over (it asks once
+    /// at least): an Envoy's answer to a new snapshot may change the result, and so may an
+    /// Envoy leaving or joining the fleet. A check started within that time is dropped
+    /// when the fleet changes while it is in flight: a hung Envoy's probe takes the
+    /// prober's whole timeout, and once it has left the fleet nobody needs the answer.
     async fn until_passed<F, Fut>(&mut self, check: F) -> Verification
     where
         F: Fn(Vec<String>) -> Fut,
         Fut: Future<Output = FleetResult>,
     {
-        let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
+        let until = self.until;
         loop {
             self.answered.borrow_and_update();
             self.addresses.borrow_and_update();

@@ -136,6 +136,10 @@ pub async fn run(client: Client, settings: Settings) {
     // When the last change was seen (long ago, at the start).
     let mut last_event: Option<tokio::time::Instant> = None;
     loop {
+        // An Envoy's answer that comes once the pass has begun may be one a unit of this
+        // pass asked too early for (each waits on the fleet only until shortly after the
+        // pass began): it wakes the next pass.
+        answered.mark_unchanged();
         let wake = pass(
             &client,
             &settings,
@@ -146,7 +150,6 @@ pub async fn run(client: Client, settings: Settings) {
         )
         .await;
         let waiting = wake.is_some();
-        answered.mark_unchanged();
         // Changes that came while the pass ran: a burst may be under way.
         let busy = changed.has_changed().unwrap_or(false);
         tokio::select! {

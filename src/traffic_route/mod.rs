@@ -143,6 +143,8 @@ pub(super) struct Context {
     /// Which Envoys hold each waiting route's generation back, for the Event that names
     /// them.
     pub(super) lagging: LaggingEnvoys<i64>,
+    /// The translator's last verdict on each route's spec alone (see [`admission::admit`]).
+    pub(super) verdicts: admission::Verdicts,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -190,6 +192,7 @@ pub async fn run(client: Client, settings: Settings) {
         clock: RolloutClock::default(),
         deadlines: ProbeDeadlines::default(),
         lagging: LaggingEnvoys::default(),
+        verdicts: admission::Verdicts::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());

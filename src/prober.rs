@@ -5,11 +5,10 @@
 //!   and the token. Envoy's health_check filter for that id answers 200 when every listed
 //!   cluster is present, warm and has available hosts, 503 when not; 404 means the filter is
 //!   not installed there yet. Fresh connection each time: a keep-alive connection would keep
-//!   the probe listener's previous filter chain. The request says `connection: close`, so
-//!   that Envoy closes first and the wait after a TCP close (TIME_WAIT) is Envoy's: left to
-//!   the prober, thousands of checks a minute filled its table of those, and every new
-//!   connection searched it for a free port (a third of the operator's CPU while 2000 routes
-//!   rolled out).
+//!   the probe listener's previous filter chain. The request says `connection: close`:
+//!   neither side keeps it. Each such connection leaves a socket in TIME_WAIT, and with
+//!   thousands of checks a minute every new connection searched through them for a free
+//!   port: that is why version checks keep theirs.
 //! - Version check: the same port with `Host: <secret probe host of the route>`; the live
 //!   route configuration answers 200 with `x-switchyard-version`. Seeing version V proves the
 //!   RouteConfiguration carrying V's routes is active on that Envoy. These go over kept-alive

@@ -13,8 +13,10 @@
 //!   route configuration answers 200 with `x-switchyard-version`. Seeing version V proves the
 //!   RouteConfiguration carrying V's routes is active on that Envoy. These go over kept-alive
 //!   connections: a connection routes each request with the route configuration Envoy
-//!   holds by that name when the request comes (RDS), old connection or new, even one of a
-//!   listener draining after a change.
+//!   holds by its listener's name for it when the request comes (RDS), old connection or
+//!   new, even one of a listener draining after a change. (Only a listener renamed to
+//!   another route configuration, as turning virtual hosts one by one on or off does,
+//!   leaves its old connections answering from the old one until they close.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,7 +71,8 @@ impl FleetResult {
 
 #[derive(Clone)]
 pub struct Prober {
-    /// For endpoint checks: a connection per check.
+    /// A connection per check: endpoint checks, and a version check asked again after its
+    /// kept connection failed.
     fresh: reqwest::Client,
     /// For version checks: connections kept alive.
     kept: reqwest::Client,
@@ -91,9 +94,9 @@ struct Backoff {
 }
 
 /// Idle connections kept to one Envoy port for version checks: about as many as units
-/// check at once (a TrafficRoute controller runs up to 256 passes at once), so that the
-/// next burst of checks finds them open instead of closing the surplus and connecting
-/// again.
+/// check at once (a TrafficRoute controller runs up to 256 passes at once, a Gateway pass
+/// moves up to 256 units), so that the next burst of checks finds them open instead of
+/// closing the surplus and connecting again.
 const KEPT_PER_ENVOY: usize = 256;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -289,12 +292,17 @@ impl Prober {
     }
 
     async fn version_verdict(&self, envoy: &str, port: u16, host: &str, version: &str) -> Verdict {
-        let response = self
-            .kept
-            .get(Self::url(envoy, port))
-            .header("host", host)
-            .send()
-            .await;
+        let ask = |client: &reqwest::Client| {
+            let request = client.get(Self::url(envoy, port)).header("host", host);
+            request.send()
+        };
+        let response = match ask(&self.kept).await {
+            // A kept connection that Envoy closed as the request went out (a listener
+            // draining after a change closes its idle ones): asked again on a new one. Not
+            // after a timeout, which would hold a check of a hung Envoy twice as long.
+            Err(e) if !e.is_timeout() => ask(&self.fresh).await,
+            answered => answered,
+        };
         match response {
             Ok(r) if r.status().as_u16() == 200 => {
                 let seen = r

@@ -48,7 +48,7 @@ impl Verdicts {
         let verdict = judge();
         let mut verdicts = self.lock();
         // Routes deleted leave their verdicts behind; sweep them once they could be many.
-        if verdicts.len() >= 2 * routes.state().len() + 64 {
+        if verdicts.len() >= 2 * routes.len() + 64 {
             verdicts.retain(|(namespace, name), _| {
                 let key = (namespace.clone(), name.clone());
                 routes.get(&object_ref(&key)).is_some()

@@ -136,11 +136,7 @@ pub async fn run(client: Client, settings: Settings) {
     // When the last change was seen (long ago, at the start).
     let mut last_event: Option<tokio::time::Instant> = None;
     loop {
-        // An Envoy's answer that comes once the pass has begun may be one a unit of this
-        // pass asked too early for (each waits on the fleet only until shortly after the
-        // pass began): it wakes the next pass.
-        answered.mark_unchanged();
-        let wake = pass(
+        let (wake, asked) = pass(
             &client,
             &settings,
             &stores,
@@ -150,21 +146,28 @@ pub async fn run(client: Client, settings: Settings) {
         )
         .await;
         let waiting = wake.is_some();
+        // A unit waits on the fleet only until shortly after its pass began: an Envoy's
+        // answer that came after one still waiting last asked may be what it waits for,
+        // and the next pass comes at once. Answers every waiting unit saw wake nobody.
+        let latest = *answered.borrow_and_update();
+        let asked_too_early = asked.is_some_and(|asked| latest > asked);
         // Changes that came while the pass ran: a burst may be under way.
         let busy = changed.has_changed().unwrap_or(false);
-        tokio::select! {
-            result = changed.changed() => {
-                if result.is_err() { return }
-                let quiet = last_event.is_none_or(|at| at.elapsed() >= QUIET);
-                debug!(busy, quiet, "Gateway API change");
-                if busy || !quiet {
-                    settle(&mut changed).await;
+        if !asked_too_early {
+            tokio::select! {
+                result = changed.changed() => {
+                    if result.is_err() { return }
+                    let quiet = last_event.is_none_or(|at| at.elapsed() >= QUIET);
+                    debug!(busy, quiet, "Gateway API change");
+                    if busy || !quiet {
+                        settle(&mut changed).await;
+                    }
+                    last_event = Some(tokio::time::Instant::now());
                 }
-                last_event = Some(tokio::time::Instant::now());
+                () = tokio::time::sleep(wake.unwrap_or(RESYNC)) => {}
+                // An Envoy took a new snapshot: what a unit waits for may be there.
+                Ok(()) = answered.changed(), if waiting => {}
             }
-            () = tokio::time::sleep(wake.unwrap_or(RESYNC)) => {}
-            // An Envoy took a new snapshot: what a unit waits for may be there.
-            Ok(()) = answered.changed(), if waiting => {}
         }
         changed.mark_unchanged();
     }
@@ -187,7 +190,8 @@ async fn settle(changed: &mut watch::Receiver<u64>) {
 }
 
 /// One translation, the rollout of every unit, and the status writes they call for.
-/// Returns when to come back, if sooner than the resync.
+/// Returns when to come back, if sooner than the resync, and the pass's
+/// [`super::rollout::Outcome::asked`].
 async fn pass(
     client: &Client,
     settings: &Settings,
@@ -195,7 +199,7 @@ async fn pass(
     rollout: &mut Rollout,
     (release, next_fleet_port, graces): (&mut CrdRelease, &mut Option<i32>, &mut Graces),
     answered: &watch::Receiver<u64>,
-) -> Option<Duration> {
+) -> (Option<Duration>, Option<u64>) {
     let classes = owned(&stores.classes);
     let gateways = owned(&stores.gateways);
     let routes = owned(&stores.routes);
@@ -278,10 +282,11 @@ async fn pass(
         waiting: &waiting,
     };
     write_statuses(settings, &translation, &written);
-    match (outcome.wake, grace_over) {
+    let wake = match (outcome.wake, grace_over) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
+    };
+    (wake, outcome.asked)
 }
 
 /// The release the installed Gateway CRD announces (its bundle-version annotation), read

@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -85,6 +86,10 @@ pub struct Outcome {
     pub states: BTreeMap<(GatewayKey, String), UnitState>,
     /// When the controller should come back, if sooner than its resync.
     pub wake: Option<Duration>,
+    /// The Envoys' answers (the count `answered` gives) when the units still waiting on
+    /// the fleet last asked it, the earliest; None when none waits on the fleet. A newer
+    /// answer may change what one of them is told.
+    pub asked: Option<u64>,
 }
 
 impl Outcome {
@@ -176,6 +181,7 @@ impl Rollout {
     ) -> Outcome {
         let mut outcome = Outcome::default();
         let until = tokio::time::Instant::now() + VERIFY_IN_PASS;
+        let asked = AtomicU64::new(u64::MAX);
         let work: Vec<(&Unit, &Gateway)> = units
             .iter()
             .filter_map(|unit| {
@@ -192,6 +198,7 @@ impl Rollout {
         // stream of them cannot be proven Send here (rust-lang/rust#102211).
         let moved = {
             let this = &*self;
+            let asked = &asked;
             let mut work = work.into_iter();
             let mut running = FuturesUnordered::new();
             let mut moved = Vec::new();
@@ -201,7 +208,8 @@ impl Rollout {
                         break;
                     };
                     let next: futures::future::BoxFuture<'_, _> = Box::pin(async move {
-                        let moved = this.advance(unit, gateway, answered.clone(), until);
+                        let fleet = (answered.clone(), until, asked);
+                        let moved = this.advance(unit, gateway, fleet);
                         (unit, moved.await)
                     });
                     running.push(next);
@@ -212,6 +220,8 @@ impl Rollout {
                 }
             }
         };
+        let asked = asked.into_inner();
+        outcome.asked = (asked != u64::MAX).then_some(asked);
         for (unit, (state, wake)) in moved {
             let key = (unit.gateway.0.clone(), unit.name.clone());
             let wake = match &state {
@@ -255,12 +265,12 @@ impl Rollout {
 
     /// Moves one unit as far as it goes now, by the engine's steps, waiting on the fleet
     /// until `until` at most: its state, and when to come back if sooner than the backoff.
+    /// A unit left waiting on the fleet lowers `asked` to the answers it had seen.
     async fn advance(
         &self,
         unit: &Unit,
         gateway: &Gateway,
-        answered: watch::Receiver<u64>,
-        until: tokio::time::Instant,
+        (answered, until, asked): (watch::Receiver<u64>, tokio::time::Instant, &AtomicU64),
     ) -> (UnitState, Option<Duration>) {
         let resolved: Result<_, RouteError> = Ok(unit.resolved.clone());
         let moved = executor::Unit {
@@ -295,6 +305,7 @@ impl Rollout {
             unit,
             answered,
             until,
+            asked,
         };
         let end = advance(&self.proxy_configs, &moved, &mut held, &mut front).await;
         match end {
@@ -426,6 +437,8 @@ struct Fleet<'a> {
     answered: watch::Receiver<u64>,
     /// When the pass's time to wait on the fleet is over ([`VERIFY_IN_PASS`]).
     until: tokio::time::Instant,
+    /// The pass's [`Outcome::asked`], as its units leave.
+    asked: &'a AtomicU64,
 }
 
 impl Fleet<'_> {
@@ -442,7 +455,8 @@ impl Fleet<'_> {
     {
         let until = self.until;
         loop {
-            self.answered.borrow_and_update();
+            // Answers that come from here on may not be in this check's result.
+            let seen = *self.answered.borrow_and_update();
             self.addresses.borrow_and_update();
             let envoys = fleet_addresses(&self.fleet.state());
             let may_drop = tokio::time::Instant::now() < until;
@@ -455,12 +469,15 @@ impl Fleet<'_> {
             if passed(&result, &envoys) {
                 return Verification::Passed(result);
             }
+            // The deadline first: past it, an answer that came meanwhile asks no more.
             let woken = tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(until) => false,
                 changed = self.answered.changed() => changed.is_ok(),
                 changed = self.addresses.changed() => changed.is_ok(),
-                () = tokio::time::sleep_until(until) => false,
             };
             if !woken {
+                self.asked.fetch_min(seen, Ordering::Relaxed);
                 return Verification::Waiting(result, Duration::ZERO);
             }
         }

@@ -100,6 +100,7 @@ fn a_listener_set_is_programmed_when_every_envoy_serves_its_valid_listeners() {
         ]
         .into(),
         wake: None,
+        asked: None,
     };
     let conflict = "HostnameConflict";
     let set = ListenerSetOutcome {
@@ -146,6 +147,7 @@ fn a_listener_set_not_accepted_is_not_programmed_for_the_same_reason() {
     let outcome = Outcome {
         states: Default::default(),
         wake: None,
+        asked: None,
     };
     let programmed = Programmed {
         units: &[],

@@ -11,12 +11,14 @@
 //!   port: that is why version checks keep theirs.
 //! - Version check: the same port with `Host: <secret probe host of the route>`; the live
 //!   route configuration answers 200 with `x-switchyard-version`. Seeing version V proves the
-//!   RouteConfiguration carrying V's routes is active on that Envoy. These go over kept-alive
-//!   connections: a connection routes each request with the route configuration Envoy
-//!   holds by its listener's name for it when the request comes (RDS), old connection or
-//!   new, even one of a listener draining after a change. (Only a listener renamed to
-//!   another route configuration, as turning virtual hosts one by one on or off does,
-//!   leaves its old connections answering from the old one until they close.)
+//!   RouteConfiguration carrying V's routes is active on that Envoy. On the shared probe
+//!   listener these go over kept-alive connections: a connection routes each request with
+//!   the route configuration Envoy holds by its listener's name for it when the request
+//!   comes (RDS), old connection or new, even one of a listener draining after a change.
+//!   (Only a listener renamed to another route configuration, as turning virtual hosts one
+//!   by one on or off does, leaves its old connections answering from the old one until
+//!   they close.) A Gateway listener's probe twin is asked on a fresh connection: there
+//!   the answer also proves the listener is up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,10 +73,10 @@ impl FleetResult {
 
 #[derive(Clone)]
 pub struct Prober {
-    /// A connection per check: endpoint checks, and a version check asked again after its
-    /// kept connection failed.
+    /// A connection per check: endpoint checks, version checks on a Gateway listener's probe
+    /// twin, and a version check asked again after its kept connection failed.
     fresh: reqwest::Client,
-    /// For version checks: connections kept alive.
+    /// For version checks on the shared probe listener: connections kept alive.
     kept: reqwest::Client,
     probe_port: u16,
     token: String,
@@ -93,10 +95,10 @@ struct Backoff {
     why: String,
 }
 
-/// Idle connections kept to one Envoy port for version checks: about as many as units
-/// check at once (a TrafficRoute controller runs up to 256 passes at once, a Gateway pass
-/// moves up to 256 units), so that the next burst of checks finds them open instead of
-/// closing the surplus and connecting again.
+/// Idle connections kept to one Envoy's probe port for version checks: about as many as
+/// units check at once (a TrafficRoute controller runs up to 256 passes at once, a Gateway
+/// pass moves up to 256 units, whose trials are asked there), so that the next burst of
+/// checks finds them open instead of closing the surplus and connecting again.
 const KEPT_PER_ENVOY: usize = 256;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -296,12 +298,20 @@ impl Prober {
             let request = client.get(Self::url(envoy, port)).header("host", host);
             request.send()
         };
-        let response = match ask(&self.kept).await {
-            // A kept connection that Envoy closed as the request went out (a listener
-            // draining after a change closes its idle ones): asked again on a new one. Not
-            // after a timeout, which would hold a check of a hung Envoy twice as long.
-            Err(e) if !e.is_timeout() => ask(&self.fresh).await,
-            answered => answered,
+        // A Gateway listener's probe twin is asked on a new connection: its answer also
+        // proves that the listener is up, and a connection kept from an earlier listener on
+        // that port would answer while the new one is not.
+        let response = if port != self.probe_port {
+            ask(&self.fresh).await
+        } else {
+            match ask(&self.kept).await {
+                // A kept connection that Envoy closed as the request went out (a listener
+                // draining after a change closes its idle ones): asked again on a new one.
+                // Not after a timeout, which would hold a check of a hung Envoy twice as
+                // long.
+                Err(e) if !e.is_timeout() => ask(&self.fresh).await,
+                answered => answered,
+            }
         };
         match response {
             Ok(r) if r.status().as_u16() == 200 => {

@@ -8,9 +8,9 @@
 //! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy
 //! answers, until [`VERIFY_IN_PASS`] after the pass began: a Gateway pass translates every
 //! Gateway and writes statuses, so ending it to wait cost each step a pass. A unit that
-//! still waits says why, and the controller comes back soon (see [`Outcome::wake`]). Everything is
-//! derived from the ProxyConfigs the API server holds, so a new leader goes on where the
-//! old one was; promotion only follows a verification of the same pass (I3). They are
+//! still waits says why, and the controller comes back soon (see [`Outcome::wake`]).
+//! Everything is derived from the ProxyConfigs the API server holds, so a new leader goes
+//! on where the old one was; promotion only follows a verification of the same pass (I3). They are
 //! read, written and deleted through the engine ([`ProxyConfigs`]): every write and delete
 //! holds only if the object is still as read.
 

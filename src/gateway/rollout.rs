@@ -10,9 +10,9 @@
 //! Gateway and writes statuses, so ending it to wait cost each step a pass. A unit that
 //! still waits says why, and the controller comes back soon (see [`Outcome::wake`]).
 //! Everything is derived from the ProxyConfigs the API server holds, so a new leader goes
-//! on where the old one was; promotion only follows a verification of the same pass (I3). They are
-//! read, written and deleted through the engine ([`ProxyConfigs`]): every write and delete
-//! holds only if the object is still as read.
+//! on where the old one was; promotion only follows a verification of the same pass (I3).
+//! They are read, written and deleted through the engine ([`ProxyConfigs`]): every write
+//! and delete holds only if the object is still as read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;

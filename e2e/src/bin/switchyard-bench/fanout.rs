@@ -85,7 +85,12 @@ async fn fan_out(
 ) -> anyhow::Result<FanoutResult> {
     let mut config = synthetic::config(routes, 42);
     config.listeners.virtual_host_discovery = in_parts;
-    let first = Arc::new(translate(&config).snapshot);
+    // One translator for every snapshot, as the operator's builder keeps one: each
+    // snapshot is built from the one before and shares what is unchanged with it, which
+    // is what lets a session compare what a node holds with what it should in the cost
+    // of the change.
+    let mut translator = Translator::new();
+    let first = Arc::new(translator.update(&config).snapshot);
     server.desired.publish(first.clone());
     server.desired.open();
     let started = Instant::now();
@@ -109,7 +114,7 @@ async fn fan_out(
     let mut server_cpu_times = Vec::new();
     for change in 0..changes {
         repoint_to_new_cluster(&mut config, change % routes, &format!("fresh-{change}"));
-        let snapshot = Arc::new(translate(&config).snapshot);
+        let snapshot = Arc::new(translator.update(&config).snapshot);
         let target = Target::for_protocol(&snapshot, protocol);
         let started = Instant::now();
         let cpu_before = process_cpu_ms();

@@ -59,6 +59,9 @@ struct Args {
     /// Simulated clients of each protocol for the memory measurement.
     #[arg(long, default_value_t = 10)]
     memory_clients: usize,
+    /// Protocols of the fan-out measurement (comma-separated); all three by default.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [FanoutProtocol::Sotw, FanoutProtocol::Delta, FanoutProtocol::DeltaVhds])]
+    fanout_protocols: Vec<FanoutProtocol>,
     /// Changes per protocol for the fan-out measurement.
     #[arg(long, default_value_t = 5)]
     fanout_changes: usize,
@@ -71,6 +74,25 @@ enum Section {
     Fanout,
     Bytes,
     Memory,
+}
+
+/// How the simulated clients of the fan-out measurement take their configuration.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FanoutProtocol {
+    Sotw,
+    Delta,
+    /// Delta, with route configurations in parts (VHDS).
+    DeltaVhds,
+}
+
+impl FanoutProtocol {
+    fn protocol_and_parts(self) -> (Protocol, bool) {
+        match self {
+            Self::Sotw => (Protocol::Sotw, false),
+            Self::Delta => (Protocol::Delta, false),
+            Self::DeltaVhds => (Protocol::Delta, true),
+        }
+    }
 }
 
 impl Args {
@@ -143,11 +165,8 @@ fn main() -> anyhow::Result<()> {
         for &routes in &args.fanout_routes {
             // SotW Envoys always take route configurations whole; delta Envoys take them
             // in parts by default (VHDS), whole with `--virtual-host-discovery=false`.
-            for (protocol, in_parts) in [
-                (Protocol::Sotw, false),
-                (Protocol::Delta, false),
-                (Protocol::Delta, true),
-            ] {
+            for (protocol, in_parts) in args.fanout_protocols.iter().map(|p| p.protocol_and_parts())
+            {
                 results.fanout.push(runtime.block_on(fanout::measure_fanout(
                     protocol,
                     in_parts,

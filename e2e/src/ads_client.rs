@@ -335,6 +335,10 @@ impl Default for Mirror {
 struct TypeHeld {
     resources: BTreeMap<String, Held>,
     fingerprint: u64,
+    /// Names added, changed or removed since the client last followed their references
+    /// ([`Subscriptions::update`]): a change costs the client what it changed, as it
+    /// costs Envoy, not a walk of everything held.
+    touched: BTreeSet<String>,
 }
 
 impl TypeHeld {
@@ -342,6 +346,7 @@ impl TypeHeld {
         self.fingerprint = self
             .fingerprint
             .wrapping_add(entry_hash(&name, &held.version));
+        self.touched.insert(name.clone());
         if let Some(old) = self.resources.insert(name.clone(), held) {
             self.fingerprint = self
                 .fingerprint
@@ -354,25 +359,33 @@ impl TypeHeld {
             self.fingerprint = self
                 .fingerprint
                 .wrapping_sub(entry_hash(name, &old.version));
+            self.touched.insert(name.to_owned());
         }
     }
 
-    /// Forgets what is no longer subscribed, as Envoy does. Virtual hosts are subscribed
-    /// by namespace (their route configuration's name), everything else by name.
-    fn forget_unsubscribed(&mut self, type_url: &str, names: &BTreeSet<String>) {
-        if type_url == VIRTUAL_HOST {
-            let gone: Vec<String> = self
-                .resources
-                .keys()
-                .filter(|name| !names.contains(vhds::namespace(name)))
+    /// Forgets what is no longer subscribed, as Envoy does; true if that was anything.
+    /// Virtual hosts are subscribed by namespace (their route configuration's name),
+    /// everything else by name.
+    fn forget(&mut self, type_url: &str, unsubscribed: &[String]) -> bool {
+        let gone: Vec<String> = if type_url == VIRTUAL_HOST {
+            unsubscribed
+                .iter()
+                .flat_map(|namespace| {
+                    self.resources
+                        .range::<String, _>(format!("{namespace}/")..)
+                        .map(|(name, _)| name)
+                        .take_while(move |name| vhds::namespace(name) == namespace)
+                })
                 .cloned()
-                .collect();
-            for name in gone {
-                self.remove(&name);
-            }
+                .collect()
         } else {
-            self.keep_only(names);
+            unsubscribed.to_vec()
+        };
+        let before = self.resources.len();
+        for name in gone {
+            self.remove(&name);
         }
+        self.resources.len() != before
     }
 
     /// Forgets every resource not named in `names`.
@@ -470,11 +483,13 @@ struct References {
     names: Vec<(&'static str, String)>,
 }
 
-/// A subscription that changes: the names asked for before and after.
+/// A subscription that changes: the names it gains and loses.
 struct Change {
     type_url: &'static str,
-    old: BTreeSet<String>,
-    new: BTreeSet<String>,
+    subscribed: Vec<String>,
+    unsubscribed: Vec<String>,
+    /// It named nothing before.
+    was_empty: bool,
 }
 
 /// What the client asks for beyond the wildcards, and the references it derived them
@@ -486,8 +501,9 @@ struct Subscriptions {
     vhds: bool,
     /// Source type URL (CLUSTER, LISTENER, ROUTE) → resource name → what it refers to.
     references: BTreeMap<&'static str, BTreeMap<String, References>>,
-    /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET; VIRTUAL_HOST: namespaces).
-    names: BTreeMap<&'static str, BTreeSet<String>>,
+    /// Type URL → names subscribed (ENDPOINT, ROUTE, SECRET; VIRTUAL_HOST: namespaces),
+    /// each with how many held resources refer to it: subscribed while that is not 0.
+    names: BTreeMap<&'static str, BTreeMap<String, usize>>,
 }
 
 impl Subscriptions {
@@ -498,10 +514,10 @@ impl Subscriptions {
         }
     }
 
-    /// After a response of `type_url`: re-reads the references it holds, forgets what
-    /// the client no longer subscribes to, and follows on (a listener that stops naming
-    /// a route configuration drops that configuration's virtual hosts too). Returns the
-    /// subscriptions that change, in the order found.
+    /// After a response of `type_url`: re-reads the references of what it changed,
+    /// forgets what the client no longer subscribes to, and follows on (a listener that
+    /// stops naming a route configuration drops that configuration's virtual hosts too).
+    /// Returns the subscriptions that change, in the order found.
     fn follow(&mut self, type_url: &str, mirror: &mut Mirror) -> anyhow::Result<Vec<Change>> {
         let mut changes = Vec::new();
         let mut next = vec![type_url.to_string()];
@@ -510,9 +526,7 @@ impl Subscriptions {
             let found = self.update(&type_url, held)?;
             for change in &found {
                 let held = mirror.types.entry(change.type_url.to_string()).or_default();
-                let before = held.resources.len();
-                held.forget_unsubscribed(change.type_url, &change.new);
-                if held.resources.len() != before {
+                if held.forget(change.type_url, &change.unsubscribed) {
                     next.push(change.type_url.to_string());
                 }
             }
@@ -521,9 +535,10 @@ impl Subscriptions {
         Ok(changes)
     }
 
-    /// Re-reads the references of the clusters, listeners or route configurations held,
-    /// and returns the types whose subscription changes.
-    fn update(&mut self, type_url: &str, held: &TypeHeld) -> anyhow::Result<Vec<Change>> {
+    /// Re-reads the references of the clusters, listeners or route configurations
+    /// changed since the last call, and returns the types whose subscription changes.
+    fn update(&mut self, type_url: &str, held: &mut TypeHeld) -> anyhow::Result<Vec<Change>> {
+        let touched = std::mem::take(&mut held.touched);
         let (source, derived): (&'static str, &[&'static str]) = match type_url {
             CLUSTER => (CLUSTER, &[ENDPOINT]),
             LISTENER => (LISTENER, &[ROUTE, SECRET]),
@@ -531,50 +546,66 @@ impl Subscriptions {
             _ => return Ok(Vec::new()),
         };
         let references = self.references.entry(source).or_default();
-        let before = references.len();
-        references.retain(|name, _| held.resources.contains_key(name));
-        // Most responses change no reference: then no subscription changes either.
-        let mut reread = references.len() != before;
-        for (name, resource) in &held.resources {
-            if references
-                .get(name)
-                .is_some_and(|r| r.version == resource.version)
+        // The derived names whose count moved, and whether each was subscribed before.
+        let mut moved: BTreeMap<(&'static str, String), bool> = BTreeMap::new();
+        let mut count = |(t, name): &(&'static str, String), up: bool| {
+            let counts = self.names.entry(t).or_default();
+            let n = counts.entry(name.clone()).or_default();
+            moved.entry((*t, name.clone())).or_insert(*n > 0);
+            if up {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(name);
+                }
+            }
+        };
+        for name in touched {
+            let resource = held.resources.get(&name);
+            let known = references.get(&name);
+            if let (Some(resource), Some(known)) = (resource, known)
+                && known.version == resource.version
             {
                 continue;
             }
-            reread = true;
-            let names = references_of(type_url, name, &resource.body)
-                .with_context(|| format!("decoding {} {name}", short(type_url)))?;
-            let read = References {
-                version: resource.version.clone(),
-                names,
+            for reference in references.remove(&name).into_iter().flat_map(|r| r.names) {
+                count(&reference, false);
+            }
+            let Some(resource) = resource else {
+                continue;
             };
-            references.insert(name.clone(), read);
+            let names = references_of(type_url, &name, &resource.body)
+                .with_context(|| format!("decoding {} {name}", short(type_url)))?;
+            for reference in &names {
+                count(reference, true);
+            }
+            let version = resource.version.clone();
+            references.insert(name, References { version, names });
         }
         let mut changes = Vec::new();
-        if !reread {
-            return Ok(changes);
-        }
         for &derived_type in derived {
-            // Borrowed names: most responses change nothing here, so compare before copying.
-            let wanted: BTreeSet<&str> = references
-                .values()
-                .flat_map(|r| &r.names)
-                .filter(|(t, _)| *t == derived_type)
-                .map(|(_, n)| n.as_str())
-                .collect();
-            let current = self.names.entry(derived_type).or_default();
-            let same =
-                current.len() == wanted.len() && current.iter().zip(&wanted).all(|(a, b)| a == b);
-            if !same {
-                let new: BTreeSet<String> = wanted.iter().map(|n| n.to_string()).collect();
-                let old = std::mem::replace(current, new.clone());
-                changes.push(Change {
-                    type_url: derived_type,
-                    old,
-                    new,
-                });
+            let counts = self.names.get(derived_type);
+            let now = |name: &String| counts.is_some_and(|c| c.contains_key(name));
+            let mut change = Change {
+                type_url: derived_type,
+                subscribed: Vec::new(),
+                unsubscribed: Vec::new(),
+                was_empty: false,
+            };
+            for ((t, name), before) in &moved {
+                match (*t == derived_type, *before, now(name)) {
+                    (true, false, true) => change.subscribed.push(name.clone()),
+                    (true, true, false) => change.unsubscribed.push(name.clone()),
+                    _ => {}
+                }
             }
+            if change.subscribed.is_empty() && change.unsubscribed.is_empty() {
+                continue;
+            }
+            let after = counts.map_or(0, BTreeMap::len);
+            change.was_empty = after + change.unsubscribed.len() == change.subscribed.len();
+            changes.push(change);
         }
         Ok(changes)
     }
@@ -583,7 +614,7 @@ impl Subscriptions {
     fn names_of(&self, type_url: &str) -> Vec<String> {
         self.names
             .get(type_url)
-            .map(|names| names.iter().cloned().collect())
+            .map(|names| names.keys().cloned().collect())
             .unwrap_or_default()
     }
 }
@@ -715,14 +746,11 @@ async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Resu
         // New names first (Envoy asks for the endpoints of new clusters before it ACKs
         // them), then the ACK.
         for change in changes {
-            if change.old.is_empty() && change.new.is_empty() {
-                continue;
-            }
             let (version_info, response_nonce) =
                 last.get(change.type_url).cloned().unwrap_or_default();
             let request = DiscoveryRequest {
                 type_url: change.type_url.to_string(),
-                resource_names: change.new.into_iter().collect(),
+                resource_names: subscriptions.names_of(change.type_url),
                 version_info,
                 response_nonce,
                 ..Default::default()
@@ -821,16 +849,16 @@ async fn run_delta(channel: Channel, node: Node, shared: &Shared) -> anyhow::Res
             subscriptions.follow(&type_url, &mut mirror)?
         };
         for change in changes {
-            let request = DeltaDiscoveryRequest {
-                type_url: change.type_url.to_string(),
-                resource_names_subscribe: change.new.difference(&change.old).cloned().collect(),
-                resource_names_unsubscribe: change.old.difference(&change.new).cloned().collect(),
-                ..Default::default()
-            };
             // A first request that names nothing would be a wildcard subscription.
-            if change.old.is_empty() && request.resource_names_subscribe.is_empty() {
+            if change.was_empty && change.subscribed.is_empty() {
                 continue;
             }
+            let request = DeltaDiscoveryRequest {
+                type_url: change.type_url.to_string(),
+                resource_names_subscribe: change.subscribed,
+                resource_names_unsubscribe: change.unsubscribed,
+                ..Default::default()
+            };
             send(&tx, request).await?;
         }
         let ack = DeltaDiscoveryRequest {
@@ -905,36 +933,92 @@ mod tests {
 
     #[test]
     fn a_delta_client_asks_for_the_virtual_hosts_of_configurations_in_parts_only() {
-        let held = |configs: &[(&str, bool)]| {
-            let mut held = TypeHeld::default();
-            for (name, vhds) in configs {
-                let body = route_config(name, 2, *vhds);
-                let version = format!("v-{name}");
-                held.insert(name.to_string(), Held { version, body });
-            }
-            held
+        let mut held = TypeHeld::default();
+        let put = |held: &mut TypeHeld, name: &str, vhds: bool| {
+            let body = route_config(name, 2, vhds);
+            let version = format!("v-{name}-{vhds}");
+            held.insert(name.to_string(), Held { version, body });
         };
+        put(&mut held, "a", false);
+        put(&mut held, "b+vhds", true);
         let mut delta = Subscriptions::new(Protocol::Delta);
-        let changes = delta
-            .update(ROUTE, &held(&[("a", false), ("b+vhds", true)]))
-            .expect("reads");
+        let changes = delta.update(ROUTE, &mut held).expect("reads");
         let [change] = changes.as_slice() else {
             panic!("one change expected");
         };
         assert_eq!(change.type_url, VIRTUAL_HOST);
-        assert_eq!(change.new, BTreeSet::from(["b+vhds".to_string()]));
+        assert_eq!(change.subscribed, ["b+vhds"]);
+        assert!(change.unsubscribed.is_empty() && change.was_empty);
+        assert!(held.touched.is_empty(), "followed");
 
-        let changes = delta.update(ROUTE, &held(&[("a", false)])).expect("reads");
+        assert!(delta.update(ROUTE, &mut held).expect("reads").is_empty());
+        put(&mut held, "a", true);
+        let changes = delta.update(ROUTE, &mut held).expect("reads");
         let [change] = changes.as_slice() else {
             panic!("one change expected");
         };
-        assert!(change.new.is_empty(), "unsubscribes");
+        assert_eq!(change.subscribed, ["a"]);
+        assert!(!change.was_empty);
+
+        held.remove("b+vhds");
+        put(&mut held, "a", false);
+        let changes = delta.update(ROUTE, &mut held).expect("reads");
+        let [change] = changes.as_slice() else {
+            panic!("one change expected");
+        };
+        assert!(change.subscribed.is_empty(), "unsubscribes only");
+        assert_eq!(change.unsubscribed, ["a", "b+vhds"]);
+        assert_eq!(delta.names_of(VIRTUAL_HOST), Vec::<String>::new());
 
         let mut sotw = Subscriptions::new(Protocol::Sotw);
-        let changes = sotw
-            .update(ROUTE, &held(&[("b+vhds", true)]))
-            .expect("reads");
-        assert!(changes.is_empty(), "VHDS is delta only");
+        put(&mut held, "b+vhds", true);
+        assert!(
+            sotw.update(ROUTE, &mut held).expect("reads").is_empty(),
+            "VHDS is delta only"
+        );
+    }
+
+    #[test]
+    fn a_name_two_resources_refer_to_stays_subscribed_until_neither_does() {
+        let cluster = |name: &str, service: &str| {
+            use envoy_types::pb::envoy::config::cluster::v3::cluster::EdsClusterConfig;
+            Cluster {
+                name: name.into(),
+                eds_cluster_config: Some(EdsClusterConfig {
+                    service_name: service.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let mut held = TypeHeld::default();
+        let mut subscriptions = Subscriptions::new(Protocol::Delta);
+        for name in ["a", "b"] {
+            let body = cluster(name, "shared");
+            held.insert(
+                name.into(),
+                Held {
+                    version: name.into(),
+                    body,
+                },
+            );
+        }
+        let changes = subscriptions.update(CLUSTER, &mut held).expect("reads");
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].subscribed, ["shared"]);
+        held.remove("a");
+        assert!(
+            subscriptions
+                .update(CLUSTER, &mut held)
+                .expect("reads")
+                .is_empty()
+        );
+        assert_eq!(subscriptions.names_of(ENDPOINT), ["shared"]);
+        held.remove("b");
+        let changes = subscriptions.update(CLUSTER, &mut held).expect("reads");
+        assert_eq!(changes[0].unsubscribed, ["shared"]);
+        assert!(subscriptions.names_of(ENDPOINT).is_empty());
     }
 
     #[test]
@@ -945,8 +1029,9 @@ mod tests {
             let body = Vec::new();
             held.insert(name.to_string(), Held { version, body });
         }
-        held.forget_unsubscribed(VIRTUAL_HOST, &BTreeSet::from(["b+vhds".to_string()]));
+        assert!(held.forget(VIRTUAL_HOST, &["a+vhds".to_string()]));
         let names: Vec<&String> = held.resources.keys().collect();
         assert_eq!(names, ["b+vhds/x"]);
+        assert!(!held.forget(VIRTUAL_HOST, &["c+vhds".to_string()]));
     }
 }

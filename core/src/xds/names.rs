@@ -60,6 +60,20 @@ impl Names {
         self.len() <= other.len() && self.iter().all(|name| other.contains(name))
     }
 
+    /// The keys of `map` that are not among these names, in order. A diff of the two
+    /// maps, which skips what they share: a subscription that was a view's own map, and
+    /// a view that changed by a few names since (a new cluster's endpoints Envoy has yet
+    /// to ask for), cost those few, not a walk of every name.
+    pub(super) fn missing_from<'m>(&self, map: &'m Resources) -> Vec<&'m String> {
+        self.0
+            .diff(map)
+            .filter_map(|item| match item {
+                DiffItem::Add(name, _) => Some(name),
+                DiffItem::Remove(..) | DiffItem::Update { .. } => None,
+            })
+            .collect()
+    }
+
     /// True when these are the names of `map` itself (not a copy): nothing to compare.
     pub(super) fn are_keys_of(&self, map: &Resources) -> bool {
         self.0.ptr_eq(map)

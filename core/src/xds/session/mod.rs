@@ -742,21 +742,14 @@ fn namespaces_of(entries: &Entries) -> Vec<String> {
     namespaces
 }
 
-/// The names of `entries` that are not in `names`. One ordered walk of both: Envoy
-/// subscribes to every cluster's endpoints by name, and this runs on every message.
+/// The names of `entries` that are not in `names`. Envoy subscribes to every cluster's
+/// endpoints by name, and this runs on every message: the subscription shares most of
+/// its map with the view (see [`Names`]), and the diff skips what they share.
 fn unsubscribed<'e>(names: &Names, entries: &'e Entries) -> Vec<&'e String> {
     if names.are_keys_of(entries) {
         return Vec::new();
     }
-    let mut names = names.iter().peekable();
-    let mut out = Vec::new();
-    for key in entries.keys() {
-        while names.next_if(|name| *name < key).is_some() {}
-        if names.next_if(|name| *name == key).is_none() {
-            out.push(key);
-        }
-    }
-    out
+    names.missing_from(entries)
 }
 
 #[cfg(test)]

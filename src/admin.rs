@@ -25,7 +25,7 @@ pub struct Admin {
 pub struct NodesView {
     /// The snapshot version every node should converge to (None before the gate opens).
     pub desired_version: Option<String>,
-    pub nodes: Vec<NodeReport>,
+    pub nodes: Vec<Arc<NodeReport>>,
 }
 
 impl Admin {

@@ -41,7 +41,7 @@ impl Envoys for Serving {
         self.nodes
             .list()
             .into_iter()
-            .map(|n| n.node_id)
+            .map(|n| n.node_id.clone())
             .filter(|id| !id.is_empty())
             .collect()
     }

@@ -19,12 +19,15 @@ pub struct NodeReport {
     pub peer: String,
     #[serde(with = "unix_seconds")]
     pub connected_at: SystemTime,
-    pub status: SessionStatus,
+    /// Shared with the stream that reported it: a report is made after most messages.
+    pub status: Arc<SessionStatus>,
 }
 
 #[derive(Clone, Default)]
 pub struct Nodes {
-    inner: Arc<RwLock<BTreeMap<u64, NodeReport>>>,
+    /// Reports are shared, not copied: every reader of the registry (convergence, the
+    /// fleet's NACKs, `/debug/nodes`) would otherwise copy every node's on each change.
+    inner: Arc<RwLock<BTreeMap<u64, Arc<NodeReport>>>>,
     /// Bumped on every change, so callers can wait for progress instead of polling.
     changes: Arc<watch::Sender<u64>>,
     /// Whoever wants to hear what Envoys answered to route configurations.
@@ -42,8 +45,8 @@ pub struct BlockingNack {
     pub error: String,
 }
 
-fn converged_version(nodes: &[NodeReport]) -> Option<String> {
-    let mut versions = nodes.iter().map(|n| {
+fn converged_version<'a>(nodes: impl IntoIterator<Item = &'a NodeReport>) -> Option<String> {
+    let mut versions = nodes.into_iter().map(|n| {
         n.status
             .desired_version
             .clone()
@@ -83,7 +86,7 @@ impl Nodes {
     }
 
     pub fn update(&self, report: NodeReport) {
-        self.write().insert(report.stream, report);
+        self.write().insert(report.stream, Arc::new(report));
         self.changes.send_modify(|n| *n += 1);
     }
 
@@ -92,13 +95,8 @@ impl Nodes {
         self.changes.send_modify(|n| *n += 1);
     }
 
-    pub fn list(&self) -> Vec<NodeReport> {
-        self.inner
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+    pub fn list(&self) -> Vec<Arc<NodeReport>> {
+        self.read().values().cloned().collect()
     }
 
     pub fn changes(&self) -> watch::Receiver<u64> {
@@ -107,22 +105,21 @@ impl Nodes {
 
     /// The snapshot version every node holds and acknowledged, if they all agree on one.
     pub fn converged_version(&self) -> Option<String> {
-        converged_version(&self.list())
+        converged_version(self.read().values().map(Arc::as_ref))
     }
 
     /// What blocks nodes: each node held back by a NACK, with the NACKed type (short name)
     /// and Envoy's message.
     pub fn blocking_nacks(&self) -> Vec<BlockingNack> {
-        self.list()
-            .into_iter()
+        self.read()
+            .values()
             .filter(|n| n.status.blocked_by_nack)
             .flat_map(|n| {
-                let node = n.node_id.clone();
-                n.status.types.into_iter().filter_map(move |(kind, t)| {
-                    t.last_nack.map(|nack| BlockingNack {
-                        node: node.clone(),
-                        kind,
-                        error: nack.error,
+                n.status.types.iter().filter_map(|(kind, t)| {
+                    t.last_nack.as_ref().map(|nack| BlockingNack {
+                        node: n.node_id.clone(),
+                        kind: kind.clone(),
+                        error: nack.error.clone(),
                     })
                 })
             })
@@ -147,7 +144,11 @@ impl Nodes {
             .retain(|tx| tx.send(verdict.clone()).is_ok());
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, NodeReport>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<NodeReport>>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<NodeReport>>> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -175,13 +176,13 @@ mod tests {
             cluster: "fleet".into(),
             peer: "127.0.0.1:1".into(),
             connected_at: std::time::SystemTime::UNIX_EPOCH,
-            status: SessionStatus {
+            status: Arc::new(SessionStatus {
                 protocol: Protocol::Delta,
                 desired_version: Some(version.into()),
                 synced,
                 blocked_by_nack: false,
                 types: Default::default(),
-            },
+            }),
         }
     }
 

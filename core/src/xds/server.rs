@@ -100,8 +100,9 @@ impl AdsServer {
         let (tx, rx) = mpsc::channel(16);
         let stream = self.next_stream.fetch_add(1, AtomicOrdering::Relaxed);
         let span = info_span!("xds_stream", stream, ?protocol, %peer, node = tracing::field::Empty);
-        let session =
-            Session::new(protocol, self.ordering).with_accepted(self.desired.accepted().clone());
+        let session = Session::new(protocol, self.ordering)
+            .with_accepted(self.desired.accepted().clone())
+            .with_in_parts(self.desired.in_parts().clone());
         let this = self.clone();
         tokio::spawn(
             async move {
@@ -142,7 +143,7 @@ impl AdsServer {
         let mut named = false;
         // What the registry last heard from this stream: most messages change nothing
         // the rest of the program looks at, and every update wakes its watchers.
-        let mut reported: Option<SessionStatus> = None;
+        let mut reported: Option<Arc<SessionStatus>> = None;
         // The gate may already be open.
         let mut initial = desired.borrow_and_update().clone();
         loop {
@@ -227,7 +228,8 @@ impl AdsServer {
                 }
             }
             let status = session.status();
-            if just_named || reported.as_ref() != Some(&status) {
+            if just_named || reported.as_deref() != Some(&status) {
+                let status = Arc::new(status);
                 reported = Some(status.clone());
                 self.nodes.update(NodeReport {
                     stream,

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use super::Snapshot;
 use super::accepted::AcceptedClusters;
+use super::localize::InParts;
 use super::snapshot::CLUSTER;
 
 pub struct Desired {
@@ -17,6 +18,8 @@ pub struct Desired {
     held: Mutex<Held>,
     /// Every published snapshot's clusters: a set Envoys hold once they are in step.
     accepted: Arc<AcceptedClusters>,
+    /// The snapshot as delta Envoys take it, made once for all of them.
+    in_parts: Arc<InParts>,
 }
 
 #[derive(Default)]
@@ -37,6 +40,7 @@ impl Desired {
             tx: watch::channel(None).0,
             held: Mutex::new(Held::default()),
             accepted: Arc::default(),
+            in_parts: Arc::default(),
         }
     }
 
@@ -88,6 +92,11 @@ impl Desired {
     /// The cluster sets Envoys may hold (see [`AcceptedClusters`]).
     pub(super) fn accepted(&self) -> &Arc<AcceptedClusters> {
         &self.accepted
+    }
+
+    /// The snapshots as delta Envoys take them (see [`InParts`]).
+    pub(super) fn in_parts(&self) -> &Arc<InParts> {
+        &self.in_parts
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {

@@ -21,6 +21,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message;
+use std::sync::Arc;
 
 use super::snapshot::{LISTENER, ROUTE, Resource, Snapshot};
 use super::vhds;
@@ -74,6 +75,27 @@ fn drain(resource: &Resource) -> Resource {
             .get_or_insert_with(HttpProtocolOptions::default)
             .max_requests_per_connection = Some(UInt32Value { value: 1 });
     })
+}
+
+/// [`serve_routes_in_parts`] of the latest snapshot, made once for every delta stream
+/// rather than by each: its listeners are decoded, edited and encoded again.
+#[derive(Default)]
+pub struct InParts(std::sync::Mutex<Option<(Arc<Snapshot>, Arc<Snapshot>)>>);
+
+impl InParts {
+    /// `source` served in parts; made by the first stream that asks for it.
+    pub fn of(&self, source: &Arc<Snapshot>) -> Arc<Snapshot> {
+        // Plain data: a panic elsewhere leaves nothing half-done.
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((made_from, in_parts)) = last.as_ref()
+            && Arc::ptr_eq(made_from, source)
+        {
+            return in_parts.clone();
+        }
+        let in_parts = Arc::new(serve_routes_in_parts(source));
+        *last = Some((source.clone(), in_parts.clone()));
+        in_parts
+    }
 }
 
 /// The snapshot with every listener naming the parts configuration of its route

@@ -182,6 +182,8 @@ pub struct Session {
     held_before: bool,
     /// The cluster sets SotW nodes may hold, by version (see `xds::accepted`).
     accepted: Option<Arc<AcceptedClusters>>,
+    /// The snapshots as delta nodes take them, shared by every stream of the server.
+    in_parts: Option<Arc<localize::InParts>>,
     /// The version of the clusters a SotW node said it holds, until it is looked up.
     named_clusters: Option<String>,
     next_nonce: u64,
@@ -202,6 +204,7 @@ impl Session {
             blocked_on: None,
             held_before: false,
             accepted: None,
+            in_parts: None,
             named_clusters: None,
             next_nonce: 0,
             events: Vec::new(),
@@ -211,6 +214,12 @@ impl Session {
     /// Looks up the clusters a reconnecting SotW node holds in `accepted`.
     pub(in crate::xds) fn with_accepted(mut self, accepted: Arc<AcceptedClusters>) -> Self {
         self.accepted = Some(accepted);
+        self
+    }
+
+    /// Takes delta snapshots in parts from `in_parts`, made once for every stream.
+    pub(in crate::xds) fn with_in_parts(mut self, in_parts: Arc<localize::InParts>) -> Self {
+        self.in_parts = Some(in_parts);
         self
     }
 
@@ -273,7 +282,10 @@ impl Session {
             return;
         };
         let source = match self.protocol {
-            Protocol::Delta => Arc::new(localize::serve_routes_in_parts(&source)),
+            Protocol::Delta => match &self.in_parts {
+                Some(in_parts) => in_parts.of(&source),
+                None => Arc::new(localize::serve_routes_in_parts(&source)),
+            },
             Protocol::Sotw => source,
         };
         let bound = match self.node.as_ref().and_then(localize::listen_address) {

@@ -25,17 +25,40 @@ impl FromIterator<String> for Names {
 }
 
 impl Names {
-    /// The names a SotW request lists: `view`'s own map when they are exactly its names
-    /// (the common case, found without building anything).
+    /// The names a SotW request lists, made from `view`'s own map: the view itself when
+    /// they are exactly its names (the common case, found without building anything),
+    /// else the view less the names not asked for and with those it lacks, sharing the
+    /// rest with it (a new cluster's endpoints asked for, an old one's dropped), so that
+    /// what compares the two later skips what they share.
     pub(super) fn from_request(mut names: Vec<String>, view: Option<&Resources>) -> Self {
         names.sort_unstable();
         names.dedup();
-        match view {
-            Some(view) if names.len() == view.len() && names.iter().eq(view.keys()) => {
-                Names(view.clone())
+        let Some(view) = view else {
+            return names.into_iter().collect();
+        };
+        let (mut lacking, mut extra) = (Vec::new(), Vec::new());
+        let mut keys = view.keys().peekable();
+        for (i, name) in names.iter().enumerate() {
+            while let Some(key) = keys.next_if(|key| *key < name) {
+                extra.push(key);
             }
-            _ => names.into_iter().collect(),
+            if keys.next_if(|key| *key == name).is_none() {
+                lacking.push(i);
+            }
         }
+        extra.extend(keys);
+        if extra.len() > view.len() / 2 {
+            // Mostly other names: built afresh, which costs less than removing them.
+            return names.into_iter().collect();
+        }
+        let mut map = view.clone();
+        for key in extra {
+            map.remove(key);
+        }
+        for i in lacking {
+            map.insert(names[i].clone(), NAMED.clone());
+        }
+        Names(map)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -55,9 +78,13 @@ impl Names {
         self.0.keys()
     }
 
-    /// Every name of `self` is in `other`.
+    /// Every name of `self` is in `other`. A diff, which skips what the two share.
     pub(super) fn is_subset(&self, other: &Names) -> bool {
-        self.len() <= other.len() && self.iter().all(|name| other.contains(name))
+        self.len() <= other.len()
+            && !other
+                .0
+                .diff(&self.0)
+                .any(|item| matches!(item, DiffItem::Add(..)))
     }
 
     /// The keys of `map` that are not among these names, in order. A diff of the two
@@ -158,6 +185,25 @@ mod tests {
             assert_eq!(subscription.len(), other.len());
         }
         assert_eq!(Names::from_request(request(&["a"]), None).len(), 1);
+    }
+
+    #[test]
+    fn a_request_naming_a_few_other_names_than_the_view_is_the_view_changed_by_those() {
+        let view = map(&["a", "b", "c", "d"]);
+        let request = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let names = |ns: &[&str]| Names::from_request(request(ns), Some(&view));
+        let listed = |n: &Names| n.iter().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            listed(&names(&["e", "a", "b", "c", "d"])),
+            ["a", "b", "c", "d", "e"]
+        );
+        assert_eq!(listed(&names(&["d", "a", "c"])), ["a", "c", "d"]);
+        assert_eq!(listed(&names(&["a", "b", "c", "x"])), ["a", "b", "c", "x"]);
+        assert_eq!(listed(&names(&["x", "y"])), ["x", "y"]);
+        assert_eq!(listed(&names(&[])), Vec::<String>::new());
+        assert!(names(&["a", "c"]).is_subset(&names(&["a", "b", "c"])));
+        assert!(!names(&["a", "x"]).is_subset(&names(&["a", "b", "c"])));
+        assert!(names(&[]).is_subset(&names(&["a"])));
     }
 
     #[test]

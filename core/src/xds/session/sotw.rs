@@ -78,11 +78,8 @@ impl Session {
             && let Some(acked) = ts.acked.as_mut()
         {
             // Envoy forgets what it stops asking for by name.
-            let forgotten: Vec<String> = acked
-                .keys()
-                .filter(|name| !ts.names.contains(name))
-                .cloned()
-                .collect();
+            let forgotten: Vec<String> =
+                ts.names.missing_from(acked).into_iter().cloned().collect();
             for name in forgotten {
                 acked.remove(&name);
             }

@@ -251,7 +251,13 @@ impl Snapshot {
             return self.type_version(type_url);
         }
         let mut sum = self.sums.get(type_url).copied().unwrap_or(0);
-        for item in all.diff(resources) {
+        // Sets that share little (a first answer built apart from the snapshot's map) are
+        // hashed whole: the diff would hash most entries of both.
+        let most = resources.len() / 2 + 1;
+        for (seen, item) in all.diff(resources).enumerate() {
+            if seen > most {
+                return version_of(resources);
+            }
             match item {
                 imbl::ordmap::DiffItem::Add(_, added) => sum = sum.wrapping_add(entry_hash(added)),
                 imbl::ordmap::DiffItem::Remove(_, removed) => {

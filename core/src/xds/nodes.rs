@@ -118,7 +118,7 @@ impl Nodes {
                 n.status.types.iter().filter_map(|(kind, t)| {
                     t.last_nack.as_ref().map(|nack| BlockingNack {
                         node: n.node_id.clone(),
-                        kind: kind.clone(),
+                        kind: kind.to_string(),
                         error: nack.error.clone(),
                     })
                 })

@@ -37,6 +37,7 @@ mod sotw;
 #[cfg(test)]
 mod testing;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -129,7 +130,8 @@ struct TypeState {
     names: Names,
     /// What the node has accepted; None until it has been answered once.
     acked: Option<Entries>,
-    acked_version: Option<String>,
+    /// Shared with the status reports, which are made after most messages.
+    acked_version: Option<Arc<str>>,
     acked_at: Option<Instant>,
     pending: Option<Pending>,
     /// Last nonce sent on this type (SotW requests must echo it to be current).
@@ -312,7 +314,7 @@ impl Session {
             pending.wanted.clone()
         });
         ts.settled = ts.unchanged_since_sent;
-        ts.acked_version = Some(pending.version.clone());
+        ts.acked_version = Some(Arc::from(pending.version.as_str()));
         ts.acked_at = Some(now);
         if !pending.in_parts_of.is_empty() {
             self.events.push(Event::RoutesInParts {
@@ -645,26 +647,28 @@ impl Session {
             })
     }
 
+    /// What the rest of the program sees of this node. Made after most messages, so it
+    /// copies no strings: type names are the served types' own, versions are shared.
     pub fn status(&self) -> SessionStatus {
-        let types = self
-            .types
-            .iter()
-            .filter(|(_, ts)| ts.requested)
-            .map(|(type_url, ts)| {
-                let status = TypeStatus {
-                    subscribed: if ts.wildcard {
-                        "*".to_string()
-                    } else {
-                        ts.names.len().to_string()
-                    },
-                    acked_version: ts.acked_version.clone(),
-                    acked_resources: ts.acked.as_ref().map_or(0, Entries::len),
-                    pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
-                    last_nack: ts.last_nack.clone(),
-                };
-                (short_type(type_url).to_string(), status)
-            })
-            .collect();
+        let mut types = BTreeMap::new();
+        for (type_url, ts) in self.types.iter().filter(|(_, ts)| ts.requested) {
+            let name = match ResourceType::from_type_url(type_url) {
+                Some(known) => Cow::Borrowed(short_type(known.type_url())),
+                None => Cow::Owned(short_type(type_url).to_string()),
+            };
+            let status = TypeStatus {
+                subscribed: if ts.wildcard {
+                    Subscribed::All
+                } else {
+                    Subscribed::Names(ts.names.len())
+                },
+                acked_version: ts.acked_version.clone(),
+                acked_resources: ts.acked.as_ref().map_or(0, Entries::len),
+                pending_nonce: ts.pending.as_ref().map(|p| p.nonce.clone()),
+                last_nack: ts.last_nack.clone(),
+            };
+            types.insert(name, status);
+        }
         SessionStatus {
             protocol: self.protocol,
             desired_version: self
@@ -687,17 +691,33 @@ pub struct SessionStatus {
     pub desired_version: Option<String>,
     pub synced: bool,
     pub blocked_by_nack: bool,
-    pub types: BTreeMap<String, TypeStatus>,
+    /// By the type's short name ("Cluster").
+    pub types: BTreeMap<Cow<'static, str>, TypeStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TypeStatus {
-    /// "*" for wildcard, else the number of names subscribed.
-    pub subscribed: String,
-    pub acked_version: Option<String>,
+    pub subscribed: Subscribed,
+    pub acked_version: Option<Arc<str>>,
     pub acked_resources: usize,
     pub pending_nonce: Option<String>,
     pub last_nack: Option<NackInfo>,
+}
+
+/// What a node subscribes to of one type; shown as "*" for all, else the number of names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subscribed {
+    All,
+    Names(usize),
+}
+
+impl Serialize for Subscribed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::All => serializer.serialize_str("*"),
+            Self::Names(n) => serializer.collect_str(n),
+        }
+    }
 }
 
 /// The route configurations of `desired` whose every virtual host, and nothing else,

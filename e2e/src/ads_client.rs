@@ -363,29 +363,29 @@ impl TypeHeld {
         }
     }
 
-    /// Forgets what is no longer subscribed, as Envoy does; true if that was anything.
-    /// Virtual hosts are subscribed by namespace (their route configuration's name),
-    /// everything else by name.
-    fn forget(&mut self, type_url: &str, unsubscribed: &[String]) -> bool {
-        let gone: Vec<String> = if type_url == VIRTUAL_HOST {
-            unsubscribed
-                .iter()
-                .flat_map(|namespace| {
-                    self.resources
-                        .range::<String, _>(format!("{namespace}/")..)
-                        .map(|(name, _)| name)
-                        .take_while(move |name| vhds::namespace(name) == namespace)
-                })
-                .cloned()
-                .collect()
-        } else {
-            unsubscribed.to_vec()
+    /// Forgets what is not subscribed, as Envoy does; true if that was anything. Virtual
+    /// hosts are subscribed by namespace (their route configuration's name), everything
+    /// else by name. Also forgets what a response still in flight brought after its name
+    /// was dropped.
+    fn keep_subscribed(&mut self, type_url: &str, names: Option<&BTreeMap<String, usize>>) -> bool {
+        let subscribed = |name: &str| {
+            let name = if type_url == VIRTUAL_HOST {
+                vhds::namespace(name)
+            } else {
+                name
+            };
+            names.is_some_and(|names| names.contains_key(name))
         };
-        let before = self.resources.len();
-        for name in gone {
-            self.remove(&name);
+        let gone: Vec<String> = self
+            .resources
+            .keys()
+            .filter(|name| !subscribed(name))
+            .cloned()
+            .collect();
+        for name in &gone {
+            self.remove(name);
         }
-        self.resources.len() != before
+        !gone.is_empty()
     }
 
     /// Forgets every resource not named in `names`.
@@ -525,8 +525,11 @@ impl Subscriptions {
             let held = mirror.types.entry(type_url.clone()).or_default();
             let found = self.update(&type_url, held)?;
             for change in &found {
+                // Only a name dropped can leave something held unsubscribed: then every
+                // name held is looked at, once.
                 let held = mirror.types.entry(change.type_url.to_string()).or_default();
-                if held.forget(change.type_url, &change.unsubscribed) {
+                let names = self.names.get(change.type_url);
+                if !change.unsubscribed.is_empty() && held.keep_subscribed(change.type_url, names) {
                     next.push(change.type_url.to_string());
                 }
             }
@@ -1029,9 +1032,12 @@ mod tests {
             let body = Vec::new();
             held.insert(name.to_string(), Held { version, body });
         }
-        assert!(held.forget(VIRTUAL_HOST, &["a+vhds".to_string()]));
+        let subscribed = BTreeMap::from([("b+vhds".to_string(), 1)]);
+        assert!(held.keep_subscribed(VIRTUAL_HOST, Some(&subscribed)));
         let names: Vec<&String> = held.resources.keys().collect();
         assert_eq!(names, ["b+vhds/x"]);
-        assert!(!held.forget(VIRTUAL_HOST, &["c+vhds".to_string()]));
+        assert!(!held.keep_subscribed(VIRTUAL_HOST, Some(&subscribed)));
+        assert!(held.keep_subscribed(VIRTUAL_HOST, None));
+        assert!(held.resources.is_empty());
     }
 }

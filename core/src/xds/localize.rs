@@ -77,8 +77,11 @@ fn drain(resource: &Resource) -> Resource {
     })
 }
 
-/// [`serve_routes_in_parts`] of the latest snapshot, made once for every delta stream
-/// rather than by each: its listeners are decoded, edited and encoded again.
+/// [`serve_routes_in_parts`] of the last snapshot asked for, made by the first delta
+/// stream that needs it and shared by the others on that snapshot, rather than made by
+/// each: its listeners are decoded, edited and encoded again. (A stream still on an
+/// older snapshot makes that one again; the lock is held while it is made, so the
+/// others wait for it instead of making it too.)
 #[derive(Default)]
 pub struct InParts(std::sync::Mutex<Option<(Arc<Snapshot>, Arc<Snapshot>)>>);
 

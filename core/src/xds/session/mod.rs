@@ -648,7 +648,7 @@ impl Session {
     }
 
     /// What the rest of the program sees of this node. Made after most messages, so it
-    /// copies no strings: type names are the served types' own, versions are shared.
+    /// copies little: a served type's name is its own, acked versions are shared.
     pub fn status(&self) -> SessionStatus {
         let mut types = BTreeMap::new();
         for (type_url, ts) in self.types.iter().filter(|(_, ts)| ts.requested) {

@@ -258,17 +258,7 @@ impl Snapshot {
             if seen > most {
                 return version_of(resources);
             }
-            match item {
-                imbl::ordmap::DiffItem::Add(_, added) => sum = sum.wrapping_add(entry_hash(added)),
-                imbl::ordmap::DiffItem::Remove(_, removed) => {
-                    sum = sum.wrapping_sub(entry_hash(removed));
-                }
-                imbl::ordmap::DiffItem::Update { old, new } => {
-                    sum = sum
-                        .wrapping_add(entry_hash(new.1))
-                        .wrapping_sub(entry_hash(old.1));
-                }
-            }
+            sum = moved_by(sum, &item, true);
         }
         format_version(sum)
     }
@@ -297,17 +287,28 @@ pub fn version_of(resources: &Resources) -> String {
 pub fn union_version(a: &Resources, a_version: &str, b: &Resources) -> Option<String> {
     let mut sum = u128::from_str_radix(a_version, 16).ok()?;
     for item in a.diff(b) {
-        match item {
-            imbl::ordmap::DiffItem::Add(_, added) => sum = sum.wrapping_add(entry_hash(added)),
-            imbl::ordmap::DiffItem::Update { old, new } => {
-                sum = sum
-                    .wrapping_add(entry_hash(new.1))
-                    .wrapping_sub(entry_hash(old.1));
-            }
-            imbl::ordmap::DiffItem::Remove(..) => {}
-        }
+        sum = moved_by(sum, &item, false);
     }
     Some(format_version(sum))
+}
+
+/// A sum of [`entry_hash`]es over the first map of a diff, moved by one item of the diff
+/// towards the second map; a name only the first map has is taken out if `removes`.
+fn moved_by(
+    sum: u128,
+    item: &imbl::ordmap::DiffItem<'_, '_, String, Arc<Resource>>,
+    removes: bool,
+) -> u128 {
+    match item {
+        imbl::ordmap::DiffItem::Add(_, added) => sum.wrapping_add(entry_hash(added)),
+        imbl::ordmap::DiffItem::Update { old, new } => sum
+            .wrapping_add(entry_hash(new.1))
+            .wrapping_sub(entry_hash(old.1)),
+        imbl::ordmap::DiffItem::Remove(_, removed) if removes => {
+            sum.wrapping_sub(entry_hash(removed))
+        }
+        imbl::ordmap::DiffItem::Remove(..) => sum,
+    }
 }
 
 fn format_version(sum: u128) -> String {

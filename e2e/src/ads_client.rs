@@ -376,29 +376,26 @@ impl TypeHeld {
             };
             names.is_some_and(|names| names.contains_key(name))
         };
+        self.keep(subscribed)
+    }
+
+    /// Forgets every resource not named in `names`.
+    fn keep_only(&mut self, names: &BTreeSet<String>) {
+        self.keep(|name| names.contains(name));
+    }
+
+    /// Forgets every resource whose name `keep` refuses; true if that was any.
+    fn keep(&mut self, keep: impl Fn(&str) -> bool) -> bool {
         let gone: Vec<String> = self
             .resources
             .keys()
-            .filter(|name| !subscribed(name))
+            .filter(|name| !keep(name))
             .cloned()
             .collect();
         for name in &gone {
             self.remove(name);
         }
         !gone.is_empty()
-    }
-
-    /// Forgets every resource not named in `names`.
-    fn keep_only(&mut self, names: &BTreeSet<String>) {
-        let gone: Vec<String> = self
-            .resources
-            .keys()
-            .filter(|n| !names.contains(*n))
-            .cloned()
-            .collect();
-        for name in gone {
-            self.remove(&name);
-        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! - `verify`: asking the fleet, with the backoff between attempts;
 //! - `report`: the status and its conditions;
 //! - `triggers`: what else wakes a route (the fleet converging, Secrets, orphans);
-//! - `routes`: the routes by host and by Service, for those triggers and admission.
+//! - `routes`: the routes by host and by Service, for those triggers and admission;
+//! - `told`: the last Event told about each route, until its status says the same.
 
 mod admission;
 mod deadline;
@@ -17,6 +18,7 @@ mod reconcile;
 mod report;
 pub mod resolve;
 mod routes;
+mod told;
 mod triggers;
 mod verify;
 
@@ -145,6 +147,8 @@ pub(super) struct Context {
     pub(super) lagging: LaggingEnvoys<i64>,
     /// The translator's last verdict on each route's spec alone (see [`admission::admit`]).
     pub(super) verdicts: admission::Verdicts,
+    /// The last Event told about each route whose status does not say it yet.
+    pub(super) told: told::Told,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -193,6 +197,7 @@ pub async fn run(client: Client, settings: Settings) {
         deadlines: ProbeDeadlines::default(),
         lagging: LaggingEnvoys::default(),
         verdicts: admission::Verdicts::default(),
+        told: told::Told::default(),
     });
     let orphans = context.clone();
     let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());

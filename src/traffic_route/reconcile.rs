@@ -318,14 +318,18 @@ pub(super) async fn publish(
         shown: route.status.as_ref().and_then(json),
         read: route.resource_version(),
     });
-    let Some((reason, note)) = event else {
-        return;
-    };
+    let key = (route.namespace().unwrap_or_default(), route.name_any());
     let reason_changed = !report.previous.iter().any(|c| {
         c.type_ == ConditionType::Ready.as_str()
             && c.reason == report.ready.reason
             && c.observed_generation == Some(report.generation)
     });
+    if !reason_changed {
+        ctx.told.caught_up(&key);
+    }
+    let Some((reason, note)) = event else {
+        return;
+    };
     if is_ready && was_ready && !reason_changed {
         return;
     }
@@ -350,6 +354,11 @@ pub(super) async fn publish(
     } else {
         (reason, note)
     };
+    let note = event_note(&note);
+    // The status read may trail what this replica told already.
+    if (ctx.told).already(&key, report.generation, reason, &note) {
+        return;
+    }
     let event = Event {
         type_: if is_ready && !secret {
             EventType::Normal
@@ -357,11 +366,12 @@ pub(super) async fn publish(
             EventType::Warning
         },
         reason: reason.into(),
-        note: Some(event_note(&note)),
+        note: Some(note.clone()),
         action: "Rollout".into(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &route.object_ref(&())).await {
-        warn!(%error, "cannot record an event");
+    match ctx.recorder.publish(&event, &route.object_ref(&())).await {
+        Ok(()) => (ctx.told).told(key, report.generation, reason, &note),
+        Err(error) => warn!(%error, "cannot record an event"),
     }
 }

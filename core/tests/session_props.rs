@@ -177,9 +177,16 @@ impl Envoy {
                     String::from_utf8_lossy(&res.body.value).to_string(),
                 )
             });
-            // What the Envoy holds once it accepts: SotW sends it whole, delta the changes.
+            // What the Envoy holds once it accepts: SotW sends listeners and clusters whole,
+            // the endpoints and route configurations that changed (the rest is kept), delta
+            // the changes.
             let bodies: BTreeMap<String, String> = match removed {
-                None => sent.collect(),
+                None if *type_url != ENDPOINT && *type_url != ROUTE => sent.collect(),
+                None => {
+                    let mut bodies = self.held.get(type_url).cloned().unwrap_or_default();
+                    bodies.extend(sent);
+                    bodies
+                }
                 Some(removed) => {
                     let mut bodies = self.held.get(type_url).cloned().unwrap_or_default();
                     bodies.extend(sent);

@@ -771,9 +771,12 @@ async fn run_sotw(channel: Channel, node: Node, shared: &Shared) -> anyhow::Resu
     }
 }
 
-/// A SotW response is the whole set of its type (or of the names subscribed). Applied in
-/// place: most of it is what the client already holds.
+/// A SotW response of listeners or clusters is the whole set of its type; one of another
+/// type may carry only what changed, and what it leaves out is kept, as Envoy keeps it
+/// (names no longer asked for are forgotten by the subscriptions). Applied in place:
+/// most of it is what the client already holds.
 fn apply_sotw(held: &mut TypeHeld, response: &mut DiscoveryResponse) -> anyhow::Result<()> {
+    let whole = response.type_url == CLUSTER || response.type_url == LISTENER;
     let mut names = BTreeSet::new();
     for any in std::mem::take(&mut response.resources) {
         let name = name_of(&any.value)
@@ -796,7 +799,9 @@ fn apply_sotw(held: &mut TypeHeld, response: &mut DiscoveryResponse) -> anyhow::
         }
         names.insert(name);
     }
-    held.keep_only(&names);
+    if whole {
+        held.keep_only(&names);
+    }
     Ok(())
 }
 

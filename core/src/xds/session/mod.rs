@@ -138,6 +138,9 @@ struct TypeState {
     last_nonce: Option<String>,
     /// The node asked again without ACKing anything new: answer even if nothing changed.
     force_send: bool,
+    /// SotW: the next response carries the whole set, even of a type that may carry only
+    /// what changed (the node asked again for the same names).
+    send_whole: bool,
     last_nack: Option<NackInfo>,
     /// What the node holds of this type was found equal to what it should hold, and
     /// neither has changed since: no need to compare them again on the next message.
@@ -580,7 +583,15 @@ impl Session {
             unreachable!("respond is only called for tracked types");
         };
         let (response, resources, removed) = match self.protocol {
-            Protocol::Sotw => sotw::response(type_url, &version, &nonce, &wanted),
+            Protocol::Sotw => {
+                let held = ts.acked.as_ref().filter(|_| {
+                    sotw::may_send_changes_only(type_url)
+                        && !ts.wildcard
+                        && !ts.send_whole
+                        && self.ordering == Ordering::MakeBeforeBreak
+                });
+                sotw::response(type_url, &version, &nonce, held, &wanted)
+            }
             Protocol::Delta => {
                 let empty = Entries::new();
                 let held = ts.acked.as_ref().unwrap_or(&empty);
@@ -595,6 +606,7 @@ impl Session {
             unreachable!("respond is only called for tracked types");
         };
         ts.force_send = false;
+        ts.send_whole = false;
         ts.unchanged_since_sent = true;
         ts.last_nonce = Some(nonce.clone());
         let in_parts_of = if type_url == VIRTUAL_HOST {

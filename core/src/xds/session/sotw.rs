@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use imbl::ordmap::DiffItem;
 
 use super::{Event, Ordering, Response, Session, SotwResponse};
 use crate::xds::names::Names;
@@ -71,6 +72,9 @@ impl Session {
             // only ever removed in a step of their own (make before break); pushed all at
             // once, a removal can come with a rebuilt cluster that waits for its endpoints.
             ts.force_send = true;
+            // Asked again for the same names: which of them a rebuilt cluster waits for
+            // cannot be told, so the answer carries them all.
+            ts.send_whole |= same_names;
         }
         if !same_names
             && !wildcard
@@ -88,20 +92,44 @@ impl Session {
     }
 }
 
-/// The whole of `wanted` as one response; with the number of resources it carries, and
-/// of names it removes (none: the set replaces the last one).
+/// Whether a SotW response of this type may carry only what changed. The xDS protocol
+/// asks for the whole set in listener and cluster responses alone; Envoy hands each
+/// endpoint or route configuration watch only the resources a response has for it, and
+/// a watch a response leaves out keeps what it holds (its newer muxes call it with an
+/// empty update, which an endpoint or route configuration watch also ignores). Secrets
+/// are not among them: an empty update is an error to Envoy's secret watches.
+pub(super) fn may_send_changes_only(type_url: &str) -> bool {
+    type_url == snapshot::ENDPOINT || type_url == snapshot::ROUTE
+}
+
+/// `wanted` as one response: whole, or (`held`: what the node holds of it) only what
+/// `held` lacks or has at another version; with the number of resources it carries, and
+/// of names it removes (none: a SotW node forgets what it stops asking for).
 pub(super) fn response(
     type_url: &str,
     version: &str,
     nonce: &str,
+    held: Option<&Entries>,
     wanted: &Entries,
 ) -> (Response, usize, usize) {
     // Held entries exist only in delta sessions; a SotW response could not carry one.
-    let resources: Vec<_> = wanted
-        .values()
-        .filter(|r| r.has_content())
-        .cloned()
-        .collect();
+    let resources: Vec<_> = match held {
+        None => wanted
+            .values()
+            .filter(|r| r.has_content())
+            .cloned()
+            .collect(),
+        Some(held) => held
+            .diff(wanted)
+            .filter_map(|item| match item {
+                DiffItem::Add(_, new) => Some(new),
+                DiffItem::Update { old, new } if old.1.version != new.1.version => Some(new.1),
+                DiffItem::Update { .. } | DiffItem::Remove(..) => None,
+            })
+            .filter(|r| r.has_content())
+            .cloned()
+            .collect(),
+    };
     let count = resources.len();
     let response = Response::Sotw(SotwResponse {
         version_info: version.to_string(),
@@ -256,7 +284,11 @@ mod tests {
         let cds = nonce(&out[0]);
         // Envoy subscribes to b's endpoints (previous EDS nonce) before ACKing CDS.
         let out = s.on_sotw_request(sotw(ENDPOINT, &["a", "b"], &nonces[ENDPOINT]), now);
-        assert_eq!(names(&out[0]).1, ["a:e", "b:e"]);
+        assert_eq!(
+            names(&out[0]).1,
+            ["b:e"],
+            "only what the node lacks: it keeps a's endpoints"
+        );
         let eds = nonce(&out[0]);
         assert!(
             s.on_sotw_request(sotw(CLUSTER, &[], &cds), now).is_empty(),

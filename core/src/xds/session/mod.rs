@@ -9,8 +9,8 @@
 //! A new stream knows nothing of what its Envoy holds: after a restart of the server, or a
 //! reconnect after missed changes, the Envoy still serves what it had. So nothing is
 //! planned before its first request, and until the route step sets them, SotW listeners
-//! and routes are not answered at all: a SotW response is the whole set, and an empty one
-//! would remove them. What the Envoy holds stays until the routes that may use it are
+//! and routes are not answered at all: a SotW listener response is the whole set, and an
+//! empty one would remove them. What the Envoy holds stays until the routes that may use it are
 //! replaced: a delta node says what it holds; a SotW node names only the version of its
 //! clusters, which the session looks up among the sets this replica knows Envoys to hold
 //! (`xds::accepted`: after a restart, those of the snapshots built since, so a node that

@@ -1,6 +1,8 @@
 //! State-of-the-world subscriptions. Every request repeats the node's whole subscription
 //! of one type and must echo the last nonce sent on it to be current (an older one is
-//! stale, and ignored); every response carries the whole set of its type.
+//! stale, and ignored); a response of listeners or clusters carries the whole set of its
+//! type, one of endpoints or route configurations only what the node lacks or holds at
+//! another version (see [`may_send_changes_only`]).
 
 use std::time::Instant;
 

@@ -41,6 +41,12 @@ struct Args {
     /// Switches per protocol for the push → ACK measurement.
     #[arg(long, default_value_t = 30)]
     switches: usize,
+    /// Routes in the push → ACK measurement's configurations (comma-separated). Beyond
+    /// one, each route has its live version probe and delta Envoys take virtual hosts one
+    /// by one, as the operator serves them: the time Envoy takes to apply one change to a
+    /// route table of that size.
+    #[arg(long, value_delimiter = ',', default_values_t = [1])]
+    switch_routes: Vec<usize>,
     /// Skip the real-Envoy measurements.
     #[arg(long)]
     no_envoy: bool,
@@ -155,10 +161,11 @@ fn main() -> anyhow::Result<()> {
             .push(serde_json::from_slice(&output.stdout)?);
     }
     if !args.no_envoy && args.runs(Section::Switch) {
-        for protocol in [Protocol::Sotw, Protocol::Delta] {
-            results
-                .switch
-                .push(runtime.block_on(switch::measure_switches(protocol, args.switches))?);
+        for &routes in &args.switch_routes {
+            for protocol in [Protocol::Sotw, Protocol::Delta] {
+                let result = switch::measure_switches(protocol, args.switches, routes);
+                results.switch.push(runtime.block_on(result)?);
+            }
         }
     }
     if args.runs(Section::Fanout) {
@@ -219,13 +226,13 @@ fn print_table(results: &Results) {
     if !results.switch.is_empty() {
         println!();
         println!(
-            "| one switch, push → all ACKs (real Envoy) | switches | p50 ms | p90 ms | max ms |"
+            "| one switch, push → all ACKs (real Envoy) | routes | switches | p50 ms | p90 ms | max ms |"
         );
-        println!("|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|");
         for s in &results.switch {
             println!(
-                "| {} | {} | {:.2} | {:.2} | {:.2} |",
-                s.protocol, s.switches, s.p50_ms, s.p90_ms, s.max_ms
+                "| {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+                s.protocol, s.routes, s.switches, s.p50_ms, s.p90_ms, s.max_ms
             );
         }
     }

@@ -9,7 +9,9 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 use switchyard::bootstrap::Bootstrap;
 use switchyard::metrics::Metrics;
-use switchyard::model::{ClusterSettings, RouteAction, ServiceRef, WeightedCluster, cluster_name};
+use switchyard::model::{
+    ClusterSettings, RouteAction, ServiceRef, VersionProbe, WeightedCluster, cluster_name,
+};
 use switchyard::translate::translate;
 use switchyard::xds::{AdsServer, Desired, Nodes, Ordering, Protocol};
 use switchyard_e2e::synthetic;
@@ -17,6 +19,7 @@ use switchyard_e2e::synthetic;
 #[derive(Serialize)]
 pub struct SwitchResult {
     pub protocol: String,
+    pub routes: usize,
     pub switches: usize,
     pub p50_ms: f64,
     pub p90_ms: f64,
@@ -24,8 +27,15 @@ pub struct SwitchResult {
 }
 
 /// Two route targets alternate, each switch to a brand-new cluster; the time is from
-/// publishing the snapshot to the node holding it (all steps ACKed).
-pub async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Result<SwitchResult> {
+/// publishing the snapshot to the node holding it (all steps ACKed). With `routes` beyond
+/// one, the first route switches among that many, each with its live version probe, and
+/// a delta Envoy takes virtual hosts one by one: Envoy applies the change to a route
+/// table of that size, as it does for the operator.
+pub async fn measure_switches(
+    protocol: Protocol,
+    switches: usize,
+    routes: usize,
+) -> anyhow::Result<SwitchResult> {
     let envoy = envoy_binary()?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -66,7 +76,20 @@ pub async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Re
         .spawn()
         .context("starting Envoy")?;
 
-    let mut config = synthetic::config(1, 7);
+    let mut config = synthetic::config(routes, 7);
+    if routes > 1 {
+        config.listeners.virtual_host_discovery = true;
+        config.version_probes = config
+            .virtual_hosts
+            .iter()
+            .map(|v| VersionProbe {
+                id: v.name.clone(),
+                version: "1-live".into(),
+                listener: None,
+                routes: Vec::new(),
+            })
+            .collect();
+    }
     config.listeners.address = "127.0.0.31".into();
     config.listeners.http_port = 0;
     let mut times = Vec::new();
@@ -94,7 +117,8 @@ pub async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Re
         if i == 0 {
             desired.open();
         }
-        let deadline = Duration::from_secs(if i == 0 { 30 } else { 10 });
+        // (The first sync of 10k routes takes Envoy a while on two shared cores.)
+        let deadline = Duration::from_secs(if i == 0 { 120 } else { 30 });
         loop {
             let synced = nodes.list().iter().any(|n| {
                 n.status.synced && n.status.desired_version.as_deref() == Some(version.as_str())
@@ -117,6 +141,7 @@ pub async fn measure_switches(protocol: Protocol, switches: usize) -> anyhow::Re
     let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     Ok(SwitchResult {
         protocol: format!("{protocol:?}"),
+        routes,
         switches,
         p50_ms: pick(0.5),
         p90_ms: pick(0.9),

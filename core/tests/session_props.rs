@@ -177,9 +177,10 @@ impl Envoy {
                     String::from_utf8_lossy(&res.body.value).to_string(),
                 )
             });
-            // What the Envoy holds once it accepts: SotW sends listeners and clusters whole,
-            // the endpoints and route configurations that changed (the rest is kept), delta
-            // the changes.
+            // What the Envoy holds once it accepts: a SotW listener or cluster response
+            // replaces the set; an endpoint or route configuration response adds to what it
+            // holds (Envoy keeps what one leaves out, until it stops asking); delta the
+            // changes.
             let bodies: BTreeMap<String, String> = match removed {
                 None if *type_url != ENDPOINT && *type_url != ROUTE => sent.collect(),
                 None => {

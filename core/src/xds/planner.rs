@@ -52,6 +52,12 @@ pub(super) fn same_versions(a: &Entries, b: &Entries) -> bool {
         })
 }
 
+/// `wanted` has a name `held` has, at another version.
+pub(super) fn rebuilds(held: &Entries, wanted: &Entries) -> bool {
+    held.diff(wanted)
+        .any(|item| matches!(item, DiffItem::Update { old, new } if old.1.version != new.1.version))
+}
+
 /// `wanted` is `held` less some names: nothing added, nothing at another version.
 pub(super) fn only_removals(held: &Entries, wanted: &Entries) -> bool {
     held.diff(wanted).all(|item| match item {

@@ -50,14 +50,19 @@ use super::accepted::AcceptedClusters;
 use super::localize;
 use super::names::Names;
 pub use super::planner::Ordering;
-use super::planner::{Entries, View, advance_until, holds_exactly, only_removals, same_versions};
-use super::snapshot::{CLUSTER, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type};
+use super::planner::{
+    Entries, View, advance_until, holds_exactly, only_removals, rebuilds, same_versions,
+};
+use super::snapshot::{
+    CLUSTER, ENDPOINT, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type,
+};
 use super::vhds;
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Protocol {
-    /// State of the world: every response carries the full set of a type.
+    /// State of the world: every response carries the full set of a type (endpoints
+    /// aside: see `sotw::may_send_changes_only`).
     Sotw,
     /// Incremental: responses carry changed resources and removed names.
     Delta,
@@ -351,6 +356,23 @@ impl Session {
                 None => view.remove(name),
             };
         }
+        // The view is back to what the node held; but Envoy may have taken some of a
+        // refused SotW endpoint response (its watches take theirs in turn until one
+        // refuses), so what it holds of the names sent at another version is unknown, and
+        // the next response carries them again.
+        if self.protocol == Protocol::Sotw
+            && sotw::may_send_changes_only(type_url)
+            && let Some(acked) = ts.acked.as_mut()
+        {
+            for (name, entry) in pending.wanted.iter() {
+                if acked
+                    .get(name)
+                    .is_some_and(|held| held.version != entry.version)
+                {
+                    acked.remove(name);
+                }
+            }
+        }
         let info = NackInfo {
             nonce: pending.nonce.clone(),
             version: pending.version.clone(),
@@ -598,9 +620,23 @@ impl Session {
                 delta::response(type_url, desired.version(), &nonce, held, &wanted)
             }
         };
+        let rebuilt = self.protocol == Protocol::Sotw
+            && type_url == CLUSTER
+            && ts
+                .acked
+                .as_ref()
+                .is_some_and(|held| rebuilds(held, &wanted));
         if self.protocol == Protocol::Delta && type_url == ROUTE {
             let held = ts.acked.clone().unwrap_or_default();
             self.resend_virtual_hosts_of_new_parts(&held, &wanted);
+        }
+        if rebuilt && let Some(endpoints) = self.types.get_mut(ENDPOINT) {
+            // Envoy makes a cluster it holds anew when its content changes, and the new one
+            // waits for its endpoints, which the node holds already: the next endpoint
+            // response is whole, and follows this one.
+            endpoints.send_whole = true;
+            endpoints.force_send = true;
+            endpoints.unsettle();
         }
         let Some(ts) = self.types.get_mut(type_url) else {
             unreachable!("respond is only called for tracked types");

@@ -1,8 +1,8 @@
 //! State-of-the-world subscriptions. Every request repeats the node's whole subscription
 //! of one type and must echo the last nonce sent on it to be current (an older one is
-//! stale, and ignored); a response of listeners or clusters carries the whole set of its
-//! type, one of endpoints or route configurations only what the node lacks or holds at
-//! another version (see [`may_send_changes_only`]).
+//! stale, and ignored); a response carries the whole set of its type, except one of
+//! endpoints: only what the node lacks or holds at another version (see
+//! [`may_send_changes_only`]), and whole again after Envoy rebuilt a cluster.
 
 use std::time::Instant;
 
@@ -95,13 +95,14 @@ impl Session {
 }
 
 /// Whether a SotW response of this type may carry only what changed. The xDS protocol
-/// asks for the whole set in listener and cluster responses alone; Envoy hands each
-/// endpoint or route configuration watch only the resources a response has for it, and
-/// a watch a response leaves out keeps what it holds (its newer muxes call it with an
-/// empty update, which an endpoint or route configuration watch also ignores). Secrets
-/// are not among them: an empty update is an error to Envoy's secret watches.
+/// asks for the whole set in listener and cluster responses alone; Envoy's default SotW
+/// mux hands each endpoint watch only the resources a response has for it, and a watch a
+/// response leaves out keeps what it holds. (Its newer muxes call such a watch with an
+/// empty update, which an endpoint watch counts and otherwise ignores.) Endpoints only:
+/// they are most of the bytes, and a refused route configuration is told to the routes by
+/// what the response was meant to hold.
 pub(super) fn may_send_changes_only(type_url: &str) -> bool {
-    type_url == snapshot::ENDPOINT || type_url == snapshot::ROUTE
+    type_url == snapshot::ENDPOINT
 }
 
 /// `wanted` as one response: whole, or (`held`: what the node holds of it) only what
@@ -379,6 +380,52 @@ mod tests {
         // A fixed snapshot moves on.
         let out = s.set_desired(switch_to("c"), now);
         assert_eq!(names(&out[0]).1, ["a:c", "c:c"]);
+    }
+
+    /// `switch_to(cluster)` with the cluster's and its endpoints' content as given.
+    fn on(cluster: &str, cluster_content: &str, endpoints: &str) -> Arc<Snapshot> {
+        Arc::new(Snapshot::new([
+            res(CLUSTER, cluster, cluster_content),
+            res(ENDPOINT, cluster, endpoints),
+            res(LISTENER, "http", "l"),
+            res(ROUTE, "switchyard", &format!("to {cluster}")),
+        ]))
+    }
+
+    #[test]
+    fn a_cluster_envoy_makes_anew_gets_its_endpoints_in_a_whole_response_after_it() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        // Cluster a changes (Envoy makes it anew, waiting for its endpoints); its
+        // endpoints do not.
+        let out = s.set_desired(on("a", "c2", "e"), now);
+        let kinds: Vec<_> = out.iter().map(names).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Cluster".into(), vec!["a:c2".into()], vec![]),
+                ("ClusterLoadAssignment".into(), vec!["a:e".into()], vec![]),
+            ],
+            "the endpoints follow the cluster, whole"
+        );
+    }
+
+    #[test]
+    fn endpoints_of_a_refused_response_are_sent_again_whatever_envoy_took_of_it() {
+        let now = Instant::now();
+        let (mut s, _) = synced_sotw("a", Ordering::MakeBeforeBreak);
+        let out = s.set_desired(on("a", "c", "e2"), now);
+        assert_eq!(names(&out[0]).1, ["a:e2"]);
+        let mut nack = sotw(ENDPOINT, &["a"], &nonce(&out[0]));
+        nack.error_detail = Some(Status {
+            code: 3,
+            message: "bad endpoints".into(),
+            details: vec![],
+        });
+        // It may hold the refused version of a now: it gets what it held before again.
+        let out = s.on_sotw_request(nack, now);
+        assert_eq!(names(&out[0]).1, ["a:e"]);
+        assert!(s.status().blocked_by_nack, "nothing else is planned");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -14,6 +15,7 @@ use super::admission::admit;
 use super::deadline::{PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
 use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
+use super::told::Tale;
 use super::verify::verify;
 use super::{Context, ENVOY_REJECTED};
 use crate::api::{TrafficRoute, TrafficRouteStatus};
@@ -324,7 +326,9 @@ pub(super) async fn publish(
             && c.reason == report.ready.reason
             && c.observed_generation == Some(report.generation)
     });
-    if !reason_changed {
+    if reason_changed {
+        (ctx.told).now(&key, report.generation, &report.ready.reason);
+    } else {
         ctx.told.caught_up(&key);
     }
     let Some((reason, note)) = event else {
@@ -354,9 +358,15 @@ pub(super) async fn publish(
     } else {
         (reason, note)
     };
-    let note = event_note(&note);
+    let tale = Tale {
+        uid: route.uid().unwrap_or_default(),
+        generation: report.generation,
+        ready_reason: report.ready.reason.clone(),
+        reason: reason.to_owned(),
+        note: event_note(&note),
+    };
     // The status read may trail what this replica told already.
-    if (ctx.told).already(&key, report.generation, reason, &note) {
+    if ctx.told.already(&key, &tale) {
         return;
     }
     let event = Event {
@@ -366,12 +376,18 @@ pub(super) async fn publish(
             EventType::Warning
         },
         reason: reason.into(),
-        note: Some(note.clone()),
+        note: Some(tale.note.clone()),
         action: "Rollout".into(),
         secondary: None,
     };
     match ctx.recorder.publish(&event, &route.object_ref(&())).await {
-        Ok(()) => (ctx.told).told(key, report.generation, reason, &note),
+        Ok(()) => {
+            let exists = |(namespace, name): &(String, String)| {
+                let key = ObjectRef::<TrafficRoute>::new(name).within(namespace);
+                ctx.routes.get(&key).is_some()
+            };
+            (ctx.told).told(key, tale, ctx.routes.len(), exists)
+        }
         Err(error) => warn!(%error, "cannot record an event"),
     }
 }

@@ -24,6 +24,7 @@ mod process;
 pub mod record;
 pub mod relay;
 pub mod rig;
+pub mod served;
 mod switchyard_process;
 pub mod synthetic;
 mod websocket;

@@ -1,7 +1,7 @@
 //! Switchyard at scale on a real kube-apiserver with one real Envoy: N TrafficRoutes, each
 //! on a Service of its own (one EndpointSlice each, all pointing at one real backend).
 //! Prints, for a cold start of the operator: the watches' initial lists, xDS serving the
-//! full snapshot, the Envoy holding every route, every route Ready, the status writes it
+//! full snapshot, every route answering through the Envoy, every route Ready, the status writes it
 //! took, the operator's peak RSS and CPU, and what the API server stores; then one route
 //! changed at that size (apply → Ready); then a restart after the statuses of M routes
 //! were wiped while the operator was down: xDS served long before the status rewrites end
@@ -15,16 +15,23 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, ResourceExt as _};
 use switchyard::api::{ProxyConfig, TrafficRoute, TrafficRouteSpec};
 use switchyard_e2e::kube as k;
 use switchyard_e2e::rig::Rig;
+use switchyard_e2e::served;
 
 /// API requests in flight while the bench creates objects.
 const PARALLEL: usize = 32;
 /// The operator's default status QPS (`--status-qps`).
 const STATUS_QPS: f64 = 20.0;
+
+/// The host of route `r<i>`.
+fn host(i: usize) -> String {
+    format!("r{i}.test")
+}
 
 fn route_spec(host: &str, service: &str) -> TrafficRouteSpec {
     serde_json::from_value(serde_json::json!({
@@ -79,7 +86,7 @@ async fn create_objects(rig: &Rig, n: usize, backend: std::net::SocketAddr) {
                     &[(&address, backend.port(), true, true, false)],
                 )
                 .await;
-                let spec = route_spec(&format!("r{i}.test"), &service);
+                let spec = route_spec(&host(i), &service);
                 routes
                     .create(
                         &PostParams::default(),
@@ -94,70 +101,84 @@ async fn create_objects(rig: &Rig, n: usize, backend: std::net::SocketAddr) {
         .await;
 }
 
-/// Routes whose status says Ready for their current generation.
-async fn ready_routes(routes: &Api<TrafficRoute>) -> usize {
-    let Ok(list) = routes.list(&ListParams::default()).await else {
-        return 0;
-    };
-    list.items
-        .iter()
-        .filter(|r| {
-            let generation = r.metadata.generation;
-            r.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| {
-                    c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation
-                })
-            })
+/// Whether the route's status says Ready for its current generation.
+fn is_ready(route: &TrafficRoute) -> bool {
+    let generation = route.metadata.generation;
+    route.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == "Ready" && c.status == "True" && c.observed_generation == generation
         })
-        .count()
+    })
 }
 
-/// Waits (polling every `every`, until `within` after `since`) until `count()` reaches
-/// `target`; the time from `since` it took, or None.
-async fn until<F, Fut>(
+/// Watches the routes until `target` of them are Ready (or `within` after `since`): the
+/// time from `since` it took, or None. A watch, not a list every second: a list of 10k
+/// routes costs the API server as much as hundreds of the status writes it would time.
+async fn until_ready(
+    routes: &Api<TrafficRoute>,
     target: usize,
-    every: Duration,
     (since, within): (Instant, Duration),
-    count: F,
-) -> Option<Duration>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = usize>,
-{
-    while since.elapsed() < within {
-        if count().await >= target {
-            return Some(since.elapsed());
+) -> Option<Duration> {
+    let mut ready = std::collections::HashSet::new();
+    let mut events = std::pin::pin!(
+        watcher(routes.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
+    let watching = async {
+        while let Some(route) = events.next().await {
+            let Ok(route) = route else { continue };
+            if is_ready(&route) {
+                ready.insert(route.name_any());
+            } else {
+                ready.remove(&route.name_any());
+            }
+            if ready.len() >= target {
+                return Some(since.elapsed());
+            }
         }
-        tokio::time::sleep(every).await;
-    }
-    None
-}
-
-/// How many xDS responses the Envoy has taken in, over every subscription.
-async fn envoy_updates(envoy: &switchyard_e2e::Envoy) -> u64 {
-    envoy
-        .admin("/stats?filter=update_attempt$")
+        None
+    };
+    tokio::time::timeout(within.saturating_sub(since.elapsed()), watching)
         .await
-        .lines()
-        .filter_map(|l| l.rsplit_once(": ")?.1.trim().parse::<u64>().ok())
-        .sum()
+        .ok()
+        .flatten()
 }
 
-/// Waits until the Envoy has taken in no xDS response for `quiet`, and says how long
-/// that took: after a cold start, retired probe configurations and drained clusters are
-/// still being removed when every route is Ready, and each removal rebuilds the route
-/// table. A change measured before that waits behind them.
+/// The xDS responses the operator has sent, and those its Envoys have answered (ACK or
+/// NACK), from its metrics: read there, not from Envoy's counters, whose admin page takes
+/// Envoy's main thread most of a second at 10k routes.
+async fn xds_responses(operator: &switchyard_e2e::Switchyard) -> Option<(u64, u64)> {
+    let metrics = reqwest::get(operator.admin_url("/metrics")).await.ok()?;
+    let metrics = metrics.text().await.ok()?;
+    let sum = |name: &str| -> u64 {
+        (metrics.lines())
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    };
+    let answered = sum("switchyard_xds_acks_total") + sum("switchyard_xds_nacks_total");
+    Some((sum("switchyard_xds_pushes_total"), answered))
+}
+
+/// Waits until the operator has sent the Envoy no xDS response for `quiet`, and the Envoy
+/// has answered every one, and says how long that took: after a cold start, retired probe
+/// configurations and drained clusters are still being removed when every route is Ready,
+/// and each removal rebuilds the route table. A change measured before that waits behind
+/// them.
 async fn until_envoy_quiet(
-    envoy: &switchyard_e2e::Envoy,
+    operator: &switchyard_e2e::Switchyard,
     quiet: Duration,
     (since, within): (Instant, Duration),
 ) -> Option<Duration> {
-    let mut last = envoy_updates(envoy).await;
+    let mut last = xds_responses(operator).await;
     let mut unchanged_since = Instant::now();
     while since.elapsed() < within {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = envoy_updates(envoy).await;
-        if now != last {
+        let now = xds_responses(operator).await;
+        let all_answered = now.is_some_and(|(sent, answered)| answered >= sent);
+        if now != last || !all_answered {
             (last, unchanged_since) = (now, Instant::now());
         } else if unchanged_since.elapsed() >= quiet {
             return Some(unchanged_since.duration_since(since));
@@ -369,22 +390,11 @@ async fn main() {
     let start = Instant::now();
     rig.start_operator("scale-1", &[]);
     let xds_port = rig.operator("scale-1").xds_port;
-    let envoy_holds = until(
-        n,
-        Duration::from_millis(100),
-        (start, all_ready_within),
-        || async {
-            rig.envoys[0]
-                .served_virtual_hosts(&rig.namespace)
-                .await
-                .unwrap_or(0)
-        },
-    )
-    .await;
-    let all_ready = until(n, Duration::from_secs(1), (start, all_ready_within), || {
-        ready_routes(&routes)
-    })
-    .await;
+    let hosts: Vec<String> = (0..n).map(host).collect();
+    let target = rig.targets()[0].clone();
+    let answers = served::every_host_served(target, hosts, (start, all_ready_within)).await;
+    let envoy_holds = answers.ok().and_then(|reached| reached.every);
+    let all_ready = until_ready(&routes, n, (start, all_ready_within)).await;
     let log = std::fs::read_to_string(&rig.operator("scale-1").process.log).unwrap_or_default();
     let lists = logged_at(&log, "every watcher has its initial list", started);
     let serving = logged_at(&log, "first full snapshot built: serving xDS", started);
@@ -402,7 +412,7 @@ async fn main() {
         );
     }
     row(
-        "operator start → Envoy holds every route",
+        "operator start → every route answers 2xx through the Envoy",
         secs(envoy_holds),
         "",
     );
@@ -447,7 +457,7 @@ async fn main() {
     // One route changed at this size, once the cold start has settled: to another route's
     // Service and back.
     let settled = until_envoy_quiet(
-        &rig.envoys[0],
+        rig.operator("scale-1"),
         Duration::from_secs(3),
         (start, all_ready_within + Duration::from_secs(180)),
     )
@@ -460,7 +470,7 @@ async fn main() {
     let mut changes = Vec::new();
     for i in 0..5 {
         let service = if i % 2 == 0 { "s1" } else { "s0" };
-        let spec = route_spec("r0.test", service);
+        let spec = route_spec(&host(0), service);
         routes
             .patch(
                 "r0",
@@ -513,13 +523,7 @@ async fn main() {
     let restarted = SystemTime::now();
     let restart = Instant::now();
     rig.start_operator_on("scale-2", xds_port, &[]);
-    let rewritten = until(
-        n,
-        Duration::from_secs(1),
-        (restart, all_ready_within),
-        || ready_routes(&routes),
-    )
-    .await;
+    let rewritten = until_ready(&routes, n, (restart, all_ready_within)).await;
     let log = std::fs::read_to_string(&rig.operator("scale-2").process.log).unwrap_or_default();
     let serving = logged_at(&log, "first full snapshot built: serving xDS", restarted);
     row(

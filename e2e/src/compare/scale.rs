@@ -28,6 +28,7 @@ use super::systems::System;
 use super::usage::{self, ProcessSample};
 use crate::load::traffic_runtime;
 use crate::node::Node;
+use crate::served::{Reached, every_host_served, unserved};
 
 /// The sizes run unless told otherwise.
 pub const DEFAULT_SIZES: [usize; 2] = [1000, 5000];
@@ -38,12 +39,6 @@ pub const WITHIN: Duration = Duration::from_secs(600);
 const CREATE_ATTEMPTS: u32 = 5;
 /// Route creations in flight at once.
 const CREATING_AT_ONCE: usize = 32;
-/// Requests in flight at once while probing routes.
-const PROBING_AT_ONCE: usize = 16;
-/// How long one probe may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Between two rounds of probes.
-const ROUND_PAUSE: Duration = Duration::from_millis(50);
 /// Every route goes to this Service: the backend [`super::scenarios::prepare`] made.
 const BACKEND: &str = "svc-0";
 /// The label the routes carry, for the watch of their status.
@@ -52,14 +47,6 @@ const LABEL: &str = "compare-scale";
 /// The hostname of route `r<i>`.
 pub fn host(i: usize) -> String {
     format!("r{i}.scale.test")
-}
-
-/// How far something got over a number of routes: when it got to every one of them
-/// (from the first create), or how many it got to within [`WITHIN`].
-#[derive(Clone, Copy, Debug)]
-pub struct Reached {
-    pub every: Option<Duration>,
-    pub count: usize,
 }
 
 /// The control plane's processes over the run.
@@ -111,7 +98,11 @@ pub async fn run(
     let started = Instant::now();
     // The probes run on the traffic runtime, apart from this thread's API calls, so that
     // these do not delay the moment a route is seen served.
-    let prober = traffic_runtime().spawn(every_host_served(url.to_owned(), hosts.clone(), started));
+    let prober = traffic_runtime().spawn(every_host_served(
+        url.to_owned(),
+        hosts.clone(),
+        (started, WITHIN),
+    ));
     let stop_probing = prober.abort_handle();
     let served = async {
         let served = prober.await.context("the probes of every route")??;
@@ -132,7 +123,7 @@ pub async fn run(
     let unserved_at_check = match served.every {
         Some(_) => Some(
             traffic_runtime()
-                .spawn(unserved(url.to_owned(), hosts.clone()))
+                .spawn(unserved(url.to_owned(), hosts.clone(), WITHIN))
                 .await
                 .context("the check of every route")??,
         ),
@@ -286,108 +277,6 @@ async fn every_route_done(
     }
 }
 
-/// Probes `hosts` through `url` in rounds until every one has answered 2xx once, or
-/// [`WITHIN`] from `started` passed (then one last pass over the rest counts how many
-/// were served).
-///
-/// A round walks the hosts not yet seen served, the last created first,
-/// [`PROBING_AT_ONCE`] at a time, and ends at the first batch with a failure: routes are
-/// mostly served in about the order they were created, so while nothing new is served a
-/// round costs a batch of requests, not one per route (thousands of 404s a second would
-/// take CPU from the control plane measured on the same cores).
-async fn every_host_served(
-    url: String,
-    hosts: Vec<String>,
-    started: Instant,
-) -> anyhow::Result<Reached> {
-    let client = probe_client()?;
-    let mut pending: Vec<usize> = (0..hosts.len()).collect();
-    let deadline = started + WITHIN;
-    while Instant::now() < deadline {
-        sweep(&client, &url, &hosts, &mut pending, true, deadline).await;
-        if pending.is_empty() {
-            return Ok(Reached {
-                every: Some(started.elapsed()),
-                count: hosts.len(),
-            });
-        }
-        tokio::time::sleep(ROUND_PAUSE).await;
-    }
-    // Time for every batch to time out: the count is of every route, not of those the
-    // pass got to.
-    let batches = u32::try_from(pending.len().div_ceil(PROBING_AT_ONCE)).unwrap_or(u32::MAX);
-    let last_pass = Instant::now() + PROBE_TIMEOUT.saturating_mul(batches.saturating_add(1));
-    sweep(&client, &url, &hosts, &mut pending, false, last_pass).await;
-    Ok(Reached {
-        every: None,
-        count: hosts.len() - pending.len(),
-    })
-}
-
-/// How many of `hosts` do not answer 2xx through `url` now, in one pass.
-async fn unserved(url: String, hosts: Vec<String>) -> anyhow::Result<usize> {
-    let client = probe_client()?;
-    let mut pending: Vec<usize> = (0..hosts.len()).collect();
-    let deadline = Instant::now() + WITHIN;
-    sweep(&client, &url, &hosts, &mut pending, false, deadline).await;
-    Ok(pending.len())
-}
-
-fn probe_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(PROBE_TIMEOUT)
-        .build()
-        .context("an HTTP client for the probes")
-}
-
-/// Probes the hosts of `pending` (indices into `hosts`), the last first,
-/// [`PROBING_AT_ONCE`] at a time, and takes those that answered 2xx out of it; with
-/// `stop_at_failure`, stops after the first batch where one did not. Stops at `deadline`.
-async fn sweep(
-    client: &reqwest::Client,
-    url: &str,
-    hosts: &[String],
-    pending: &mut Vec<usize>,
-    stop_at_failure: bool,
-    deadline: Instant,
-) {
-    let mut end = pending.len();
-    while end > 0 && Instant::now() < deadline {
-        let start = end.saturating_sub(PROBING_AT_ONCE);
-        let batch = &pending[start..end];
-        let answers =
-            futures::future::join_all(batch.iter().map(|&i| answers_2xx(client, url, &hosts[i])))
-                .await;
-        let still: Vec<usize> = (batch.iter().zip(answers))
-            .filter_map(|(&i, ok)| (!ok).then_some(i))
-            .collect();
-        let failed = !still.is_empty();
-        pending.splice(start..end, still);
-        if failed && stop_at_failure {
-            return;
-        }
-        end = start;
-    }
-}
-
-/// Whether a GET of `url` with Host `host` answers 2xx.
-async fn answers_2xx(client: &reqwest::Client, url: &str, host: &str) -> bool {
-    let answer = client
-        .get(format!("{url}/"))
-        .header("host", host)
-        .send()
-        .await;
-    match answer {
-        Ok(response) => {
-            let ok = response.status().is_success();
-            // Read to the end, so that the connection is used again.
-            let _ = response.bytes().await;
-            ok
-        }
-        Err(_) => false,
-    }
-}
-
 /// Deletes one Envoy Pod behind the Gateway's address (grace 0: no drain, whatever each
 /// system's own drain takes) and times its replacement, from the delete, until it
 /// answers 2xx for every host on its own address. The Envoy Pods are the endpoints of the
@@ -446,7 +335,7 @@ async fn envoy_replacement(
     eprintln!("   its replacement at {target}");
     let hosts = hosts.to_vec();
     traffic_runtime()
-        .spawn(every_host_served(target, hosts, started))
+        .spawn(every_host_served(target, hosts, (started, WITHIN)))
         .await
         .context("the probes of the replacement Envoy")?
 }

@@ -17,6 +17,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use switchyard::admin::Admin;
 use switchyard::gateway;
 use switchyard::k8s::builder::Builder;
+use switchyard::k8s::built_from::BuiltFrom;
 use switchyard::k8s::envoys::Envoys;
 use switchyard::k8s::fleet_drain;
 use switchyard::k8s::fleet_report::{self, FleetView, ReportSettings, Reports};
@@ -152,6 +153,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         nodes: nodes.clone(),
     });
     let problems = Arc::new(tokio::sync::watch::channel(Vec::new()).0);
+    let built_from = Arc::new(BuiltFrom::default());
     // Each kind is watched once in this process; the leader's front-ends read these too.
     let index = Index::start(&client, &scope, &args.envoy_service.0);
     let fleet_slices = index.fleet(&args.envoy_service);
@@ -172,6 +174,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         problems: problems.clone(),
         envoys: envoys.clone(),
+        built_from: built_from.clone(),
     };
     tokio::spawn(builder.run());
     // Every replica: the Envoys connected here are drained when their Pods terminate.
@@ -246,7 +249,11 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             // The Services are watched while leading only; the rest since the start.
             let watches = for_leader.start(&client);
             // One writer of every front-end's statuses, rate-limited together.
-            let status = StatusWriter::start(client.clone(), status_qps);
+            let status = StatusWriter::start(
+                client.clone(),
+                status_qps,
+                metrics.status_writes_pending.clone(),
+            );
             let (fleet_tx, fleet) = tokio::sync::watch::channel(FleetView::default());
             let fleet_view = fleet_report::keep_fleet_view(
                 reports,
@@ -284,6 +291,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     two_phase,
                     problems: problems.subscribe(),
                     envoys: envoys.clone(),
+                    built_from: built_from.clone(),
                     fleet,
                     metrics: metrics.clone(),
                     watches,

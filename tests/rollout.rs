@@ -466,7 +466,7 @@ async fn a_status_decided_on_a_stale_read_is_not_written() {
         Write::Apply,
         &["Accepted", "Ready"],
     ));
-    let writer = StatusWriter::start(client.clone(), 100.0);
+    let writer = StatusWriter::start(client.clone(), 100.0, Default::default());
     let update = |phase: &str, read: Option<String>| StatusUpdate {
         kind: kind.clone(),
         namespace: ns.clone(),

@@ -49,6 +49,7 @@ pub struct Metrics {
     pub fleet_routes_refused: Gauge,
     pub reconcile_failures: Family<ErrorLabel, Counter>,
     pub rollout_step_seconds: Family<StepLabel, Histogram>,
+    pub status_writes_pending: Gauge,
 }
 
 impl Metrics {
@@ -73,6 +74,7 @@ impl Metrics {
             rollout_step_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 18))
             }),
+            status_writes_pending: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("switchyard");
         r.register(
@@ -147,6 +149,11 @@ impl Metrics {
              the beginning of its reconcile pass): staged, endpoints_verified, \
              promoted, live_verified",
             metrics.rollout_step_seconds.clone(),
+        );
+        r.register(
+            "status_writes_pending",
+            "Statuses waiting to be written (at --status-qps) or being written",
+            metrics.status_writes_pending.clone(),
         );
         metrics
     }

@@ -4,19 +4,22 @@
 //! initial list and the first full snapshot is built from it; only then does the xDS
 //! server answer. Status writing is elsewhere and never waits here.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
+use super::built_from::{BuildInputs, BuiltFrom};
 use super::departed::{Departed, DepartedConfigs, drains_by_service};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
 use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
 use super::tls_secrets::{TlsSecrets, tls_secrets_of};
-use super::to_model::Inputs;
+use super::to_model::{Inputs, SERVICE_NAME_LABEL};
 use crate::api::ProxyConfig;
 use crate::metrics::Metrics;
 use crate::model::ListenerSettings;
@@ -37,12 +40,16 @@ pub struct Builder {
     /// The Envoys connected here: they get the snapshots, and what they answer to route
     /// configurations decides which routes on trial are left out (see [`Quarantine`]).
     pub envoys: Arc<dyn Envoys>,
+    /// What each published snapshot was built from, for the rollouts waiting on it.
+    pub built_from: Arc<BuiltFrom>,
 }
 
 /// The last translation, before the quarantine: a verdict republishes it.
 struct Built {
     snapshot: Snapshot,
     problems: Vec<Problem>,
+    /// Its number in [`BuiltFrom`].
+    build: u64,
 }
 
 impl Builder {
@@ -125,6 +132,7 @@ impl Builder {
             .trials_left_out
             .set(quarantine.left_out() as i64);
         self.problems.send_replace(problems);
+        self.built_from.published(snapshot.version(), built.build);
         if self.envoys.publish(snapshot) {
             info!("first full snapshot built: serving xDS");
         }
@@ -178,14 +186,19 @@ impl Builder {
             listeners: &self.listeners,
             secrets: &secrets.served,
         };
-        let touched = (!proxy_configs_touched.all && !slices_touched.all).then_some(Touched {
-            proxy_configs: proxy_configs_touched.keys,
-            endpoint_slices: slices_touched.keys,
-        });
         let objects = WithDeparted {
             index: &self.index,
             departed,
         };
+        let full = proxy_configs_touched.all || slices_touched.all;
+        let build = self.built_from.built(build_inputs(
+            &objects,
+            (!full).then_some((&proxy_configs_touched.keys, &slices_touched.keys)),
+        ));
+        let touched = (!full).then_some(Touched {
+            proxy_configs: proxy_configs_touched.keys,
+            endpoint_slices: slices_touched.keys,
+        });
         let step = touched.and_then(|touched| models.step(&settings, &touched, &objects));
         let (step, mut problems) = match step {
             Some(step) => step,
@@ -221,8 +234,41 @@ impl Builder {
             full,
             "snapshot built"
         );
-        Built { snapshot, problems }
+        Built {
+            snapshot,
+            problems,
+            build,
+        }
     }
+}
+
+/// What a build takes in, for [`BuiltFrom`]: the ProxyConfigs and EndpointSlices touched
+/// (None: everything, a full build), as they are now.
+fn build_inputs(
+    objects: &WithDeparted<'_>,
+    touched: Option<(&BTreeSet<ObjectKey>, &BTreeSet<ObjectKey>)>,
+) -> BuildInputs {
+    let Some((configs, slices)) = touched else {
+        return BuildInputs {
+            full: true,
+            ..BuildInputs::default()
+        };
+    };
+    let mut inputs = BuildInputs::default();
+    for key in configs {
+        let version = objects.proxy_config(key).map(|pc| pc.spec.version.clone());
+        inputs.configs.push((key.clone(), version));
+    }
+    for key in slices {
+        let service = objects
+            .endpoint_slice(key)
+            .and_then(|slice| slice.labels().get(SERVICE_NAME_LABEL).cloned());
+        match service {
+            Some(service) => inputs.services.push((key.0.clone(), service)),
+            None => inputs.namespaces.push(key.0.clone()),
+        }
+    }
+    inputs
 }
 
 /// The index, with what is still held of deleted Services and routes.

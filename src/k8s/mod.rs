@@ -7,6 +7,7 @@
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod builder;
+pub mod built_from;
 pub mod departed;
 pub mod envoys;
 pub mod events;

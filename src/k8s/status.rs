@@ -28,6 +28,7 @@ use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, Resource};
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
@@ -137,6 +138,8 @@ pub struct StatusWriter {
 struct Shared {
     pending: Mutex<Pending>,
     wake: Notify,
+    /// How many statuses wait or are being written (`switchyard_status_writes_pending`).
+    counted: Gauge,
 }
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; an
@@ -406,9 +409,13 @@ impl Drop for AbortOnDrop {
 }
 
 impl StatusWriter {
-    /// Starts the writer task; at most `qps` writes per second.
-    pub fn start(client: Client, qps: f64) -> Self {
-        let shared = Arc::new(Shared::default());
+    /// Starts the writer task; at most `qps` writes per second. `pending` counts the
+    /// statuses waiting or being written.
+    pub fn start(client: Client, qps: f64, pending: Gauge) -> Self {
+        let shared = Arc::new(Shared {
+            counted: pending,
+            ..Shared::default()
+        });
         let task = tokio::spawn(shared.clone().run(client, qps));
         Self {
             shared,
@@ -419,7 +426,10 @@ impl StatusWriter {
     /// Asks for this status to be written (replacing any not yet written), unless the
     /// object already shows it.
     pub fn set(&self, update: StatusUpdate) {
-        self.shared.lock().put(update);
+        let mut pending = self.shared.lock();
+        pending.put(update);
+        self.shared.count(&pending);
+        drop(pending);
         self.shared.wake.notify_one();
     }
 
@@ -451,6 +461,12 @@ impl Shared {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn count(&self, pending: &Pending) {
+        let waiting = pending.urgent.statuses.len() + pending.later.statuses.len();
+        let count = waiting + pending.in_flight.len();
+        self.counted.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
     async fn run(self: Arc<Self>, client: Client, qps: f64) {
         // Up to one second's worth of writes at once: a lone rollout's few writes go out
         // at once, a burst of thousands is held to `qps`.
@@ -480,7 +496,10 @@ impl Shared {
                     wanted = Wanted { read, ..newer };
                 }
             }
-            (self.lock().in_flight).insert(key.clone(), wanted.status.clone());
+            let mut pending = self.lock();
+            pending.in_flight.insert(key.clone(), wanted.status.clone());
+            self.count(&pending);
+            drop(pending);
             writes.push(write(client.clone(), key, wanted));
         }
     }
@@ -519,6 +538,7 @@ impl Shared {
                 }
             }
         }
+        self.count(&pending);
     }
 }
 

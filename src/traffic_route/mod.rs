@@ -37,6 +37,7 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::api::{ProxyConfig, TrafficRoute};
+use crate::k8s::built_from::{Awaited, BuiltFrom};
 use crate::k8s::envoys::Envoys;
 use crate::k8s::events::EventRecorder;
 use crate::k8s::fleet_report::FleetView;
@@ -44,7 +45,7 @@ use crate::k8s::index::{Scope, Watches};
 use crate::k8s::status::{StatusKind, StatusWriter, Write};
 use crate::k8s::watched::{View, WatchBackoff, Watched, forget_bookkeeping};
 use crate::metrics::{ErrorLabel, Metrics};
-use crate::prober::Prober;
+use crate::prober::{FleetResult, Prober};
 use crate::rollout::ProxyConfigs;
 use crate::rollout::clock::RolloutClock;
 use crate::rollout::fleet::FleetChanges;
@@ -56,8 +57,22 @@ use reconcile::reconcile;
 use routes::{RouteIndex, object_ref};
 use triggers::{
     collect_orphans, track_convergence, wake_on_fleet_change, wake_on_fleet_rejections,
-    wake_on_secret_troubles, wake_waiting,
+    wake_on_news, wake_on_secret_troubles,
 };
+
+/// A waiting route's last question to the fleet (see [`crate::k8s::built_from`]).
+pub(super) struct Asked {
+    /// What it waits for the Envoys to hold.
+    pub(super) awaited: Awaited,
+    /// The build the Envoys connected here had converged on when it asked.
+    pub(super) checked: u64,
+    /// The Envoys it asked, and their answers (None while it asks).
+    pub(super) envoys: Vec<String>,
+    pub(super) result: Option<FleetResult>,
+}
+
+/// Each route waiting on the fleet, by namespace and name: its last question.
+pub(super) type Awaiting = Arc<Mutex<HashMap<(String, String), Asked>>>;
 
 /// Whether `pc` belongs to another front-end's unit: owned (as its controller) by an
 /// object that is not a TrafficRoute. Those are their own front-end's to roll out, claim
@@ -108,6 +123,9 @@ pub struct Settings {
     pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
     /// Envoys connected to this replica: when they converge.
     pub envoys: Arc<dyn Envoys>,
+    /// What the snapshots this replica published were built from: which convergence has
+    /// news for a waiting route.
+    pub built_from: Arc<BuiltFrom>,
     /// What the whole fleet's Envoys rejected, whichever replica they are connected to.
     pub fleet: watch::Receiver<FleetView>,
     pub metrics: Metrics,
@@ -129,6 +147,9 @@ pub(super) struct Context {
     /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
     /// are the routes waiting on the fleet.
     pub(super) attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
+    /// What each route waiting on the fleet waits for, and the build the Envoys connected
+    /// here had converged on when it last asked them.
+    pub(super) awaiting: Awaiting,
     /// The controller's own view of TrafficRoutes, to notice a newer generation.
     pub(super) routes: Store<TrafficRoute>,
     /// The same routes by host and by Service.
@@ -189,6 +210,7 @@ pub async fn run(client: Client, settings: Settings) {
         fleet: watches.fleet.clone(),
         recorder,
         attempts: Arc::default(),
+        awaiting: Arc::default(),
         routes: route_store,
         route_index: route_index.clone(),
         converged,
@@ -200,7 +222,7 @@ pub async fn run(client: Client, settings: Settings) {
         told: told::Told::default(),
     });
     let orphans = context.clone();
-    let waiting = wake_waiting(context.converged.clone(), context.attempts.clone());
+    let waiting = wake_on_news(context.clone());
     let secrets = wake_on_secret_troubles(context.settings.problems.clone());
     let rejections =
         wake_on_fleet_rejections(context.settings.fleet.clone(), context.attempts.clone());

@@ -20,6 +20,7 @@ use super::verify::verify;
 use super::{Context, ENVOY_REJECTED};
 use crate::api::{TrafficRoute, TrafficRouteStatus};
 use crate::duration;
+use crate::k8s::built_from::Awaited;
 use crate::k8s::events::{Event, EventType};
 use crate::k8s::status::StatusUpdate;
 use crate::k8s::to_model::endpoint_probe_id;
@@ -30,7 +31,7 @@ use crate::rollout::clock::RolloutStep;
 use crate::rollout::executor::{Done, End, Front, Held, Phase, Unit, Verification, advance};
 use crate::rollout::lagging::{ENVOYS_LAGGING, event_note};
 use crate::rollout::proxy_configs::Error;
-use crate::rollout::{DEFAULT_DRAIN, Owner, RouteError, UnitRef};
+use crate::rollout::{DEFAULT_DRAIN, Owner, RouteError, UnitRef, live_name, probe_name};
 
 pub(super) async fn reconcile(
     route: Arc<TrafficRoute>,
@@ -144,6 +145,31 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// What a verification waits for the Envoys to hold: the route's `config` at
+    /// `version`, with (for the endpoint check) the endpoints of the Services it names.
+    fn awaited(&self, config: String, version: &str, with_endpoints: bool) -> Awaited {
+        let namespace = self.route.namespace().unwrap_or_default();
+        let services = if with_endpoints {
+            let mut names: Vec<&str> = (self.route.spec.route.rules.iter())
+                .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            (names.into_iter())
+                .map(|name| (namespace.clone(), name.to_owned()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Awaited {
+            config: (namespace, config),
+            version: version.to_owned(),
+            services,
+        }
+    }
+}
+
+impl Pass<'_> {
     /// `step` done: its time into the step histogram.
     fn clocked(&self, step: RolloutStep) {
         let took = self
@@ -174,7 +200,8 @@ impl Front for Pass<'_> {
             let (id, trial) = (&id, &trial);
             async move { prober.check_staged(&envoys, id, trial, probe_version).await }
         };
-        verify(self.ctx, self.route, check).await
+        let awaited = self.awaited(probe_name(&self.route.name_any()), probe_version, true);
+        verify(self.ctx, self.route, &awaited, check).await
     }
 
     async fn verify_live(&mut self, version: &str) -> Verification {
@@ -182,7 +209,8 @@ impl Front for Pass<'_> {
         let id = &self.key;
         let check =
             |envoys: Vec<String>| async move { prober.check_version(&envoys, id, version).await };
-        verify(self.ctx, self.route, check).await
+        let awaited = self.awaited(live_name(&self.route.name_any()), version, false);
+        verify(self.ctx, self.route, &awaited, check).await
     }
 
     fn done(&mut self, step: Done<'_>) {

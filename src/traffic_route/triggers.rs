@@ -59,11 +59,39 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
     }
 }
 
-/// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`:
-/// each time the Envoys connected here converge on a new snapshot (new endpoints, a new
-/// probe or live config may be what they wait for, and their requeue timer may be seconds
-/// away), or the fleet's addresses change (see [`wake_on_fleet_change`]).
-pub(super) fn wake_waiting<T: Send + Sync + 'static>(
+/// The routes waiting on the fleet for which the snapshot the Envoys connected here just
+/// converged on has news (their configuration, or new endpoints of their Services: what
+/// may change the answer, while their requeue timer may be seconds away). A route whose
+/// wait is not known is woken at every convergence.
+pub(super) fn wake_on_news(
+    ctx: Arc<Context>,
+) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {
+    futures::stream::unfold(ctx.converged.clone(), move |mut converged| {
+        let ctx = ctx.clone();
+        async move {
+            converged.changed().await.ok()?;
+            let version = converged.borrow_and_update().clone();
+            let attempts = ctx.attempts.lock().unwrap_or_else(|p| p.into_inner());
+            let awaiting = ctx.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+            let waiting: Vec<ObjectRef<TrafficRoute>> = attempts
+                .keys()
+                .filter(|key| {
+                    awaiting.get(*key).is_none_or(|asked| {
+                        ctx.has_news(version.as_deref(), &asked.awaited, asked.checked)
+                    })
+                })
+                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .collect();
+            drop((attempts, awaiting));
+            Some((futures::stream::iter(waiting), converged))
+        }
+    })
+    .flatten()
+}
+
+/// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`
+/// (the fleet's addresses, see [`wake_on_fleet_change`]).
+fn wake_waiting<T: Send + Sync + 'static>(
     changes: watch::Receiver<T>,
     attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
 ) -> impl futures::Stream<Item = ObjectRef<TrafficRoute>> + Send + 'static {

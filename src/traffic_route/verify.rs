@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
-use super::{Context, VERIFY_IN_PASS};
+use super::{Asked, Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
+use crate::k8s::built_from::Awaited;
 use crate::prober::FleetResult;
 use crate::rollout::executor::Verification;
 use crate::rollout::fleet::check_while_fleet_stays;
@@ -38,6 +39,67 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// Records that the route asks `envoys` for `awaited`, the Envoys connected here
+    /// converged on build `checked`.
+    fn asking(&self, key: &(String, String), awaited: &Awaited, checked: u64, envoys: &[String]) {
+        let asked = Asked {
+            awaited: awaited.clone(),
+            checked,
+            envoys: envoys.to_vec(),
+            result: None,
+        };
+        (self.awaiting.lock().unwrap_or_else(|p| p.into_inner())).insert(key.clone(), asked);
+    }
+
+    fn answered(&self, key: &(String, String), result: &FleetResult) {
+        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(asked) = awaiting.get_mut(key) {
+            asked.result = Some(result.clone());
+        }
+    }
+
+    /// The route's last answer from the fleet, when asking again now would get the same:
+    /// it asked the same Envoys for the same, and those connected here have not converged
+    /// on a snapshot built from it yet.
+    fn unchanged_answer(&self, key: &(String, String), awaited: &Awaited) -> Option<FleetResult> {
+        let converged = self.converged.borrow().clone();
+        let envoys = self.envoys();
+        let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        let asked = awaiting.get(key)?;
+        let same = asked.awaited == *awaited && asked.envoys == envoys;
+        let result = asked.result.clone().filter(|_| same)?;
+        drop(awaiting);
+        (!self.holds(converged.as_deref(), awaited)).then_some(result)
+    }
+
+    /// The build of the snapshot the Envoys connected here converged on, if known.
+    fn converged_build(&self, converged: Option<&str>) -> u64 {
+        converged
+            .and_then(|version| self.settings.built_from.build_of(version))
+            .unwrap_or(0)
+    }
+
+    /// Whether the snapshot the Envoys connected here converged on (if they agree on one)
+    /// was built from what `awaited` names.
+    pub(super) fn holds(&self, converged: Option<&str>, awaited: &Awaited) -> bool {
+        converged.is_none_or(|version| self.settings.built_from.holds(version, awaited))
+    }
+
+    /// Whether the snapshot the Envoys connected here converged on has news for a route
+    /// that waits for `awaited` and last asked them at build `checked`.
+    pub(super) fn has_news(
+        &self,
+        converged: Option<&str>,
+        awaited: &Awaited,
+        checked: u64,
+    ) -> bool {
+        converged.is_none_or(|version| self.settings.built_from.has_news(version, awaited, checked))
     }
 
     /// A newer generation of the route arrived (or it is gone): this pass should end.
@@ -50,10 +112,16 @@ impl Context {
 
 /// Asks the fleet (re-read on every attempt, so Envoys that join are asked too) until every
 /// Envoy passes `check`. Between attempts it waits out the route's backoff, or less: as
-/// soon as the Envoys connected here hold a new snapshot, or the fleet changes, since only
-/// then can the answer change. Waiting in the pass saves the reconcile's API reads; it lasts at most
+/// soon as the Envoys connected here hold a snapshot with news of `awaited` (see
+/// [`crate::k8s::built_from`]), or the fleet changes, since only then can the answer
+/// change. Waiting in the pass saves the reconcile's API reads; it lasts at most
 /// [`VERIFY_IN_PASS`].
-pub(super) async fn verify<F, Fut>(ctx: &Context, route: &TrafficRoute, check: F) -> Verification
+pub(super) async fn verify<F, Fut>(
+    ctx: &Context,
+    route: &TrafficRoute,
+    awaited: &Awaited,
+    check: F,
+) -> Verification
 where
     F: Fn(Vec<String>) -> Fut,
     Fut: Future<Output = FleetResult>,
@@ -64,13 +132,18 @@ where
     let mut fleet_changes = ctx.fleet_changes.subscribe();
     let mut woken = false;
     let mut wait = Duration::ZERO;
+    if let Some(last) = ctx.unchanged_answer(&key, awaited) {
+        // Asked already, and nothing the answer depends on changed since.
+        return Verification::Waiting(last, ctx.backoff(&key));
+    }
     loop {
         // A snapshot that converges from here on may change the answer, and so may an
         // Envoy leaving or joining the fleet: either wakes us.
-        converged.borrow_and_update();
+        let checked = ctx.converged_build(converged.borrow_and_update().as_deref());
         fleet_changes.borrow_and_update();
         let envoys = ctx.envoys();
         let empty = envoys.is_empty();
+        ctx.asking(&key, awaited, checked, &envoys);
         // Past the pass's time, the answer is waited for whatever happens.
         let may_drop = started.elapsed() < VERIFY_IN_PASS;
         let Some(result) =
@@ -84,6 +157,7 @@ where
             continue;
         };
         let result = named_by_pod(result, &ctx.envoy_pods());
+        ctx.answered(&key, &result);
         debug!(route = %key.1, ready = result.ready.len(), lagging = ?result.lagging, woken, "fleet checked");
         if result.all_ready() || empty {
             ctx.progressed(&key);
@@ -96,10 +170,35 @@ where
         if started.elapsed() + wait > VERIFY_IN_PASS {
             return Verification::Waiting(result, wait);
         }
-        woken = tokio::select! {
-            () = tokio::time::sleep(wait) => false,
-            changed = converged.changed() => changed.is_ok(),
-            changed = fleet_changes.changed() => changed.is_ok(),
+        let timer = tokio::time::sleep(wait);
+        tokio::pin!(timer);
+        woken = loop {
+            tokio::select! {
+                () = &mut timer => {
+                    if ctx.holds(converged.borrow().as_deref(), awaited) {
+                        break false;
+                    }
+                    // The Envoys connected here have not converged on a snapshot with
+                    // it yet: asking them now would fail. News will wake us.
+                    wait = ctx.backoff(&key);
+                    if started.elapsed() + wait > VERIFY_IN_PASS {
+                        return Verification::Waiting(result, wait);
+                    }
+                    timer.as_mut().reset(tokio::time::Instant::now() + wait);
+                }
+                changed = converged.changed() => {
+                    if changed.is_err() {
+                        // No convergence to hear of any more: the timer alone paces.
+                        (&mut timer).await;
+                        break false;
+                    }
+                    let version = converged.borrow_and_update().clone();
+                    if ctx.has_news(version.as_deref(), awaited, checked) {
+                        break true;
+                    }
+                }
+                changed = fleet_changes.changed() => break changed.is_ok(),
+            }
         };
         if ctx.superseded(route) {
             return Verification::Superseded;

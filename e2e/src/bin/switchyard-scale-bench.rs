@@ -145,10 +145,10 @@ async fn until_ready(
         .flatten()
 }
 
-/// The xDS responses the operator has sent, and those its Envoys have answered (ACK or
-/// NACK), from its metrics: read there, not from Envoy's counters, whose admin page takes
-/// Envoy's main thread most of a second at 10k routes.
-async fn xds_responses(operator: &switchyard_e2e::Switchyard) -> Option<(u64, u64)> {
+/// The xDS responses the operator has sent, those its Envoys have answered (ACK or NACK),
+/// and the statuses it has yet to write, from its metrics: read there, not from Envoy's
+/// counters, whose admin page takes Envoy's main thread most of a second at 10k routes.
+async fn operator_work(operator: &switchyard_e2e::Switchyard) -> Option<(u64, u64, u64)> {
     let metrics = reqwest::get(operator.admin_url("/metrics")).await.ok()?;
     let metrics = metrics.text().await.ok()?;
     let sum = |name: &str| -> u64 {
@@ -159,26 +159,28 @@ async fn xds_responses(operator: &switchyard_e2e::Switchyard) -> Option<(u64, u6
             .sum()
     };
     let answered = sum("switchyard_xds_acks_total") + sum("switchyard_xds_nacks_total");
-    Some((sum("switchyard_xds_pushes_total"), answered))
+    let statuses = sum("switchyard_status_writes_pending");
+    Some((sum("switchyard_xds_pushes_total"), answered, statuses))
 }
 
-/// Waits until the operator has sent the Envoy no xDS response for `quiet`, and the Envoy
-/// has answered every one, and says how long that took: after a cold start, retired probe
-/// configurations and drained clusters are still being removed when every route is Ready,
-/// and each removal rebuilds the route table. A change measured before that waits behind
-/// them.
+/// Waits until the operator has sent the Envoy no xDS response for `quiet`, the Envoy has
+/// answered every one, and no status waits to be written, and says how long that took:
+/// after a cold start, retired probe configurations and drained clusters are still being
+/// removed when every route is Ready, each removal rebuilding the route table, and the
+/// statuses saying so wait their turn at the status QPS. A change measured before that
+/// waits behind them.
 async fn until_envoy_quiet(
     operator: &switchyard_e2e::Switchyard,
     quiet: Duration,
     (since, within): (Instant, Duration),
 ) -> Option<Duration> {
-    let mut last = xds_responses(operator).await;
+    let mut last = operator_work(operator).await;
     let mut unchanged_since = Instant::now();
     while since.elapsed() < within {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = xds_responses(operator).await;
-        let all_answered = now.is_some_and(|(sent, answered)| answered >= sent);
-        if now != last || !all_answered {
+        let now = operator_work(operator).await;
+        let idle = now.is_some_and(|(sent, answered, statuses)| answered >= sent && statuses == 0);
+        if now != last || !idle {
             (last, unchanged_since) = (now, Instant::now());
         } else if unchanged_since.elapsed() >= quiet {
             return Some(unchanged_since.duration_since(since));
@@ -463,7 +465,7 @@ async fn main() {
     )
     .await;
     row(
-        "operator start → Envoy takes no more updates (3 s quiet)",
+        "operator start → no xDS update for 3 s, no status left to write",
         secs(settled),
         "",
     );

@@ -92,11 +92,18 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
                 version: live_spec.version,
             };
         }
-        if observed.probe.is_some() {
+        if let (Some(probe), Some(live)) = (observed.probe, observed.live) {
+            // Only the clusters the live configuration left need the drain period (I4): a
+            // probe config holding none (a first generation, a change among the clusters
+            // already live) goes at once, with its routes on trial and its endpoint
+            // checks, which Envoy would otherwise carry through the drain for nothing.
+            let leaving = probe.clusters.iter().any(|c| !live.clusters.contains(c));
             let waited = observed.since_promoted.unwrap_or(Duration::ZERO);
-            return Step::Collect {
-                after: observed.drain_period.saturating_sub(waited),
+            let after = match leaving {
+                true => observed.drain_period.saturating_sub(waited),
+                false => Duration::ZERO,
             };
+            return Step::Collect { after };
         }
         return Step::Done;
     }
@@ -400,6 +407,25 @@ mod tests {
             step,
             Step::Collect {
                 after: Duration::from_secs(9)
+            }
+        );
+    }
+
+    #[test]
+    fn a_probe_config_with_no_cluster_leaving_goes_at_once() {
+        let r = resolved(&["green"], "y");
+        let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
+        // A first generation, or a header change among the clusters already live.
+        let probe = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("green")]);
+        let verified = Verified {
+            endpoints: None,
+            live: Some(live.version.clone()),
+        };
+        let step = next_step(&observed(&r, Some(&live), Some(&probe)), &verified);
+        assert_eq!(
+            step,
+            Step::Collect {
+                after: Duration::ZERO
             }
         );
     }

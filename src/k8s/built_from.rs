@@ -9,8 +9,9 @@
 //! Builds are numbered; each ProxyConfig is recorded with its version and the first
 //! build that held that version, each Service with the last build whose endpoints of it
 //! changed. A snapshot's version maps to its build for the last [`PUBLISHED_KEPT`]
-//! published. Whatever is not known here (an older snapshot, a full rebuild) counts as
-//! news: a route is woken too often rather than once too few.
+//! published, and endpoint news only as long as one of those is older. Whatever is not
+//! known here (an older snapshot, a full rebuild) counts as news: a route is woken too
+//! often rather than once too few.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -60,6 +61,8 @@ struct Ledger {
     full: u64,
     /// Published snapshot versions with their build, oldest first.
     published: VecDeque<(String, u64)>,
+    /// Snapshots forgotten since endpoint news was last forgotten.
+    forgotten: usize,
 }
 
 impl BuiltFrom {
@@ -101,6 +104,7 @@ impl BuiltFrom {
         let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         if ledger.published.len() == PUBLISHED_KEPT {
             ledger.published.pop_front();
+            ledger.forget_endpoint_news();
         }
         ledger.published.push_back((version.to_owned(), build));
     }
@@ -148,6 +152,24 @@ impl BuiltFrom {
 }
 
 impl Ledger {
+    /// Forgets endpoint news older than every snapshot remembered, once per
+    /// [`PUBLISHED_KEPT`] snapshots forgotten: Services come and go (a revision each, for some users),
+    /// and their entries would pile up. Such news is no news to any route: one that asked
+    /// before it was woken by the first convergence on a snapshot with it (or, with the
+    /// Envoys converged on no remembered snapshot, by every convergence).
+    fn forget_endpoint_news(&mut self) {
+        self.forgotten += 1;
+        let Some(&(_, oldest)) = self.published.front() else {
+            return;
+        };
+        if self.forgotten < PUBLISHED_KEPT {
+            return;
+        }
+        self.forgotten = 0;
+        self.services.retain(|_, build| *build >= oldest);
+        self.namespaces.retain(|_, build| *build >= oldest);
+    }
+
     fn build_of(&self, version: &str) -> Option<u64> {
         self.published
             .iter()
@@ -249,11 +271,34 @@ mod tests {
     #[test]
     fn only_the_last_snapshots_are_remembered() {
         let ledger = BuiltFrom::default();
-        for i in 0..=PUBLISHED_KEPT {
+        let endpoints = ledger.built(BuildInputs {
+            services: vec![key("gone")],
+            ..BuildInputs::default()
+        });
+        ledger.published("s0", endpoints);
+        for i in 1..=PUBLISHED_KEPT {
             let build = ledger.built(BuildInputs::default());
             ledger.published(&format!("s{i}"), build);
         }
         assert_eq!(ledger.build_of("s0"), None);
         assert_eq!(ledger.build_of("s1"), Some(2));
+        // Endpoint news older than every snapshot remembered is forgotten, in one sweep
+        // per as many snapshots as are remembered.
+        for i in 2..PUBLISHED_KEPT {
+            let build = ledger.built(BuildInputs::default());
+            ledger.published(&format!("t{i}"), build);
+        }
+        assert!(
+            !ledger
+                .ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .services
+                .is_empty()
+        );
+        let build = ledger.built(BuildInputs::default());
+        ledger.published("t", build);
+        let ledger = ledger.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(ledger.services.is_empty());
     }
 }

@@ -2,7 +2,8 @@
 //! engine ([`advance`]): its probe ProxyConfig staged, every
 //! Envoy asked whether the new clusters are ready and the routes on trial accepted, its
 //! live ProxyConfig promoted, every Envoy asked whether it serves it, then the probe
-//! collected after the drain period. The ProxyConfigs live in the Gateway's namespace,
+//! collected after the drain period (at once when no cluster leaves with it). The
+//! ProxyConfigs live in the Gateway's namespace,
 //! owned by the Gateway, and are served like any other.
 //!
 //! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy

@@ -17,7 +17,7 @@ use super::built_from::{BuildInputs, BuiltFrom};
 use super::departed::{Departed, DepartedConfigs, drains_by_service};
 use super::envoys::{Envoys, RouteVerdict, Snapshot};
 use super::index::Index;
-use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched};
+use super::model_cache::{ModelCache, ObjectKey, Objects, Settings, Step, Touched, key_of};
 use super::tls_secrets::{TlsSecrets, tls_secrets_of};
 use super::to_model::{Inputs, SERVICE_NAME_LABEL};
 use crate::api::ProxyConfig;
@@ -249,7 +249,14 @@ fn build_inputs(
     touched: Option<(&BTreeSet<ObjectKey>, &BTreeSet<ObjectKey>)>,
 ) -> BuildInputs {
     let Some((configs, slices)) = touched else {
+        // Every ProxyConfig the build is made of, the held ones with them.
+        let configs = (objects.departed.configs)
+            .with_held(objects.index.proxy_configs.state())
+            .iter()
+            .map(|pc| (key_of(pc.as_ref()), Some(pc.spec.version.clone())))
+            .collect();
         return BuildInputs {
+            configs,
             full: true,
             ..BuildInputs::default()
         };

@@ -10,10 +10,11 @@
 //! build that held that version, each Service with the last build whose endpoints of it
 //! changed. A snapshot's version maps to its build for the last [`PUBLISHED_KEPT`]
 //! published, and endpoint news only as long as one of those is older. Whatever is not
-//! known here (an older snapshot, a full rebuild) counts as news: a route is woken too
-//! often rather than once too few.
+//! known here (an older snapshot, a configuration not built yet) counts as news, and a
+//! full rebuild as news for every route: a route is woken too often rather than once too
+//! few.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::model_cache::ObjectKey;
@@ -39,7 +40,8 @@ pub struct BuildInputs {
     pub services: Vec<ObjectKey>,
     /// Namespaces where a slice changed whose Service is not known any more.
     pub namespaces: Vec<String>,
-    /// Everything was built again (a first build, a resync): news for every route.
+    /// Everything was built again (a first build, a resync): news for every route, and
+    /// `configs` are all the ProxyConfigs there are.
     pub full: bool,
 }
 
@@ -71,6 +73,10 @@ impl BuiltFrom {
         let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         ledger.builds += 1;
         let build = ledger.builds;
+        if inputs.full {
+            let present: HashSet<&ObjectKey> = inputs.configs.iter().map(|(key, _)| key).collect();
+            ledger.configs.retain(|key, _| present.contains(key));
+        }
         for (key, version) in inputs.configs {
             match version {
                 Some(version) => {
@@ -116,8 +122,9 @@ impl BuiltFrom {
     }
 
     /// Whether snapshot `converged` was built from `awaited`'s configuration at its
-    /// version (or later); true when the snapshot is not remembered. While it is not, the
-    /// Envoys that converged on it cannot pass a check of that configuration.
+    /// version (or later); true when the snapshot or the configuration is not known here.
+    /// While it was not, those of the fleet's Envoys that converged on it cannot pass a
+    /// check of that configuration.
     pub fn holds(&self, converged: &str, awaited: &Awaited) -> bool {
         let ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         let Some(converged) = ledger.build_of(converged) else {
@@ -125,14 +132,16 @@ impl BuiltFrom {
         };
         match ledger.configs.get(&awaited.config) {
             Some((version, build)) if *version == awaited.version => *build <= converged,
-            _ => false,
+            // Another version: the one awaited is not built yet (or no longer).
+            Some(_) => false,
+            None => true,
         }
     }
 
     /// Whether snapshot `converged` holds something of `awaited` built after build
     /// `checked` (the build the Envoys had converged on when the route last asked them).
-    /// True when the snapshot is not remembered; false while `awaited`'s configuration
-    /// at its version is in no build yet.
+    /// True when the snapshot or the configuration is not known here; false while the
+    /// configuration is known at another version than `awaited`'s.
     pub fn has_news(&self, converged: &str, awaited: &Awaited, checked: u64) -> bool {
         let ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         let Some(converged) = ledger.build_of(converged) else {
@@ -140,7 +149,8 @@ impl BuiltFrom {
         };
         let config = match ledger.configs.get(&awaited.config) {
             Some((version, build)) if *version == awaited.version => *build,
-            _ => return false,
+            Some(_) => return false,
+            None => return true,
         };
         let endpoints = awaited.services.iter().flat_map(|service| {
             let namespace = ledger.namespaces.get(&service.0);
@@ -205,7 +215,7 @@ mod tests {
     #[test]
     fn a_route_hears_of_the_snapshot_that_first_holds_its_configuration_once() {
         let ledger = BuiltFrom::default();
-        let other = ledger.built(config("other", "x"));
+        let other = ledger.built(config("r-probe", "v0"));
         ledger.published("s1", other);
         assert!(!ledger.has_news("s1", &awaited("v1"), 0), "not built yet");
         assert!(!ledger.holds("s1", &awaited("v1")));
@@ -222,7 +232,7 @@ mod tests {
         let later = ledger.built(config("other", "y"));
         ledger.published("s3", later);
         assert!(!ledger.has_news("s3", &awaited("v1"), ours));
-        // A newer version of its configuration is not what it waits for.
+        // An older version of its configuration is not what it waits for.
         assert!(!ledger.has_news("s3", &awaited("v0"), 0));
     }
 
@@ -251,21 +261,26 @@ mod tests {
         let ledger = BuiltFrom::default();
         assert!(ledger.has_news("never published", &awaited("v1"), 0));
         assert!(ledger.holds("never published", &awaited("v1")));
+        let other = ledger.built(config("other", "x"));
+        ledger.published("s0", other);
+        assert!(
+            ledger.has_news("s0", &awaited("v1"), 0),
+            "a configuration not known"
+        );
+        assert!(ledger.holds("s0", &awaited("v1")));
         let ours = ledger.built(config("r-probe", "v1"));
         ledger.published("s1", ours);
         let full = ledger.built(BuildInputs {
+            configs: vec![(key("r-probe"), Some("v2".to_owned()))],
             full: true,
             ..BuildInputs::default()
         });
         ledger.published("s2", full);
-        assert!(ledger.has_news("s2", &awaited("v1"), ours));
-        // A configuration gone is built in no snapshot any more.
-        let gone = ledger.built(BuildInputs {
-            configs: vec![(key("r-probe"), None)],
-            ..BuildInputs::default()
-        });
-        ledger.published("s3", gone);
-        assert!(!ledger.has_news("s3", &awaited("v1"), 0));
+        assert!(ledger.has_news("s2", &awaited("v2"), ours));
+        assert!(ledger.holds("s2", &awaited("v2")));
+        // A full build records every configuration there is, and only those.
+        let ledger = ledger.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(ledger.configs.len(), 1);
     }
 
     #[test]

@@ -134,12 +134,18 @@ pub struct StatusWriter {
     _task: Arc<AbortOnDrop>,
 }
 
-#[derive(Default)]
 struct Shared {
     pending: Mutex<Pending>,
     wake: Notify,
     /// How many statuses wait or are being written (`switchyard_status_writes_pending`).
     counted: Gauge,
+}
+
+impl Drop for Shared {
+    /// The writer is gone (leadership lost): nothing is pending here any more.
+    fn drop(&mut self) {
+        self.counted.set(0);
+    }
 }
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; an
@@ -156,6 +162,8 @@ struct Pending {
     own: HashMap<Key, VecDeque<(String, String)>>,
     /// The objects whose write is in flight, and the status each write asks for.
     in_flight: HashMap<Key, Value>,
+    /// A status taken out of its queue, waiting for the QPS.
+    taken: bool,
 }
 
 #[derive(Default)]
@@ -413,8 +421,9 @@ impl StatusWriter {
     /// statuses waiting or being written.
     pub fn start(client: Client, qps: f64, pending: Gauge) -> Self {
         let shared = Arc::new(Shared {
+            pending: Mutex::default(),
+            wake: Notify::new(),
             counted: pending,
-            ..Shared::default()
         });
         let task = tokio::spawn(shared.clone().run(client, qps));
         Self {
@@ -463,7 +472,7 @@ impl Shared {
 
     fn count(&self, pending: &Pending) {
         let waiting = pending.urgent.statuses.len() + pending.later.statuses.len();
-        let count = waiting + pending.in_flight.len();
+        let count = waiting + usize::from(pending.taken) + pending.in_flight.len();
         self.counted.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
@@ -474,7 +483,11 @@ impl Shared {
         let mut writes = FuturesUnordered::new();
         loop {
             let next = if writes.len() < WRITES_IN_FLIGHT {
-                self.lock().pop()
+                let mut pending = self.lock();
+                let next = pending.pop();
+                // Taken out of its queue, it waits for the QPS: still pending.
+                pending.taken = next.is_some();
+                next
             } else {
                 None
             };
@@ -498,6 +511,7 @@ impl Shared {
             }
             let mut pending = self.lock();
             pending.in_flight.insert(key.clone(), wanted.status.clone());
+            pending.taken = false;
             self.count(&pending);
             drop(pending);
             writes.push(write(client.clone(), key, wanted));

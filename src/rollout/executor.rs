@@ -214,7 +214,8 @@ pub async fn advance(
                 });
                 verified.live = Some(version);
             }
-            // The probe config goes once the drain period is over (I4).
+            // The probe config goes once the drain period is over, or at once when no
+            // cluster leaves with it (I4).
             Step::Collect { after } => {
                 if !after.is_zero() {
                     return Ok(End::Draining { after });

@@ -66,10 +66,19 @@ pub(super) struct Asked {
     pub(super) awaited: Awaited,
     /// The build the Envoys connected here had converged on when it asked.
     pub(super) checked: u64,
-    /// The Envoys it asked, and their answers (None while it asks).
+    /// The Envoys it asked, and their answers with when they came (None while it asks).
     pub(super) envoys: Vec<String>,
-    pub(super) result: Option<FleetResult>,
+    pub(super) answer: Option<(FleetResult, std::time::Instant)>,
 }
+
+/// How long a waiting route's last answer from the fleet stands in for asking again while
+/// the Envoys connected here have not converged on what it waits for: the longest backoff,
+/// so that Envoys on other replicas, and a convergence this replica misreads, cost at most
+/// what the backoff did.
+pub(super) const ANSWER_KEPT: Duration = Duration::from_secs(2);
+
+/// When the Envoys connected here last agreed on a snapshot.
+pub(super) type ConvergedAt = Arc<Mutex<Option<std::time::Instant>>>;
 
 /// Each route waiting on the fleet, by namespace and name: its last question.
 pub(super) type Awaiting = Arc<Mutex<HashMap<(String, String), Asked>>>;
@@ -157,6 +166,9 @@ pub(super) struct Context {
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
+    /// When the Envoys connected here last agreed on a snapshot (see
+    /// [`Context::converged_now`]).
+    pub(super) converged_at: ConvergedAt,
     /// The fleet's addresses, as they change (see [`FleetChanges`]).
     pub(super) fleet_changes: FleetChanges,
     /// When each route's rollout took its last step, for the step histogram.
@@ -201,7 +213,8 @@ pub async fn run(client: Client, settings: Settings) {
     let controller = Controller::for_stream(route_events, route_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let (converged_tx, converged) = watch::channel(None);
-    let tracker = track_convergence(settings.envoys.clone(), converged_tx);
+    let converged_at = ConvergedAt::default();
+    let tracker = track_convergence(settings.envoys.clone(), converged_tx, converged_at.clone());
     let context = Arc::new(Context {
         proxy_configs: ProxyConfigs::new(client.clone(), watches.proxy_configs.clone()),
         status: settings.status.clone(),
@@ -214,6 +227,7 @@ pub async fn run(client: Client, settings: Settings) {
         routes: route_store,
         route_index: route_index.clone(),
         converged,
+        converged_at,
         fleet_changes: FleetChanges::new(&watches.fleet),
         clock: RolloutClock::default(),
         deadlines: ProbeDeadlines::default(),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -11,8 +11,9 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Context, is_others};
+use super::{Context, ConvergedAt, is_others};
 use crate::api::TrafficRoute;
+use crate::k8s::built_from::Awaited;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::fleet_report::FleetView;
 use crate::rollout::fleet::FleetChanges;
@@ -71,22 +72,41 @@ pub(super) fn wake_on_news(
         async move {
             converged.changed().await.ok()?;
             let version = converged.borrow_and_update().clone();
-            let attempts = ctx.attempts.lock().unwrap_or_else(|p| p.into_inner());
-            let awaiting = ctx.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-            let waiting: Vec<ObjectRef<TrafficRoute>> = attempts
+            forget_routes_gone(&ctx);
+            let waiting: Vec<(String, String)> = (ctx.attempts.lock())
+                .unwrap_or_else(|p| p.into_inner())
                 .keys()
+                .cloned()
+                .collect();
+            let asked: HashMap<(String, String), (Awaited, u64)> = (ctx.awaiting.lock())
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(key, asked)| (key.clone(), (asked.awaited.clone(), asked.checked)))
+                .collect();
+            let woken: Vec<ObjectRef<TrafficRoute>> = waiting
+                .into_iter()
                 .filter(|key| {
-                    awaiting.get(*key).is_none_or(|asked| {
-                        ctx.has_news(version.as_deref(), &asked.awaited, asked.checked)
+                    asked.get(key).is_none_or(|(awaited, checked)| {
+                        ctx.has_news(version.as_deref(), awaited, *checked)
                     })
                 })
-                .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+                .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
                 .collect();
-            drop((attempts, awaiting));
-            Some((futures::stream::iter(waiting), converged))
+            Some((futures::stream::iter(woken), converged))
         }
     })
     .flatten()
+}
+
+/// Forgets what routes that are gone waited for: nothing else takes a deleted route out.
+fn forget_routes_gone(ctx: &Context) {
+    let gone = |(namespace, name): &(String, String)| {
+        ctx.routes
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_none()
+    };
+    (ctx.attempts.lock().unwrap_or_else(|p| p.into_inner())).retain(|key, _| !gone(key));
+    (ctx.awaiting.lock().unwrap_or_else(|p| p.into_inner())).retain(|key, _| !gone(key));
 }
 
 /// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`
@@ -197,14 +217,17 @@ pub(super) fn wake_on_fleet_rejections(
 
 /// Publishes the snapshot version once every Envoy connected to this replica holds it,
 /// acknowledged: the moment a probe of those Envoys can change its answer. Envoys
-/// connected to other replicas are not seen here; for them the backoff timer stands in.
+/// connected to other replicas are not seen here; for them the backoff timer stands in,
+/// and a last answer kept at most [`super::ANSWER_KEPT`].
 pub(super) async fn track_convergence(
     envoys: Arc<dyn Envoys>,
     converged: watch::Sender<Option<String>>,
+    converged_at: ConvergedAt,
 ) {
     let mut changes = envoys.changes();
     loop {
         if let Some(version) = envoys.converged_version() {
+            *converged_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             converged.send_if_modified(|current| {
                 if current.as_deref() == Some(version.as_str()) {
                     return false;

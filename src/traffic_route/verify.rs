@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
-use super::{Asked, Context, VERIFY_IN_PASS};
+use super::{ANSWER_KEPT, Asked, Context, VERIFY_IN_PASS};
 use crate::api::TrafficRoute;
 use crate::k8s::built_from::Awaited;
 use crate::prober::FleetResult;
@@ -52,7 +52,7 @@ impl Context {
             awaited: awaited.clone(),
             checked,
             envoys: envoys.to_vec(),
-            result: None,
+            answer: None,
         };
         (self.awaiting.lock().unwrap_or_else(|p| p.into_inner())).insert(key.clone(), asked);
     }
@@ -60,22 +60,21 @@ impl Context {
     fn answered(&self, key: &(String, String), result: &FleetResult) {
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(asked) = awaiting.get_mut(key) {
-            asked.result = Some(result.clone());
+            asked.answer = Some((result.clone(), Instant::now()));
         }
     }
 
     /// The route's last answer from the fleet, when asking again now would get the same:
-    /// it asked the same Envoys for the same, and those connected here have not converged
-    /// on a snapshot built from it yet.
+    /// it asked the same Envoys for the same less than [`ANSWER_KEPT`] ago, and those
+    /// connected here have not converged on a snapshot built from it since.
     fn unchanged_answer(&self, key: &(String, String), awaited: &Awaited) -> Option<FleetResult> {
-        let converged = self.converged.borrow().clone();
         let envoys = self.envoys();
         let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
         let asked = awaiting.get(key)?;
         let same = asked.awaited == *awaited && asked.envoys == envoys;
-        let result = asked.result.clone().filter(|_| same)?;
+        let (result, at) = asked.answer.clone().filter(|_| same)?;
         drop(awaiting);
-        (!self.holds(converged.as_deref(), awaited)).then_some(result)
+        (at.elapsed() < ANSWER_KEPT && !self.holds_now(awaited)).then_some(result)
     }
 
     /// The build of the snapshot the Envoys connected here converged on, if known.
@@ -85,10 +84,24 @@ impl Context {
             .unwrap_or(0)
     }
 
-    /// Whether the snapshot the Envoys connected here converged on (if they agree on one)
-    /// was built from what `awaited` names.
-    pub(super) fn holds(&self, converged: Option<&str>, awaited: &Awaited) -> bool {
-        converged.is_none_or(|version| self.settings.built_from.holds(version, awaited))
+    /// The snapshot the Envoys connected here hold: the one they agree on now, or while
+    /// they take in a newer one, the last they agreed on, if that was less than
+    /// [`ANSWER_KEPT`] ago. None when they have not agreed for longer (one of them is
+    /// stuck or refuses): what it holds is then not known here.
+    fn converged_now(&self) -> Option<String> {
+        if let Some(version) = self.settings.envoys.converged_version() {
+            return Some(version);
+        }
+        let at = *self.converged_at.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = at.is_some_and(|at| at.elapsed() < ANSWER_KEPT);
+        self.converged.borrow().clone().filter(|_| recent)
+    }
+
+    /// Whether the Envoys connected here hold a snapshot built from what `awaited` names;
+    /// true when that is not known here: then only asking tells.
+    pub(super) fn holds_now(&self, awaited: &Awaited) -> bool {
+        let converged = self.converged_now();
+        converged.is_none_or(|version| self.settings.built_from.holds(&version, awaited))
     }
 
     /// Whether the snapshot the Envoys connected here converged on has news for a route
@@ -175,11 +188,12 @@ where
         woken = loop {
             tokio::select! {
                 () = &mut timer => {
-                    if ctx.holds(converged.borrow().as_deref(), awaited) {
+                    if ctx.holds_now(awaited) {
                         break false;
                     }
                     // The Envoys connected here have not converged on a snapshot with
-                    // it yet: asking them now would fail. News will wake us.
+                    // it yet: those of them in the fleet would answer "not yet". News
+                    // will wake us.
                     wait = ctx.backoff(&key);
                     if started.elapsed() + wait > VERIFY_IN_PASS {
                         return Verification::Waiting(result, wait);

@@ -393,41 +393,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn collection_waits_for_the_drain_period() {
+    /// The step once green is live and verified, 1 s after its promotion, with a probe
+    /// config that also holds `kept` (the clusters live before).
+    fn collection_with(kept: &str) -> Step {
         let r = resolved(&["green"], "x");
         let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
-        let probe = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("blue")]);
+        let probe = spec(ProxyConfigRole::Probe, &r, 2, &[cluster(kept)]);
         let verified = Verified {
             endpoints: None,
             live: Some(live.version.clone()),
         };
-        let step = next_step(&observed(&r, Some(&live), Some(&probe)), &verified);
-        assert_eq!(
-            step,
-            Step::Collect {
-                after: Duration::from_secs(9)
-            }
-        );
+        next_step(&observed(&r, Some(&live), Some(&probe)), &verified)
+    }
+
+    #[test]
+    fn collection_waits_for_the_drain_period() {
+        let after = Duration::from_secs(9);
+        assert_eq!(collection_with("blue"), Step::Collect { after });
     }
 
     #[test]
     fn a_probe_config_with_no_cluster_leaving_goes_at_once() {
-        let r = resolved(&["green"], "y");
-        let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
         // A first generation, or a header change among the clusters already live.
-        let probe = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("green")]);
-        let verified = Verified {
-            endpoints: None,
-            live: Some(live.version.clone()),
-        };
-        let step = next_step(&observed(&r, Some(&live), Some(&probe)), &verified);
-        assert_eq!(
-            step,
-            Step::Collect {
-                after: Duration::ZERO
-            }
-        );
+        let after = Duration::ZERO;
+        assert_eq!(collection_with("green"), Step::Collect { after });
     }
 
     #[test]

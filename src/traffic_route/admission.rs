@@ -68,21 +68,24 @@ impl Context {
     /// these alone costs the route's size; indexing every Service of the namespace on each
     /// pass was most of the operator's CPU in a rollout of 10k routes in one namespace.
     pub(super) fn services_of(&self, route: &TrafficRoute) -> Vec<Arc<Service>> {
-        let namespace = route.namespace().unwrap_or_default();
-        let mut names: Vec<&str> = route
-            .spec
-            .route
-            .rules
-            .iter()
-            .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
+        service_keys(route)
             .into_iter()
-            .filter_map(|name| self.services.get(&(namespace.clone(), name.to_owned())))
+            .filter_map(|key| self.services.get(&key))
             .collect()
     }
+}
+
+/// The Services the route's backends name, as (namespace, name), each once.
+pub(super) fn service_keys(route: &TrafficRoute) -> Vec<(String, String)> {
+    let namespace = route.namespace().unwrap_or_default();
+    let mut names: Vec<&str> = (route.spec.route.rules.iter())
+        .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (names.into_iter())
+        .map(|name| (namespace.clone(), name.to_owned()))
+        .collect()
 }
 
 /// The oldest route asking for one of this route's hosts, if it is older than this one:

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::admission::admit;
+use super::admission::{admit, service_keys};
 use super::deadline::{PROBE_DEADLINE_EXCEEDED, Verdict, probe_deadline};
 use super::report::{ConditionType, Report};
 use super::resolve::resolve_route;
@@ -148,28 +148,17 @@ impl Pass<'_> {
     /// What a verification waits for the Envoys to hold: the route's `config` at
     /// `version`, with (for the endpoint check) the endpoints of the Services it names.
     fn awaited(&self, config: String, version: &str, with_endpoints: bool) -> Awaited {
-        let namespace = self.route.namespace().unwrap_or_default();
-        let services = if with_endpoints {
-            let mut names: Vec<&str> = (self.route.spec.route.rules.iter())
-                .flat_map(|r| r.backends.iter().map(|b| b.service.as_str()))
-                .collect();
-            names.sort_unstable();
-            names.dedup();
-            (names.into_iter())
-                .map(|name| (namespace.clone(), name.to_owned()))
-                .collect()
-        } else {
-            Vec::new()
+        let services = match with_endpoints {
+            true => service_keys(self.route),
+            false => Vec::new(),
         };
         Awaited {
-            config: (namespace, config),
+            config: (self.route.namespace().unwrap_or_default(), config),
             version: version.to_owned(),
             services,
         }
     }
-}
 
-impl Pass<'_> {
     /// `step` done: its time into the step histogram.
     fn clocked(&self, step: RolloutStep) {
         let took = self

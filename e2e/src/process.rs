@@ -71,9 +71,36 @@ impl Process {
     }
 
     /// Freezes the process (SIGSTOP), as a hung one: the kernel still accepts its
-    /// connections, nothing answers them.
+    /// connections, nothing answers them. Returns once every thread has stopped: kill(2)
+    /// returns before a thread running on another core is stopped, and such a thread can
+    /// still answer a request sent right after.
     pub fn freeze(&self) {
         self.signal(libc::SIGSTOP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.every_thread_stopped() {
+            assert!(
+                Instant::now() < deadline,
+                "{} ({}) did not stop within 5 s of SIGSTOP",
+                self.name,
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether /proc shows every thread of the process stopped (state `T`).
+    fn every_thread_stopped(&self) -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // `pid (comm) state ...`; comm may hold spaces and parentheses.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    == Some("T")
+            })
+        })
     }
 
     /// Lets a frozen process go on (SIGCONT).

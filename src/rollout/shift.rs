@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::{ProxyConfigRole, ProxyConfigSpec};
 
 use super::spec::{RouteError, proxy_config_spec};
-use switchyard_core::route::ResolvedRoute;
+use switchyard_core::route::{ResolvedCluster, ResolvedRoute};
 
 /// What the API server holds for one route.
 pub struct Observed<'a> {
@@ -110,10 +110,11 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
     if !observed.two_phase {
         return Step::Promote(live_spec);
     }
-    let live_clusters = observed
+    let mut live_clusters = observed
         .live
         .map(|l| l.clusters.clone())
         .unwrap_or_default();
+    live_clusters.extend(still_draining(observed, resolved));
     // Every change is staged, even among clusters already live and warm: its routes go
     // on trial, and only what every Envoy accepted is promoted (I8).
     let probe_spec = proxy_config_spec(
@@ -136,6 +137,30 @@ pub fn next_step(observed: &Observed<'_>, verified: &Verified) -> Step {
         };
     }
     Step::Promote(live_spec)
+}
+
+/// The clusters an earlier promotion left that are still in their drain period (I4): the
+/// probe config kept them, and a generation staged now replaces that probe config, so it
+/// keeps them in turn, as it keeps the live ones. The drain is timed from the last
+/// promotion: while promotions come quicker than the drain period, what they left stays
+/// until one drain period passes without one. The new clusters of a generation staged and
+/// not promoted never went live and are not kept (those it only mirrored to are, for that
+/// time at most); nor is a cluster the new generation routes to: a rollback to it proves
+/// it ready again, as any new cluster.
+fn still_draining(observed: &Observed<'_>, resolved: &ResolvedRoute) -> Vec<ResolvedCluster> {
+    let waited = observed.since_promoted.unwrap_or(Duration::ZERO);
+    let (Some(probe), Some(live)) = (observed.probe, observed.live) else {
+        return Vec::new();
+    };
+    if waited >= observed.drain_period {
+        return Vec::new();
+    }
+    probe
+        .kept_clusters
+        .iter()
+        .filter(|c| !live.clusters.contains(c) && !resolved.clusters.contains(c))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -373,6 +398,76 @@ mod tests {
             ["blue", "yellow"],
             "never-live green goes, live blue stays"
         );
+    }
+
+    /// The services of the probe config staged for `newer` while green is live, promoted
+    /// `ago`, over `probe`.
+    fn staged_over(probe: &ProxyConfigSpec, newer: &str, ago: u64) -> Vec<String> {
+        let r = resolved(&["green"], "x");
+        let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
+        let newer = resolved(&[newer], "x");
+        let observed = Observed {
+            since_promoted: Some(Duration::from_secs(ago)),
+            generation: 3,
+            ..observed(&newer, Some(&live), Some(probe))
+        };
+        match next_step(&observed, &Verified::default()) {
+            Step::Stage(s) => s.clusters.iter().map(|c| c.service.clone()).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_generation_staged_during_a_drain_keeps_the_draining_clusters() {
+        // Green went live over blue 1 s ago: blue drains for 10 s in the probe config.
+        let r = resolved(&["green"], "x");
+        let draining = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("blue")]);
+        assert_eq!(staged_over(&draining, "red", 1), ["blue", "green", "red"]);
+        // Once the drain period is over, blue goes with it.
+        assert_eq!(staged_over(&draining, "red", 11), ["green", "red"]);
+    }
+
+    #[test]
+    fn a_rollback_during_the_drain_proves_the_old_cluster_ready_again() {
+        let r = resolved(&["green"], "x");
+        let draining = spec(ProxyConfigRole::Probe, &r, 2, &[cluster("blue")]);
+        let blue = resolved(&["blue"], "x");
+        let live = spec(ProxyConfigRole::Live, &r, 2, &[]);
+        let observed = Observed {
+            generation: 3,
+            ..observed(&blue, Some(&live), Some(&draining))
+        };
+        let Step::Stage(probe) = next_step(&observed, &Verified::default()) else {
+            panic!("a rollback is staged")
+        };
+        let kept: Vec<&str> = probe
+            .kept_clusters
+            .iter()
+            .map(|c| c.service.as_str())
+            .collect();
+        assert_eq!(
+            kept,
+            ["green"],
+            "blue is asked for ready endpoints, not only kept"
+        );
+    }
+
+    #[test]
+    fn a_draining_cluster_outlasts_a_generation_that_was_never_promoted() {
+        // Red was staged keeping green (live) and blue (draining), and not promoted: a
+        // newer generation keeps blue until its drain is over, and drops never-live red.
+        let red = resolved(&["red"], "x");
+        let staged = spec(
+            ProxyConfigRole::Probe,
+            &red,
+            3,
+            &[cluster("green"), cluster("blue")],
+        );
+        assert_eq!(
+            staged_over(&staged, "yellow", 5),
+            ["blue", "green", "yellow"]
+        );
+        assert_eq!(staged_over(&staged, "yellow", 10), ["green", "yellow"]);
     }
 
     #[test]

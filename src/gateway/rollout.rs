@@ -42,15 +42,12 @@ use crate::rollout::fleet::{
 };
 use crate::rollout::lagging::{ENVOYS_LAGGING, LaggingEnvoys, event_note};
 use crate::rollout::proxy_configs::Error;
+use crate::rollout::served::ServedVersions;
 use crate::rollout::{
     DEFAULT_DRAIN, Owner, ProxyConfigs, ROUTE_LABEL, RouteError, UnitRef, label_value,
 };
 use crate::translate::Problem;
 use switchyard_core::route::lower::{endpoint_probe_id, route_id};
-
-/// A live version seen on every Envoy is asked again after this long: Envoys that joined
-/// since are then heard from too.
-const RECHECK: Duration = Duration::from_secs(30);
 
 /// How long after a pass began its units may wait on the fleet, asking again each time an
 /// Envoy answers: long enough for Envoys to take a configuration push (as a TrafficRoute's
@@ -65,9 +62,6 @@ const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 /// rolling out at once, this paced them (at 64, 5000 new HTTPRoutes took 281 s to be
 /// served). As many as a TrafficRoute controller runs passes.
 const CONCURRENCY: usize = 256;
-
-/// Live versions seen on every Envoy, by (namespace, unit): when.
-type Served = Mutex<HashMap<(String, String), (String, Instant)>>;
 
 /// Where a unit stands after a pass.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,7 +117,7 @@ pub struct Rollout {
     controller: String,
     two_phase: bool,
     /// Live versions seen on every Envoy, by (namespace, unit): when.
-    served: Served,
+    served: ServedVersions,
     /// Consecutive passes a unit waited, for the backoff.
     attempts: HashMap<(String, String), u32>,
     /// What this replica's snapshot builder left out (see [`left_out`]).
@@ -162,7 +156,7 @@ impl Rollout {
             prober: sources.prober,
             controller,
             two_phase,
-            served: Mutex::default(),
+            served: ServedVersions::default(),
             attempts: HashMap::new(),
             problems: sources.problems,
             fleet_changes: FleetChanges::new(&sources.fleet),
@@ -403,9 +397,8 @@ impl Rollout {
             {
                 continue;
             }
-            (self.served.lock())
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&(namespace.clone(), unit.clone()));
+            let gone = (namespace.clone(), unit.clone());
+            self.served.retain(|served| *served != gone);
             let name = pc.name_any();
             // Only as this replica saw it: one rewritten since is the next pass's business.
             let deleted = self.proxy_configs.delete(&namespace, &name, Some(pc)).await;
@@ -433,7 +426,7 @@ struct Fleet<'a> {
     fleet: &'a View<EndpointSlice>,
     /// The fleet's addresses, as they change: what wakes a unit, and drops a check.
     addresses: watch::Receiver<Vec<String>>,
-    served: &'a Served,
+    served: &'a ServedVersions,
     unit: &'a Unit,
     answered: watch::Receiver<u64>,
     /// When the pass's time to wait on the fleet is over ([`VERIFY_IN_PASS`]).
@@ -500,33 +493,34 @@ impl Front for Fleet<'_> {
 
     async fn verify_live(&mut self, version: &str) -> Verification {
         let key = (self.unit.gateway.0.clone(), self.unit.name.clone());
-        let seen = (self.served.lock())
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .is_some_and(|(v, at)| v == version && at.elapsed() < RECHECK);
-        if seen {
-            return Verification::Passed(FleetResult::default());
+        let envoys = fleet_addresses(&self.fleet.state());
+        if let Some(seen) = self.served.seen(&key, version, &envoys) {
+            return Verification::Passed(seen);
         }
         let port = (self.unit.resolved.listener.as_ref())
             .and_then(|l| u16::try_from(l.probe_port).ok())
             .unwrap_or_default();
         let id = route_id(&key.0, &key.1);
         let prober = self.prober;
+        // The Envoys the last attempt asked: those a pass is recorded for.
+        let asked = Mutex::new(Vec::new());
         let check = |envoys: Vec<String>| {
+            *asked.lock().unwrap_or_else(|p| p.into_inner()) = envoys.clone();
             let id = &id;
             async move { prober.check_version_on(&envoys, port, id, version).await }
         };
         let verdict = self.until_passed(check).await;
-        if matches!(verdict, Verification::Passed(_)) {
-            (self.served.lock())
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, (version.to_owned(), Instant::now()));
+        if let Verification::Passed(result) = &verdict {
+            let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+            self.served.record(&key, version, asked, result);
         }
         verdict
     }
 
     fn done(&mut self, step: Done<'_>) {
         if let Done::Promoted { first: true } = step {
+            let unit = (self.unit.gateway.0.clone(), self.unit.name.clone());
+            self.served.forget(&unit);
             let gateway = format!("{}/{}", self.unit.gateway.0, self.unit.gateway.1);
             info!(%gateway, unit = %self.unit.name, "promoted");
         }

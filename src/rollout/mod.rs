@@ -9,6 +9,7 @@
 //! - [`proxy_configs`]: reading them, and writing and deleting them conditionally;
 //! - [`fleet`]: the Envoys a verification must hear from;
 //! - [`lagging`]: when an Event names the Envoys that hold a unit back;
+//! - [`served`]: the live versions the whole fleet was seen serving, not asked again;
 //! - [`clock`]: how long each step took, for the step histogram.
 
 pub mod clock;
@@ -17,6 +18,7 @@ pub mod fleet;
 mod known;
 pub mod lagging;
 pub mod proxy_configs;
+pub mod served;
 pub mod shift;
 pub mod spec;
 

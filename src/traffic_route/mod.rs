@@ -51,6 +51,7 @@ use crate::rollout::clock::RolloutClock;
 use crate::rollout::fleet::FleetChanges;
 use crate::rollout::lagging::LaggingEnvoys;
 use crate::rollout::proxy_configs::Error;
+use crate::rollout::served::ServedVersions;
 use crate::translate::Problem;
 use deadline::ProbeDeadlines;
 use reconcile::reconcile;
@@ -159,6 +160,9 @@ pub(super) struct Context {
     /// What each route waiting on the fleet waits for, and the build the Envoys connected
     /// here had converged on when it last asked them.
     pub(super) awaiting: Awaiting,
+    /// The live version each route was last seen served in by the whole fleet: not asked
+    /// again in the passes that follow.
+    pub(super) served: ServedVersions,
     /// The controller's own view of TrafficRoutes, to notice a newer generation.
     pub(super) routes: Store<TrafficRoute>,
     /// The same routes by host and by Service.
@@ -224,6 +228,7 @@ pub async fn run(client: Client, settings: Settings) {
         recorder,
         attempts: Arc::default(),
         awaiting: Arc::default(),
+        served: ServedVersions::default(),
         routes: route_store,
         route_index: route_index.clone(),
         converged,

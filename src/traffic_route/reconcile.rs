@@ -2,7 +2,7 @@
 //! the rollout engine ([`advance`]) as far as it goes now; what the engine ends with
 //! becomes the route's status, an Event, and when to come back.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
@@ -145,6 +145,14 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// The route as the rollout's maps know it: (namespace, name).
+    fn unit_key(&self) -> (String, String) {
+        (
+            self.route.namespace().unwrap_or_default(),
+            self.route.name_any(),
+        )
+    }
+
     /// What a verification waits for the Envoys to hold: the route's `config` at
     /// `version`, with (for the endpoint check) the endpoints of the Services it names.
     fn awaited(&self, config: String, version: &str, with_endpoints: bool) -> Awaited {
@@ -194,12 +202,26 @@ impl Front for Pass<'_> {
     }
 
     async fn verify_live(&mut self, version: &str) -> Verification {
+        let unit = self.unit_key();
+        if let Some(seen) = (self.ctx.served).seen(&unit, version, &self.ctx.envoys()) {
+            self.ctx.progressed(&unit);
+            return Verification::Passed(seen);
+        }
         let prober = &self.ctx.settings.prober;
         let id = &self.key;
-        let check =
-            |envoys: Vec<String>| async move { prober.check_version(&envoys, id, version).await };
+        // The Envoys the last attempt asked: those a pass is recorded for.
+        let asked = Mutex::new(Vec::new());
+        let check = |envoys: Vec<String>| {
+            *asked.lock().unwrap_or_else(|p| p.into_inner()) = envoys.clone();
+            async move { prober.check_version(&envoys, id, version).await }
+        };
         let awaited = self.awaited(live_name(&self.route.name_any()), version, false);
-        verify(self.ctx, self.route, &awaited, check).await
+        let verdict = verify(self.ctx, self.route, &awaited, check).await;
+        if let Verification::Passed(result) = &verdict {
+            let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
+            self.ctx.served.record(&unit, version, asked, result);
+        }
+        verdict
     }
 
     fn done(&mut self, step: Done<'_>) {
@@ -211,6 +233,9 @@ impl Front for Pass<'_> {
             }
             Done::EndpointsVerified => self.clocked(RolloutStep::EndpointsVerified),
             Done::Promoted { first } => {
+                if first {
+                    self.ctx.served.forget(&self.unit_key());
+                }
                 self.clocked(RolloutStep::Promoted);
                 self.report
                     .phase("VerifyingLive", "new routes sent to every Envoy");

@@ -107,6 +107,7 @@ fn forget_routes_gone(ctx: &Context) {
     };
     (ctx.attempts.lock().unwrap_or_else(|p| p.into_inner())).retain(|key, _| !gone(key));
     (ctx.awaiting.lock().unwrap_or_else(|p| p.into_inner())).retain(|key, _| !gone(key));
+    ctx.served.retain(|key| !gone(key));
 }
 
 /// The routes waiting on the fleet (the keys of `attempts`), at every change of `changes`

@@ -54,6 +54,17 @@ impl Process {
         Some((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
     }
 
+    /// Resident memory backed by files (the binary's and libraries' pages) and shared
+    /// memory now, in MiB (Linux /proc).
+    pub fn file_backed_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib = |key: &str| -> Option<f64> {
+            let line = status.lines().find(|l| l.starts_with(key))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        };
+        Some((kib("RssFile:")? + kib("RssShmem:")?) / 1024.0)
+    }
+
     pub fn spawn(name: &str, command: &mut Command, log: PathBuf) -> Process {
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");

@@ -204,6 +204,7 @@ impl Front for Pass<'_> {
     async fn verify_live(&mut self, version: &str) -> Verification {
         let unit = self.unit_key();
         if let Some(seen) = (self.ctx.served).seen(&unit, version, &self.ctx.envoys()) {
+            debug!(route = %self.key, version, "live version seen served already");
             self.ctx.progressed(&unit);
             return Verification::Passed(seen);
         }

@@ -212,9 +212,11 @@ async fn create_served_routes(rig: &mut Rig, count: usize) {
 /// the same work each time (cut off while statuses were still being written, it moved by
 /// 10 % from run to run), with one malloc arena, so that which threads happen to allocate
 /// first matters less: four runs alone were within 0.9 % (123.7–124.8 MiB); three with an
-/// arena per thread within 1.9 %. On the next machine the same operator code measured
-/// 125.3–129.2 MiB (42 MiB of it the binary's file-backed pages, the same in every run),
-/// and the record was taken again there. It runs alone ([`ALONE`]). The record is the debug build's, the operator the tests run. More
+/// arena per thread within 1.9 %. On the next machine the operator code of that record
+/// measured 125.3–129.2 MiB, and the record was taken again there, with the remembered live
+/// versions (`rollout::served`) in (125.6–129.5 MiB). The file-backed resident memory
+/// (binary, libraries), read at the end of each run, was 42.2–42.3 MiB. It runs alone
+/// ([`ALONE`]). The record is the debug build's, the operator the tests run. More
 /// than 3 % off fails, either way: a regression must be found, a gain recorded, with
 /// `UPDATE_RSS=1 cargo test --test startup_gate peak_memory`. Less goes unseen: undoing the
 /// watches' dropping of `managedFields` measured +3.5 %.

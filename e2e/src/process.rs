@@ -82,7 +82,8 @@ impl Process {
     }
 
     /// Freezes the process (SIGSTOP), as a hung one: the kernel still accepts its
-    /// connections, nothing answers them. Returns once every thread has stopped: kill(2)
+    /// connections, nothing answers them. Returns once every thread has stopped (panics if
+    /// they have not within 5 s): kill(2)
     /// returns before a thread running on another core is stopped, and such a thread can
     /// still answer a request sent right after.
     pub fn freeze(&self) {

@@ -1,8 +1,9 @@
 //! Live versions the whole fleet was seen serving. A unit passes again and again once it
 //! is served (its Services' endpoints change, its status write comes back, the controller
-//! resyncs); asking every Envoy each time for what they already answered cost Envoy as
-//! much CPU as the rollouts themselves at thousands of routes. A version seen is taken as
-//! served for [`RECHECK`], by the same Envoys only: a fleet that changed is asked again.
+//! resyncs), and each pass asked every Envoy again for what they had just answered: 2906
+//! of the 8114 "ready" answers of a 2000-route cold start came within 30 s of the route's
+//! verification. A version seen is taken as served for [`RECHECK`], while the fleet has
+//! the same addresses, until another version of the unit is promoted.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

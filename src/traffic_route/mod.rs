@@ -161,7 +161,8 @@ pub(super) struct Context {
     /// here had converged on when it last asked them.
     pub(super) awaiting: Awaiting,
     /// The live version each route was last seen served in by the whole fleet: not asked
-    /// again in the passes that follow.
+    /// again in the passes of the next 30 s, while the fleet's addresses stay (see
+    /// [`ServedVersions`]).
     pub(super) served: ServedVersions,
     /// The controller's own view of TrafficRoutes, to notice a newer generation.
     pub(super) routes: Store<TrafficRoute>,

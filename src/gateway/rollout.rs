@@ -116,7 +116,7 @@ pub struct Rollout {
     /// The controller's label value on what it writes.
     controller: String,
     two_phase: bool,
-    /// Live versions seen on every Envoy, by (namespace, unit): when.
+    /// The live version each unit was last seen served in by the whole fleet.
     served: ServedVersions,
     /// Consecutive passes a unit waited, for the backoff.
     attempts: HashMap<(String, String), u32>,
@@ -397,8 +397,7 @@ impl Rollout {
             {
                 continue;
             }
-            let gone = (namespace.clone(), unit.clone());
-            self.served.retain(|served| *served != gone);
+            self.served.forget(&(namespace.clone(), unit.clone()));
             let name = pc.name_any();
             // Only as this replica saw it: one rewritten since is the next pass's business.
             let deleted = self.proxy_configs.delete(&namespace, &name, Some(pc)).await;

@@ -52,8 +52,9 @@ impl ServedVersions {
         (self.seen.lock().unwrap_or_else(|p| p.into_inner())).insert(unit.clone(), seen);
     }
 
-    /// A new live version of `unit` was promoted: what was seen of the one before says
-    /// nothing of it (a rollback to that one included: Envoys may serve the one between).
+    /// A new live version of `unit` was promoted (what was seen of the one before says
+    /// nothing of it, a rollback to that one included: Envoys may serve the one between),
+    /// or the unit is gone.
     pub fn forget(&self, unit: &UnitKey) {
         (self.seen.lock().unwrap_or_else(|p| p.into_inner())).remove(unit);
     }

@@ -32,6 +32,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
+use xxhash_rust::xxh3::xxh3_128;
 
 use super::rate_limit::TokenBucket;
 
@@ -119,12 +120,41 @@ impl StatusUpdate {
     }
 }
 
-/// A status waiting to be written, or in flight.
+/// A status waiting to be written, or in flight. It waits as JSON text: while a cold start's
+/// thousands of statuses go out at the QPS they all wait here, and a tree of `Value`s takes
+/// several times the memory of its text.
 #[derive(Clone, Debug)]
 struct Wanted {
     kind: Arc<StatusKind>,
-    status: Value,
+    status: Box<str>,
+    summary: Summary,
     read: Option<String>,
+}
+
+impl Wanted {
+    fn new(kind: Arc<StatusKind>, status: &Value, read: Option<String>) -> Self {
+        let text = status.to_string();
+        Self {
+            summary: kind.summary(&text, status),
+            kind,
+            status: text.into(),
+            read,
+        }
+    }
+}
+
+/// What the writer remembers of a status it wrote, per object for as long as it runs: a
+/// digest, not the status (at 10k routes the statuses themselves took tens of MiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Summary {
+    /// The status's JSON text, digested: object keys are sorted, so equal statuses have
+    /// equal texts.
+    whole: u128,
+    /// Its observedGeneration and progress conditions, digested: what decides whether
+    /// another status is progress over it.
+    progress: u128,
+    /// It rejects the object (`Accepted` is `False`): never progress.
+    rejected: bool,
 }
 
 /// Hands statuses to the writer task; the task stops when the last handle drops.
@@ -150,13 +180,13 @@ impl Drop for Shared {
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; an
 /// object has at most one, the latest, and keeps its place when it is replaced. With them,
-/// the last status written per object (and the resourceVersions the writes left), and the
-/// objects whose write is in flight.
+/// a summary of the last status written per object (and the resourceVersions the writes
+/// left), and the objects whose write is in flight.
 #[derive(Default)]
 struct Pending {
     urgent: Queue,
     later: Queue,
-    written: HashMap<Key, Value>,
+    written: HashMap<Key, Summary>,
     /// Per object, the resourceVersion each of this writer's last writes left, by the one
     /// it was made on.
     own: HashMap<Key, VecDeque<(String, String)>>,
@@ -217,14 +247,17 @@ impl Pending {
             read,
             ..
         } = update;
-        let written = self.written.get(&key);
-        let shows = shown.as_ref().is_some_and(|s| kind.shows(s, &status));
-        if shows && written.is_none_or(|w| *w == status) {
+        let wanted = Wanted::new(kind, &status, read);
+        let written = self.written.get(&key).copied();
+        let shows = shown
+            .as_ref()
+            .is_some_and(|s| wanted.kind.shows(s, &status));
+        if shows && written.is_none_or(|w| w.whole == wanted.summary.whole) {
             self.remove(&key);
             return;
         }
-        let urgent = kind.is_progress(written.or(shown.as_ref()), &status);
-        let wanted = Wanted { kind, status, read };
+        let before = written.or_else(|| shown.as_ref().map(|s| wanted.kind.summary_of(s)));
+        let urgent = wanted.kind.is_progress(before.as_ref(), &wanted.summary);
         self.enqueue(key, wanted, urgent);
     }
 
@@ -247,7 +280,7 @@ impl Pending {
                 .pop_except(&self.in_flight)
                 .or_else(|| self.later.pop_except(&self.in_flight));
             match next {
-                Some((key, wanted)) if self.written.get(&key) == Some(&wanted.status) => {}
+                Some((key, wanted)) if self.written.get(&key) == Some(&wanted.summary) => {}
                 Some((key, mut wanted)) => {
                     wanted.read = self.after_own_writes(&key, wanted.read);
                     return Some((key, wanted));
@@ -316,7 +349,7 @@ impl Pending {
                 own.pop_front();
             }
         }
-        self.written.insert(key, wanted.status);
+        self.written.insert(key, wanted.summary);
     }
 }
 
@@ -333,16 +366,26 @@ impl StatusKind {
     /// new generation, or a progress condition changed (status, reason or generation),
     /// and the object is not rejected (an Accepted that is False). Messages, the phase,
     /// Envoy counts and other conditions are details.
-    fn is_progress(&self, stored: Option<&Value>, status: &Value) -> bool {
-        let now = self.progress_conditions(status);
-        let rejected = now
-            .iter()
-            .any(|((_, type_), (s, _, _))| type_ == "Accepted" && s == "False");
-        let changed = stored.is_none_or(|stored| {
-            stored.get("observedGeneration") != status.get("observedGeneration")
-                || self.progress_conditions(stored) != now
-        });
-        !rejected && changed
+    fn is_progress(&self, stored: Option<&Summary>, status: &Summary) -> bool {
+        let changed = stored.is_none_or(|stored| stored.progress != status.progress);
+        !status.rejected && changed
+    }
+
+    /// `status`, summarized; `text` is its JSON text.
+    fn summary(&self, text: &str, status: &Value) -> Summary {
+        let conditions = self.progress_conditions(status);
+        let rejected =
+            (conditions.iter()).any(|((_, type_), (s, _, _))| type_ == "Accepted" && s == "False");
+        let progress = format!("{:?}", (status.get("observedGeneration"), conditions));
+        Summary {
+            whole: xxh3_128(text.as_bytes()),
+            progress: xxh3_128(progress.as_bytes()),
+            rejected,
+        }
+    }
+
+    fn summary_of(&self, status: &Value) -> Summary {
+        self.summary(&status.to_string(), status)
     }
 
     /// Every condition of a progress type in `status`, wherever it is (the status's own,
@@ -510,11 +553,21 @@ impl Shared {
                 }
             }
             let mut pending = self.lock();
-            pending.in_flight.insert(key.clone(), wanted.status.clone());
             pending.taken = false;
+            let status: Value = match serde_json::from_str(&wanted.status) {
+                Ok(status) => status,
+                Err(error) => {
+                    // Text this writer made from a `Value`: never seen to fail.
+                    let (kind, namespace, name) = &key;
+                    warn!(%kind, %namespace, %name, %error, "status unreadable; dropped");
+                    self.count(&pending);
+                    continue;
+                }
+            };
+            pending.in_flight.insert(key.clone(), status.clone());
             self.count(&pending);
             drop(pending);
-            writes.push(write(client.clone(), key, wanted));
+            writes.push(write(client.clone(), key, wanted, status));
         }
     }
 
@@ -547,7 +600,7 @@ impl Shared {
                 if !pending.contains(&key) {
                     let urgent = wanted
                         .kind
-                        .is_progress(pending.written.get(&key), &wanted.status);
+                        .is_progress(pending.written.get(&key), &wanted.summary);
                     pending.enqueue(key, wanted, urgent);
                 }
             }
@@ -561,7 +614,7 @@ type Written = Result<Option<(String, String)>, kube::Error>;
 
 /// Writes one object's status, conditional on the resourceVersion it was decided on;
 /// hands back what it wrote, and what it gave.
-async fn write(client: Client, key: Key, wanted: Wanted) -> (Key, Wanted, Written) {
+async fn write(client: Client, key: Key, wanted: Wanted, status: Value) -> (Key, Wanted, Written) {
     let (_, namespace, name) = &key;
     let kind = &wanted.kind;
     let api: Api<DynamicObject> = if kind.namespaced {
@@ -579,13 +632,13 @@ async fn write(client: Client, key: Key, wanted: Wanted) -> (Key, Wanted, Writte
                 "apiVersion": kind.resource.api_version,
                 "kind": kind.resource.kind,
                 "metadata": metadata,
-                "status": wanted.status,
+                "status": status,
             });
             let params = PatchParams::apply(FIELD_MANAGER).force();
             api.patch_status(name, &params, &Patch::Apply(&patch)).await
         }
         Write::Merge => {
-            let patch = json!({ "metadata": metadata, "status": wanted.status });
+            let patch = json!({ "metadata": metadata, "status": status });
             api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
         }

@@ -42,10 +42,14 @@ fn update(
 }
 
 fn phase(wanted: &Wanted) -> String {
-    wanted.status["phase"]
+    parsed(wanted)["phase"]
         .as_str()
         .unwrap_or_default()
         .to_string()
+}
+
+fn parsed(wanted: &Wanted) -> Value {
+    serde_json::from_str(&wanted.status).expect("the text of a status")
 }
 
 #[test]
@@ -110,7 +114,7 @@ fn an_echo_is_what_our_own_write_left_with_the_spec_as_it_was() {
     let (web, wanted) = pending.pop().expect("a status");
     assert!(!pending.is_echo(&kind, &object("2", 1, &staging)));
     // In flight: the watch may bring it back before the answer does...
-    pending.in_flight.insert(web.clone(), wanted.status.clone());
+    pending.in_flight.insert(web.clone(), parsed(&wanted));
     assert!(pending.is_echo(&kind, &object("2", 1, &staging)));
     // ...but a newer spec, or another status, is a change.
     assert!(!pending.is_echo(&kind, &object("3", 2, &staging)));
@@ -130,11 +134,12 @@ fn a_status_the_route_shows_is_not_written_again() {
     pending.put(update("web", ready.clone(), Some(&ready)));
     assert!(pending.pop().is_none());
     // What the route shows lags behind a write of ours: then it is no proof.
+    let staging = json(&status(false, "Staging"));
     pending
         .written
-        .insert(key("web"), json(&status(false, "Staging")));
+        .insert(key("web"), routes().summary_of(&staging));
     pending.put(update("web", ready.clone(), Some(&ready)));
-    assert_eq!(pending.pop().map(|(_, w)| w.status), Some(json(&ready)));
+    assert_eq!(pending.pop().map(|(_, w)| parsed(&w)), Some(json(&ready)));
     // A status waiting is dropped once the route shows the one wanted now.
     pending.written.clear();
     pending.put(update("web", status(true, "Draining"), Some(&ready)));
@@ -215,9 +220,15 @@ fn a_gateways_listener_programmed_is_progress_its_message_a_detail() {
             ]}],
         })
     };
+    let progress = |before: &Value, now: &Value| {
+        gateways.is_progress(
+            Some(&gateways.summary_of(before)),
+            &gateways.summary_of(now),
+        )
+    };
     let pending = gateway("False", "waiting");
-    assert!(gateways.is_progress(Some(&pending), &gateway("True", "waiting")));
-    assert!(!gateways.is_progress(Some(&pending), &gateway("False", "still waiting")));
+    assert!(progress(&pending, &gateway("True", "waiting")));
+    assert!(!progress(&pending, &gateway("False", "still waiting")));
     // A merge leaves other writers' fields: the object shows a status it holds.
     let mut held = gateway("True", "");
     held["addresses"] = serde_json::json!([{ "value": "198.18.0.1" }]);
@@ -246,4 +257,33 @@ fn transition_time_changes_only_with_the_status() {
     );
     let flipped = condition(&[same], "Ready", true, "Ready", "", 1, &t1);
     assert_eq!(flipped.last_transition_time, t1);
+}
+
+#[test]
+fn a_status_written_is_remembered_by_its_summary_alone() {
+    let mut pending = Pending::default();
+    let ready = status(true, "Ready");
+    pending.put(update("web", ready.clone(), None));
+    let (web, wanted) = pending.pop().expect("web's status");
+    pending.wrote(web.clone(), wanted, Some(("1".into(), "2".into())));
+    assert_eq!(
+        pending.written.get(&web),
+        Some(&routes().summary_of(&json(&ready)))
+    );
+    // The store has not seen the write yet: the same status again is not written twice.
+    pending.put(update("web", ready.clone(), None));
+    assert!(pending.pop().is_none());
+    // Another message is a detail; a new phase with the same conditions too.
+    let mut detail = ready.clone();
+    detail.conditions[0].message = "every Envoy serves it".into();
+    pending.put(update("web", detail, None));
+    assert!(pending.later.statuses.contains_key(&web));
+    // A progress condition added is progress.
+    let mut served = ready.clone();
+    let t = served.conditions[0].last_transition_time.clone();
+    served
+        .conditions
+        .push(condition(&[], "Ready", true, "x", "", 1, &t));
+    pending.put(update("web", served, None));
+    assert!(pending.urgent.statuses.contains_key(&web));
 }

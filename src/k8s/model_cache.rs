@@ -115,8 +115,8 @@ type ByKey<V> = HashMap<ObjectKey, V, Xxh3DefaultBuilder>;
 struct Last {
     listeners: ListenerSettings,
     secrets: BTreeMap<(String, String), TlsData>,
-    /// resourceVersion (None: never equal) and what the ProxyConfig added.
-    proxy_configs: ByKey<(Option<String>, Contribution)>,
+    /// resourceVersion (None: never equal) and the names of what the ProxyConfig added.
+    proxy_configs: ByKey<(Option<String>, Held)>,
     /// The ProxyConfigs' problems (those with any), handed out in key order as a full
     /// build lists them.
     pc_problems: BTreeMap<ObjectKey, Vec<Problem>>,
@@ -142,11 +142,32 @@ struct Last {
     gateway_listeners: Vec<model::GatewayListener>,
 }
 
-/// The Gateway listener a ProxyConfig's virtual host is served on, and whether it is the
-/// port's own unit, defining it.
-fn listener_of(part: Option<&Contribution>) -> Option<(&model::GatewayListener, bool)> {
-    let part = part?;
-    Some((part.gateway_listener.as_ref()?, part.defines_listener))
+/// What is kept of a ProxyConfig's contribution once the translator has it: the names it
+/// uses and claims, to take them back when it changes or goes. The routes and clusters
+/// themselves are the translator's to keep; a copy here took ≈ 2.6 KB a route.
+#[derive(Debug)]
+struct Held {
+    /// Its clusters' names, each once.
+    clusters: BTreeSet<String>,
+    claims: Vec<Claim>,
+    secrets: BTreeSet<(String, String)>,
+    /// Its Gateway listener, and whether it defines it ([`to_model::listener_of`]).
+    listener: Option<(model::GatewayListener, bool)>,
+}
+
+impl Held {
+    fn of(part: &Contribution) -> Self {
+        Self {
+            clusters: part.clusters.iter().map(|(n, _, _)| n.clone()).collect(),
+            claims: claims(part).collect(),
+            secrets: to_model::secrets_of(part).into_iter().cloned().collect(),
+            listener: to_model::listener_of(part).map(|(l, defines)| (l.clone(), defines)),
+        }
+    }
+
+    fn listener(&self) -> Option<(&model::GatewayListener, bool)> {
+        self.listener.as_ref().map(|(l, defines)| (l, *defines))
+    }
 }
 
 fn version<K: ResourceExt>(object: &K) -> Option<&str> {
@@ -194,7 +215,7 @@ fn claims(part: &Contribution) -> impl Iterator<Item = Claim> + '_ {
 /// A ProxyConfig as it is now (None: gone).
 struct PcChange {
     key: ObjectKey,
-    now: Option<(Option<String>, Contribution)>,
+    now: Option<(Option<String>, Contribution, Held)>,
 }
 
 impl ModelCache {
@@ -288,8 +309,9 @@ impl Last {
         for (pc, part) in proxy_configs.iter().zip(parts) {
             pc_problems += part.problems.len();
             let key = key_of(*pc);
-            last.add(&key, &part);
-            let state = (version(*pc).map(str::to_owned), part);
+            let held = Held::of(&part);
+            last.add(&key, &held, &part.problems);
+            let state = (version(*pc).map(str::to_owned), held);
             if last.proxy_configs.insert(key, state).is_some() {
                 last.ambiguous = true;
             }
@@ -338,8 +360,8 @@ impl Last {
     }
 
     /// Remembers how many users `part`'s clusters had before this step touched them.
-    fn note_users(&self, part: &Contribution, users_before: &mut BTreeMap<String, usize>) {
-        for (name, _, _) in &part.clusters {
+    fn note_users(&self, part: &Held, users_before: &mut BTreeMap<String, usize>) {
+        for name in &part.clusters {
             if !users_before.contains_key(name) {
                 let users = self.cluster_users.get(name).copied().unwrap_or(0);
                 users_before.insert(name.clone(), users);
@@ -348,21 +370,20 @@ impl Last {
     }
 
     /// Counts what `part` uses and claims; a claim already held makes this ambiguous.
-    fn add(&mut self, key: &ObjectKey, part: &Contribution) {
-        let names: BTreeSet<&String> = part.clusters.iter().map(|(n, _, _)| n).collect();
-        for name in names {
+    fn add(&mut self, key: &ObjectKey, part: &Held, problems: &[Problem]) {
+        for name in &part.clusters {
             *self.cluster_users.entry(name.clone()).or_default() += 1;
         }
-        for secret in to_model::secrets_of(part) {
+        for secret in &part.secrets {
             *self.secret_users.entry(secret.clone()).or_default() += 1;
         }
-        for claim in claims(part) {
-            if self.owners.insert(claim, key.clone()).is_some() {
+        for claim in &part.claims {
+            if self.owners.insert(claim.clone(), key.clone()).is_some() {
                 self.ambiguous = true;
             }
         }
-        if !part.problems.is_empty() {
-            self.pc_problems.insert(key.clone(), part.problems.clone());
+        if !problems.is_empty() {
+            self.pc_problems.insert(key.clone(), problems.to_vec());
         }
     }
 
@@ -395,14 +416,13 @@ impl Last {
         edits
     }
 
-    fn retract(&mut self, key: &ObjectKey, part: &Contribution) {
-        let names: BTreeSet<&String> = part.clusters.iter().map(|(n, _, _)| n).collect();
-        for name in names {
+    fn retract(&mut self, key: &ObjectKey, part: &Held) {
+        for name in &part.clusters {
             if let Some(users) = self.cluster_users.get_mut(name) {
                 *users = users.saturating_sub(1);
             }
         }
-        for secret in to_model::secrets_of(part) {
+        for secret in &part.secrets {
             if let Some(users) = self.secret_users.get_mut(secret) {
                 *users = users.saturating_sub(1);
                 if *users == 0 {
@@ -410,8 +430,8 @@ impl Last {
                 }
             }
         }
-        for claim in claims(part) {
-            self.owners.remove(&claim);
+        for claim in &part.claims {
+            self.owners.remove(claim);
         }
         self.pc_problems.remove(key);
     }
@@ -444,8 +464,8 @@ impl Last {
         let secrets_used_before: BTreeMap<(String, String), bool> = (pc_changes.iter())
             .flat_map(|c| {
                 let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
-                let now = c.now.as_ref().map(|(_, p)| p);
-                before.into_iter().chain(now).flat_map(to_model::secrets_of)
+                let now = c.now.as_ref().map(|(_, _, p)| p);
+                before.into_iter().chain(now).flat_map(|p| &p.secrets)
             })
             .map(|key| (key.clone(), self.secret_in_use(key)))
             .collect();
@@ -455,9 +475,12 @@ impl Last {
         // of thousands of HTTPRoutes on one Gateway brings the listener its virtual
         // host is served on when it first goes live).
         let touches_listeners = pc_changes.iter().any(|c| {
-            let before = self.proxy_configs.get(&c.key).map(|(_, p)| p);
-            let now = c.now.as_ref().map(|(_, p)| p);
-            listener_of(before) != listener_of(now)
+            let before = self
+                .proxy_configs
+                .get(&c.key)
+                .and_then(|(_, p)| p.listener());
+            let now = c.now.as_ref().and_then(|(_, _, p)| p.listener());
+            before != now
         });
         let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
             .refresh_endpoints(touched, objects)
@@ -478,24 +501,23 @@ impl Last {
             }
             let mut nows = Vec::new();
             for change in pc_changes {
-                if let Some((version, now)) = change.now {
-                    self.note_users(&now, &mut users_before);
-                    self.add(&change.key, &now);
+                if let Some((version, now, held)) = change.now {
+                    self.note_users(&held, &mut users_before);
+                    self.add(&change.key, &held, &now.problems);
                     if self.ambiguous {
                         return None;
                     }
-                    nows.push(now.clone());
-                    self.proxy_configs.insert(change.key, (version, now));
+                    nows.push(now);
+                    self.proxy_configs.insert(change.key, (version, held));
                 }
             }
             // Removals first: a name one ProxyConfig gave up, another may have taken.
-            for before in &befores {
-                let host = before.virtual_host.as_ref().map(|v| v.name.clone());
-                let version = before.version_probe.as_ref().map(|p| p.id.clone());
-                let endpoint = before.endpoint_probe.as_ref().map(|p| p.id.clone());
-                changes.virtual_hosts.extend(host.map(Edit::Remove));
-                changes.version_probes.extend(version.map(Edit::Remove));
-                changes.endpoint_probes.extend(endpoint.map(Edit::Remove));
+            for claim in befores.iter().flat_map(|b| &b.claims) {
+                match claim.clone() {
+                    Claim::VirtualHost(name) => changes.virtual_hosts.push(Edit::Remove(name)),
+                    Claim::VersionProbe(id) => changes.version_probes.push(Edit::Remove(id)),
+                    Claim::EndpointProbe(id) => changes.endpoint_probes.push(Edit::Remove(id)),
+                }
             }
             for now in &nows {
                 let host = now.virtual_host.clone();
@@ -514,8 +536,9 @@ impl Last {
             changes.secrets = self.secret_edits(&secrets_used_before);
         }
         if touches_listeners {
-            let listeners =
-                to_model::gateway_listeners(self.proxy_configs.values().map(|(_, p)| p));
+            let listeners = to_model::gateway_listeners(
+                (self.proxy_configs.values()).filter_map(|(_, p)| p.listener()),
+            );
             if listeners != self.gateway_listeners {
                 changes.gateway_listeners = Some(listeners.clone());
                 self.gateway_listeners = listeners;
@@ -542,7 +565,9 @@ impl Last {
             }
             let now = now.map(|pc| {
                 let version = version(pc.as_ref()).map(str::to_owned);
-                (version, to_model::contribution(&pc))
+                let part = to_model::contribution(&pc);
+                let held = Held::of(&part);
+                (version, part, held)
             });
             changes.push(PcChange {
                 key: key.clone(),

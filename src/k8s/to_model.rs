@@ -112,22 +112,20 @@ pub fn contribution(pc: &ProxyConfig) -> Contribution {
 /// (the translator compares the list as a whole). Listeners a Gateway port's own unit
 /// defines: their virtual hosts' definitions, the same but while a change rolls out, give
 /// way (two definitions of one listener serve neither: its port would close).
-pub fn gateway_listeners<'a, I>(parts: I) -> Vec<model::GatewayListener>
+/// Each item is a contribution's listener and whether it defines it ([`listener_of`]).
+pub fn gateway_listeners<'a, I>(listeners: I) -> Vec<model::GatewayListener>
 where
-    I: IntoIterator<Item = &'a Contribution>,
+    I: IntoIterator<Item = (&'a model::GatewayListener, bool)>,
     I::IntoIter: Clone,
 {
-    let parts = parts.into_iter();
-    let defined: BTreeSet<&str> = (parts.clone())
-        .filter(|p| p.defines_listener)
-        .filter_map(|p| Some(p.gateway_listener.as_ref()?.name.as_str()))
+    let given = listeners.into_iter();
+    let defined: BTreeSet<&str> = (given.clone())
+        .filter(|(_, defines)| *defines)
+        .map(|(l, _)| l.name.as_str())
         .collect();
-    let mut listeners: Vec<model::GatewayListener> = parts
-        .filter_map(|part| {
-            (part.gateway_listener.as_ref())
-                .filter(|l| part.defines_listener || !defined.contains(l.name.as_str()))
-                .cloned()
-        })
+    let mut listeners: Vec<model::GatewayListener> = given
+        .filter(|(l, defines)| *defines || !defined.contains(l.name.as_str()))
+        .map(|(l, _)| l.clone())
         .collect();
     listeners.sort();
     listeners.dedup();
@@ -163,7 +161,7 @@ pub fn build_from(inputs: &Inputs<'_>, parts: &[Contribution]) -> Built {
     };
     let mut clusters: BTreeMap<String, (String, ResolvedCluster)> = BTreeMap::new();
     let mut secrets = BTreeSet::new();
-    config.gateway_listeners = gateway_listeners(parts);
+    config.gateway_listeners = gateway_listeners(parts.iter().filter_map(listener_of));
     for part in parts {
         for (name, namespace, cluster) in &part.clusters {
             clusters.insert(name.clone(), (namespace.clone(), cluster.clone()));
@@ -216,6 +214,12 @@ pub fn tls_secret(
             "not found or not a TLS Secret",
         )),
     }
+}
+
+/// The Gateway listener a contribution's virtual host is served on, and whether it is the
+/// port's own unit, defining it.
+pub fn listener_of(part: &Contribution) -> Option<(&model::GatewayListener, bool)> {
+    Some((part.gateway_listener.as_ref()?, part.defines_listener))
 }
 
 /// The TLS Secrets a ProxyConfig's contribution uses: its virtual host's, its clusters'.

@@ -143,8 +143,9 @@ struct Last {
 }
 
 /// What is kept of a ProxyConfig's contribution once the translator has it: the names it
-/// uses and claims, to take them back when it changes or goes. The routes and clusters
-/// themselves are the translator's to keep; a copy here took ≈ 2.8 KiB a route at 10k.
+/// uses and claims, and its Gateway listener, to take them back when it changes or goes.
+/// The routes and clusters themselves are the translator's to keep; a copy here took
+/// ≈ 2.8 KiB a route at 10k.
 #[derive(Debug)]
 struct Held {
     /// Its clusters' names, each once.

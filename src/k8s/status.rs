@@ -143,8 +143,9 @@ impl Wanted {
     }
 }
 
-/// What the writer remembers of a status it wrote, per object for as long as it runs: a
-/// digest, not the status (at 10k routes the statuses themselves took tens of MiB).
+/// A status summarized: all the writer remembers of the last status it wrote per object,
+/// for as long as it runs (at 10k routes the statuses themselves took tens of MiB), and
+/// what a status waiting or shown is compared with it by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Summary {
     /// The status's JSON text, digested: object keys are sorted, so equal statuses have

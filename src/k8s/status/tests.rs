@@ -273,7 +273,7 @@ fn a_status_written_is_remembered_by_its_summary_alone() {
     // The store has not seen the write yet: the same status again is not written twice.
     pending.put(update("web", ready.clone(), None));
     assert!(pending.pop().is_none());
-    // Another message is a detail; a new phase with the same conditions too.
+    // Another message is a detail.
     let mut detail = ready.clone();
     detail.conditions[0].message = "every Envoy serves it".into();
     pending.put(update("web", detail, None));

@@ -16,6 +16,7 @@ use tracing_subscriber::EnvFilter;
 use k8s_openapi::api::coordination::v1::Lease;
 use switchyard::admin::Admin;
 use switchyard::gateway;
+use switchyard::k8s::api_client;
 use switchyard::k8s::builder::Builder;
 use switchyard::k8s::built_from::BuiltFrom;
 use switchyard::k8s::envoys::Envoys;
@@ -395,9 +396,7 @@ fn api_client(
     rate_limit: Option<ApiRateLimit>,
     gate: Option<WriteGate>,
 ) -> anyhow::Result<kube::Client> {
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .context("building the API client")?
-        .with_layer(&user_agent());
+    let builder = api_client::builder(config)?.with_layer(&user_agent());
     // The gate outside the rate limit: a request waiting for the gate holds no token.
     Ok(match (rate_limit, gate) {
         (None, None) => builder.build(),

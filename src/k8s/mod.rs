@@ -6,6 +6,7 @@
 //! cluster). Writing status: `status`; Events: `events`. Leader election: `leader`. The Envoys are reached
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
+pub mod api_client;
 pub mod builder;
 pub mod built_from;
 pub mod departed;

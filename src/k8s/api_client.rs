@@ -1,0 +1,169 @@
+//! The API client's transport: every request but a watch shares one HTTP/2 connection,
+//! and a watch keeps a connection of its own (HTTP/1.1, as kube's client makes every
+//! connection).
+//!
+//! kube's client speaks HTTP/1.1 only, so each request in flight holds a TLS connection of
+//! its own, with its buffers, its dispatch channel and a place in the pool after. A leader
+//! rolling out thousands of routes keeps hundreds of reads and writes in flight (256
+//! reconciles at once, two reads each): the connections they opened were a sixth of the
+//! operator's heap at its peak through a cold start of 2000 routes. client-go multiplexes
+//! on HTTP/2 as the API server expects; here the requests do too.
+//!
+//! Watches stay as they were: each lasts as long as the watch, and an API server caps the
+//! streams of one HTTP/2 connection (`--http2-max-streams-per-connection`), so watches of
+//! many namespaces on one connection could leave no stream for a write. hyper's pool
+//! opens no second HTTP/2 connection when one is full.
+
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper_rustls::FixedServerNameResolver;
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::{Client as HyperClient, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ClientBuilder, ConfigExt, DynBody, retry::RetryPolicy};
+use tower::retry::RetryLayer;
+use tower::util::{BoxCloneService, BoxService};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
+
+/// What kube's client stack is: a request in, a response with a boxed body out.
+pub type Transport = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// The same, for the requests' stack, which every client built from it shares.
+type Requests = BoxCloneService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// How often an idle HTTP/2 connection is pinged: a load balancer in front of the API
+/// server that drops idle connections (often after 60 s or less) drops none of these, and
+/// a connection that stopped answering is found out (client-go pings after 30 s too).
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// kube's client for `config`, with every request but a watch sent over HTTP/2.
+pub fn builder(config: kube::Config) -> anyhow::Result<ClientBuilder<Split>> {
+    let requests = requests_transport(&config)?;
+    let builder = ClientBuilder::try_from(config).context("building the API client")?;
+    Ok(builder.with_layer(&SplitLayer(requests)))
+}
+
+/// kube's own stack (base URI, retries of 429 and 503, authentication, extra headers) on
+/// a hyper client that offers HTTP/2 by ALPN and keeps what the API server accepts.
+fn requests_transport(config: &kube::Config) -> anyhow::Result<Requests> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    // A request is several frames (headers, data, window updates), each its own write:
+    // with Nagle's algorithm, the second waits for the API server's delayed ACK of the
+    // first, ≈ 40 ms on each write (it doubled a route change's time to Ready).
+    http.set_nodelay(true);
+    // kube's TLS settings: its roots, client identity and reloading CA verifier.
+    let tls = config
+        .rustls_client_config()
+        .context("TLS settings of the API client")?;
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = name
+            .clone()
+            .try_into()
+            .with_context(|| format!("tls-server-name {name:?} of the API client"))?;
+        https = https.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
+    let mut connector = TimeoutConnector::new(https.enable_all_versions().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client: HyperClient<_, Body> = HyperClient::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(KEEP_ALIVE)
+        .http2_keep_alive_while_idle(true)
+        .build(connector);
+    let retry = config
+        .default_retry
+        .then(|| RetryLayer::new(RetryPolicy::server_retry()));
+    let stack = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer().context("API client authentication")?)
+        .layer(config.extra_headers_layer().context("API client headers")?)
+        .map_err(BoxError::from)
+        .service(client)
+        .map_response(|response| {
+            response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
+        });
+    Ok(BoxCloneService::new(stack))
+}
+
+/// Puts [`Split`] under kube's client layers: what it is given is the stack kube built,
+/// for the watches.
+pub struct SplitLayer(Requests);
+
+impl Layer<Transport> for SplitLayer {
+    type Service = Split;
+
+    fn layer(&self, watches: Transport) -> Split {
+        Split {
+            watches,
+            requests: self.0.clone(),
+        }
+    }
+}
+
+/// Sends a watch on `watches` and any other request on `requests`.
+pub struct Split {
+    watches: Transport,
+    requests: Requests,
+}
+
+impl Service<Request<Body>> for Split {
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = <Transport as Service<Request<Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Either may take the next request: both must be ready (hyper's clients always are).
+        match self.watches.poll_ready(cx)? {
+            Poll::Ready(()) => self.requests.poll_ready(cx),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        match is_watch(request.uri()) {
+            true => self.watches.call(request),
+            false => self.requests.call(request),
+        }
+    }
+}
+
+/// True for a watch (`?watch=true`, or `1` as the API server also takes): a request whose
+/// response lasts as long as the watch.
+pub fn is_watch(uri: &http::Uri) -> bool {
+    let query = uri.query().unwrap_or_default();
+    query
+        .split('&')
+        .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_is_told_by_its_query() {
+        let watch = |uri: &str| is_watch(&uri.parse().expect("a URI"));
+        assert!(watch(
+            "/api/v1/services?watch=true&resourceVersion=5&timeoutSeconds=290"
+        ));
+        assert!(watch(
+            "/apis/switchyard.dev/v1/proxyconfigs?labelSelector=a&watch=1"
+        ));
+        assert!(!watch("/api/v1/services?resourceVersion=5"));
+        assert!(!watch("/api/v1/namespaces/a/services/watch"));
+        assert!(!watch("/api/v1/services?allowWatchBookmarks=true"));
+        assert!(!watch("/api/v1/services?watch=false"));
+        assert!(!watch("/api/v1/services"));
+    }
+}

@@ -149,7 +149,116 @@ pub fn is_watch(uri: &http::Uri) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::{Full, StreamBody};
+    use hyper::body::{Bytes, Frame, Incoming};
+    use hyper_util::rt::TokioIo;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, WatchParams};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    use tokio::net::TcpListener;
+    use tokio_rustls::TlsAcceptor;
+
     use super::*;
+
+    /// The protocol of every connection a fake API server accepted.
+    type Accepted = Arc<Mutex<Vec<Option<Vec<u8>>>>>;
+
+    /// A TLS server that offers HTTP/2 and HTTP/1.1, as the API server does: a GET of a
+    /// ConfigMap answers one; a watch answers its headers and then nothing, for ever.
+    async fn fake_api_server() -> (kube::Config, Accepted) {
+        let bundle = crate::certgen::generate(&["127.0.0.1".to_owned()], 1).expect("certificates");
+        let key = PrivateKeyDer::from_pem_slice(bundle.server.key_pem.as_bytes()).expect("key");
+        let cert = CertificateDer::from(bundle.server.cert_der.clone());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .expect("server certificate");
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let accepted = Accepted::default();
+        let seen = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                seen.lock().expect("lock").push(alpn.clone());
+                let io = TokioIo::new(stream);
+                let service = hyper::service::service_fn(answer);
+                tokio::spawn(async move {
+                    let _ = match alpn.as_deref() {
+                        Some(b"h2") => {
+                            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, service)
+                                .await
+                        }
+                        _ => {
+                            hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, service)
+                                .await
+                        }
+                    };
+                });
+            }
+        });
+        let url = format!("https://{address}").parse().expect("URL");
+        let mut config = kube::Config::new(url);
+        config.root_cert = Some(vec![bundle.ca.cert_der.clone()]);
+        (config, accepted)
+    }
+
+    type Body = http_body_util::Either<
+        Full<Bytes>,
+        StreamBody<futures::stream::Pending<Result<Frame<Bytes>, std::io::Error>>>,
+    >;
+
+    async fn answer(request: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+        let body = match is_watch(request.uri()) {
+            true => http_body_util::Either::Right(StreamBody::new(futures::stream::pending())),
+            false => {
+                let map = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#;
+                http_body_util::Either::Left(Full::new(Bytes::from_static(map.as_bytes())))
+            }
+        };
+        Ok(Response::new(body))
+    }
+
+    #[tokio::test]
+    async fn requests_share_one_http2_connection_and_each_watch_has_its_own() {
+        let (config, accepted) = fake_api_server().await;
+        let client = builder(config).expect("client").build();
+        let maps: Api<ConfigMap> = Api::namespaced(client, "a");
+        maps.get("a").await.expect("the first GET");
+        let gets = (0..50).map(|_| maps.get("a"));
+        for got in futures::future::join_all(gets).await {
+            assert_eq!(got.expect("a GET").metadata.name.as_deref(), Some("a"));
+        }
+        let mut watches = Vec::new();
+        for _ in 0..3 {
+            watches.push(
+                maps.watch(&WatchParams::default(), "0")
+                    .await
+                    .expect("a watch"),
+            );
+        }
+        maps.get("a").await.expect("a GET beside the watches");
+        let accepted = accepted.lock().expect("lock").clone();
+        // kube's connector offers no ALPN: the server speaks HTTP/1.1, as the API server does.
+        let h2 = accepted
+            .iter()
+            .filter(|a| a.as_deref() == Some(b"h2"))
+            .count();
+        let h1 = accepted.iter().filter(|a| a.is_none()).count();
+        assert_eq!((h2, h1, accepted.len()), (1, 3, 4), "{accepted:?}");
+    }
 
     #[test]
     fn a_watch_is_told_by_its_query() {

@@ -3,7 +3,8 @@
 //! stores), `fleet_drain`. Building, on every replica: `to_model` and `model_cache`
 //! (ProxyConfigs, EndpointSlices and TLS Secrets → model), `departed`, `tls_secrets`,
 //! `builder` (→ translator → the Envoys). Backends: `services` (a Service port → its
-//! cluster). Writing status: `status`; Events: `events`. Leader election: `leader`. The Envoys are reached
+//! cluster). Writing status: `status`; Events: `events`. Leader election: `leader`. The API
+//! client's transport and limits: `api_client`, `rate_limit`. The Envoys are reached
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod api_client;

@@ -1,19 +1,21 @@
-//! The API client's transport: every request but a watch shares one HTTP/2 connection,
-//! and a watch keeps a connection of its own (HTTP/1.1, as kube's client makes every
-//! connection).
+//! The API client's transport: a client's requests but its watches share one HTTP/2
+//! connection, and a watch keeps a connection of its own (HTTP/1.1, as kube's client makes
+//! every connection).
 //!
 //! kube's client speaks HTTP/1.1 only, so each request in flight holds a TLS connection of
 //! its own, with its buffers, its dispatch channel and a place in the pool after. A leader
 //! rolling out thousands of routes keeps hundreds of reads and writes in flight (256
 //! reconciles at once, two reads each): the connections they opened were a sixth of the
 //! operator's heap at its peak through a cold start of 2000 routes. client-go multiplexes
-//! on HTTP/2 as the API server expects; here the requests do too.
+//! its requests on HTTP/2 (its watches too); here the requests do.
 //!
 //! Watches stay as they were: each lasts as long as the watch, and an API server caps the
 //! streams of one HTTP/2 connection (`--http2-max-streams-per-connection`), so watches of
 //! many namespaces on one connection could leave no stream for a write. hyper's pool
 //! opens no second HTTP/2 connection when one is full.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,9 +37,11 @@ pub type Transport = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>
 /// The same, for the requests' stack, which every client built from it shares.
 type Requests = BoxCloneService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
-/// How often an idle HTTP/2 connection is pinged: a load balancer in front of the API
-/// server that drops idle connections (often after 60 s or less) drops none of these, and
-/// a connection that stopped answering is found out (client-go pings after 30 s too).
+/// How often the HTTP/2 connection is pinged, requests in flight or not: a connection whose
+/// peer stopped answering without closing it is found out (20 s after a ping, hyper's
+/// default), and fails its requests instead of leaving them waiting; a load balancer
+/// that drops idle connections keeps this one while hyper's pool does (90 s idle).
+/// client-go pings after 30 s too.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// kube's client for `config`, with every request but a watch sent over HTTP/2.
@@ -47,8 +51,10 @@ pub fn builder(config: kube::Config) -> anyhow::Result<ClientBuilder<Split>> {
     Ok(builder.with_layer(&SplitLayer(requests)))
 }
 
-/// kube's own stack (base URI, retries of 429 and 503, authentication, extra headers) on
-/// a hyper client that offers HTTP/2 by ALPN and keeps what the API server accepts.
+/// kube's own stack (base URI, retries of 429, 503 and 504, authentication, extra headers)
+/// on a hyper client that offers HTTP/2 by ALPN and keeps what the API server accepts.
+/// kube's per-request tracing span is left out: a failed request's error reaches its
+/// caller, which reports it with its own context.
 fn requests_transport(config: &kube::Config) -> anyhow::Result<Requests> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -93,7 +99,71 @@ fn requests_transport(config: &kube::Config) -> anyhow::Result<Requests> {
         .map_response(|response| {
             response.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>)
         });
-    Ok(BoxCloneService::new(stack))
+    Ok(BoxCloneService::new(Opening::new(BoxCloneService::new(
+        stack,
+    ))))
+}
+
+/// Until a request was answered, the connection is still to be opened: the requests that
+/// come meanwhile wait for that answer instead of each starting a connection of its own.
+/// hyper starts a connect per request until one of them has negotiated HTTP/2, then drops
+/// the others: at a leader's start, hundreds of TLS handshakes for one connection kept.
+/// A request that fails (no connection, or a broken one) leaves the next to go alone
+/// again.
+#[derive(Clone)]
+struct Opening {
+    inner: Requests,
+    /// A request was answered, and none failed since.
+    open: Arc<AtomicBool>,
+    /// Held by the one request that may open the connection.
+    first: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Opening {
+    fn new(inner: Requests) -> Self {
+        Self {
+            inner,
+            open: Arc::default(),
+            first: Arc::default(),
+        }
+    }
+}
+
+impl Service<Request<Body>> for Opening {
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = <Requests as Service<Request<Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        if self.open.load(Ordering::Acquire) {
+            return answered(self.inner.call(request), self.open.clone());
+        }
+        let (inner, open, first) = (self.inner.clone(), self.open.clone(), self.first.clone());
+        Box::pin(async move {
+            let alone = first.lock().await;
+            if open.load(Ordering::Acquire) {
+                // Opened while this one waited: no need to go alone.
+                drop(alone);
+            }
+            answered(inner.oneshot(request), open).await
+        })
+    }
+}
+
+/// `response`, noting in `open` whether the connection answered.
+fn answered(
+    response: impl Future<Output = Result<Response<Box<DynBody>>, BoxError>> + Send + 'static,
+    open: Arc<AtomicBool>,
+) -> <Requests as Service<Request<Body>>>::Future {
+    Box::pin(async move {
+        let response = response.await;
+        open.store(response.is_ok(), Ordering::Release);
+        response
+    })
 }
 
 /// Puts [`Split`] under kube's client layers: what it is given is the stack kube built,
@@ -215,12 +285,12 @@ mod tests {
         (config, accepted)
     }
 
-    type Body = http_body_util::Either<
+    type ServerBody = http_body_util::Either<
         Full<Bytes>,
         StreamBody<futures::stream::Pending<Result<Frame<Bytes>, std::io::Error>>>,
     >;
 
-    async fn answer(request: Request<Incoming>) -> Result<Response<Body>, std::io::Error> {
+    async fn answer(request: Request<Incoming>) -> Result<Response<ServerBody>, std::io::Error> {
         let body = match is_watch(request.uri()) {
             true => http_body_util::Either::Right(StreamBody::new(futures::stream::pending())),
             false => {
@@ -231,12 +301,63 @@ mod tests {
         Ok(Response::new(body))
     }
 
+    /// A fake connection: the first request fails, the others are answered after a while;
+    /// counts the requests in flight at most, before and after the first answer.
+    #[derive(Clone, Default)]
+    struct Counted {
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        in_flight: Arc<std::sync::atomic::AtomicUsize>,
+        /// (in flight at most before the first answer, at most after it)
+        most: Arc<Mutex<(usize, usize)>>,
+    }
+
+    impl Counted {
+        async fn call(self) -> Result<Response<Box<DynBody>>, BoxError> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            {
+                let mut most = self.most.lock().expect("lock");
+                match call < 2 {
+                    true => most.0 = most.0.max(now),
+                    false => most.1 = most.1.max(now),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            match call {
+                0 => Err("no connection".into()),
+                _ => Ok(Response::new(
+                    Box::new(Full::new(Bytes::new()).map_err(BoxError::from)) as Box<DynBody>,
+                )),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn until_a_request_is_answered_requests_go_one_at_a_time() {
+        let counted = Counted::default();
+        let fake = counted.clone();
+        let inner = tower::service_fn(move |_: Request<Body>| fake.clone().call());
+        let opening = Opening::new(BoxCloneService::new(inner));
+        let send = |opening: &Opening| {
+            let opening = opening.clone();
+            async move { opening.oneshot(Request::new(Body::empty())).await }
+        };
+        let sent = futures::future::join_all((0..10).map(|_| send(&opening))).await;
+        // The first failed; the second went alone too, and was answered; the rest went on
+        // together.
+        assert_eq!(sent.iter().filter(|s| s.is_err()).count(), 1);
+        let most = *counted.most.lock().expect("lock");
+        assert_eq!(most.0, 1, "before the first answer: {most:?}");
+        assert!(most.1 > 1, "after it: {most:?}");
+    }
+
     #[tokio::test]
     async fn requests_share_one_http2_connection_and_each_watch_has_its_own() {
         let (config, accepted) = fake_api_server().await;
         let client = builder(config).expect("client").build();
         let maps: Api<ConfigMap> = Api::namespaced(client, "a");
-        maps.get("a").await.expect("the first GET");
+        // From cold: the first of them opens the connection, the others wait for it.
         let gets = (0..50).map(|_| maps.get("a"));
         for got in futures::future::join_all(gets).await {
             assert_eq!(got.expect("a GET").metadata.name.as_deref(), Some("a"));

@@ -216,10 +216,10 @@ async fn create_served_routes(rig: &mut Rig, count: usize) {
 /// measured 125.3–129.2 MiB, and the record was taken again there, with the remembered live
 /// versions (`rollout::served`) in (125.6–129.5 MiB), and again once the status writer and
 /// the model cache stopped keeping copies (115.0; 115.6–116.7 MiB in three runs after), and
-/// again once the API requests shared one HTTP/2 connection (100.4; 99.6 before it, 101.2
-/// and 101.4 after).
-/// The file-backed resident memory (binary, libraries), read at the end of each run, was
-/// 41.8–42.6 MiB. It runs alone
+/// again once each API client's requests shared one HTTP/2 connection (100.4; 99.6 before
+/// it, 101.2, 101.4 and 101.1 after). The file-backed resident memory (binary, libraries),
+/// read at the end of each run, was 41.8–42.6 MiB, and 41.5–43.3 MiB in the runs around the
+/// last record. It runs alone
 /// ([`ALONE`]). The record is the debug build's, the operator the tests run. More
 /// than 3 % off fails, either way: a regression must be found, a gain recorded, with
 /// `UPDATE_RSS=1 cargo test --test startup_gate peak_memory`. Less goes unseen: undoing the

@@ -5,8 +5,8 @@
 //! kube's client speaks HTTP/1.1 only, so each request in flight holds a TLS connection of
 //! its own, with its buffers, its dispatch channel and a place in the pool after. A leader
 //! rolling out thousands of routes keeps hundreds of reads and writes in flight (256
-//! reconciles at once, two reads each): the connections they opened were a sixth of the
-//! operator's heap at its peak through a cold start of 2000 routes. client-go multiplexes
+//! reconciles at once, two reads each): the connections they opened held ≈ 13 MiB of the
+//! operator's 105 MiB peak heap through a cold start of 2000 routes. client-go multiplexes
 //! its requests on HTTP/2 (its watches too); here the requests do.
 //!
 //! Watches stay as they were: each lasts as long as the watch, and an API server caps the
@@ -302,12 +302,13 @@ mod tests {
     }
 
     /// A fake connection: the first request fails, the others are answered after a while;
-    /// counts the requests in flight at most, before and after the first answer.
+    /// counts the requests in flight at most, before any was answered and after.
     #[derive(Clone, Default)]
     struct Counted {
         calls: Arc<std::sync::atomic::AtomicUsize>,
         in_flight: Arc<std::sync::atomic::AtomicUsize>,
-        /// (in flight at most before the first answer, at most after it)
+        answered: Arc<AtomicBool>,
+        /// (in flight at most before any request was answered, at most after)
         most: Arc<Mutex<(usize, usize)>>,
     }
 
@@ -317,19 +318,19 @@ mod tests {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             {
                 let mut most = self.most.lock().expect("lock");
-                match call < 2 {
-                    true => most.0 = most.0.max(now),
-                    false => most.1 = most.1.max(now),
+                match self.answered.load(Ordering::SeqCst) {
+                    false => most.0 = most.0.max(now),
+                    true => most.1 = most.1.max(now),
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            match call {
-                0 => Err("no connection".into()),
-                _ => Ok(Response::new(
-                    Box::new(Full::new(Bytes::new()).map_err(BoxError::from)) as Box<DynBody>,
-                )),
+            if call == 0 {
+                return Err("no connection".into());
             }
+            self.answered.store(true, Ordering::SeqCst);
+            let body = Full::new(Bytes::new()).map_err(BoxError::from);
+            Ok(Response::new(Box::new(body) as Box<DynBody>))
         }
     }
 
@@ -345,11 +346,11 @@ mod tests {
         };
         let sent = futures::future::join_all((0..10).map(|_| send(&opening))).await;
         // The first failed; the second went alone too, and was answered; the rest went on
-        // together.
+        // together: until one was answered, none started beside another.
         assert_eq!(sent.iter().filter(|s| s.is_err()).count(), 1);
         let most = *counted.most.lock().expect("lock");
-        assert_eq!(most.0, 1, "before the first answer: {most:?}");
-        assert!(most.1 > 1, "after it: {most:?}");
+        assert_eq!(most.0, 1, "before any answer: {most:?}");
+        assert!(most.1 > 1, "after one: {most:?}");
     }
 
     #[tokio::test]

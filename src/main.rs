@@ -223,6 +223,12 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let envoy_service = args.envoy_service.clone();
         let two_phase = !args.one_phase;
         let status_qps = args.status_qps;
+        let batching =
+            (!args.batch_window.is_zero()).then(|| switchyard::rollout::batch::Settings {
+                window: args.batch_window,
+                min: args.batch_min.max(2),
+                ..Default::default()
+            });
         let problems = problems.clone();
         let envoys = envoys.clone();
         let metrics = metrics.clone();
@@ -249,6 +255,10 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             let (reports, report_changes) = Reports::watch(&leases, &report_settings);
             // The Services are watched while leading only; the rest since the start.
             let watches = for_leader.start(&client);
+            // Every front-end's first ProxyConfigs, written together when they coincide.
+            let batches = batching.map(|settings| {
+                switchyard::rollout::Batches::new(client.clone(), watches.batches.clone(), settings)
+            });
             // One writer of every front-end's statuses, rate-limited together.
             let status = StatusWriter::start(
                 client.clone(),
@@ -281,6 +291,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                         status: status.clone(),
                         problems: problems.subscribe(),
                         reference_grace: grace,
+                        batches: batches.clone(),
                     };
                     gateway::controller::run(client.clone(), settings)
                 });
@@ -296,6 +307,7 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                     fleet,
                     metrics: metrics.clone(),
                     watches,
+                    batches: batches.clone(),
                 },
             );
             async move {
@@ -305,7 +317,13 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
                         gateways.await;
                     }
                 };
-                tokio::join!(rollout, gateways, fleet_view);
+                // Members taken out of their batches, and those standing for nothing.
+                let sweep = async {
+                    if let Some(batches) = batches {
+                        batches.sweep().await;
+                    }
+                };
+                tokio::join!(rollout, gateways, fleet_view, sweep);
             }
         }
     };

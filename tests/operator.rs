@@ -366,3 +366,88 @@ async fn header_values_are_sent_as_written_percent_signs_included() {
         );
     }
 }
+
+/// What the live (or probe) batches of the rig's namespace hold: member names.
+async fn batch_members(rig: &Rig, role: &str) -> Vec<String> {
+    let api =
+        kube::Api::<switchyard::api::ProxyConfig>::namespaced(rig.client.clone(), &rig.namespace);
+    let selector = format!("{}={role}", switchyard::api::proxy_config::BATCH_LABEL);
+    let batches = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap_or_else(|e| panic!("list {role} batches: {e}"));
+    let mut names: Vec<String> = batches
+        .items
+        .iter()
+        .flat_map(|b| b.spec.members.iter().map(|m| m.name.clone()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until `role`'s batches hold exactly `expected`.
+async fn wait_batch_members(rig: &Rig, role: &str, expected: &[String], within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let members = batch_members(rig, role).await;
+        if members == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{role} batches hold {members:?}, not {expected:?}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn first_rollouts_that_coincide_are_written_in_batches_and_each_route_leaves_its_own() {
+    const ROUTES: usize = 8;
+    let mut rig = Rig::start(2).await;
+    rig.add_backend("blue").await;
+    rig.add_backend("green").await;
+    // The routes are there before the operator starts: their first rollouts coincide
+    // (a window long enough for a slow machine to bring every one in).
+    let hosts: Vec<String> = (0..ROUTES).map(|i| format!("r{i}.test")).collect();
+    for (i, host) in hosts.iter().enumerate() {
+        rig.apply_route(&format!("r{i}"), &Rig::route_yaml(host, &[("blue", 1)]))
+            .await;
+    }
+    rig.start_operator("switchyard-1", &["--batch-window", "1s"]);
+    for i in 0..ROUTES {
+        rig.wait_ready(&format!("r{i}"), Duration::from_secs(60))
+            .await;
+    }
+    // Every step of each route happened (Ready: its live version served by every Envoy),
+    // and every route answers from its backend.
+    for host in &hosts {
+        assert_eq!(rig.answers_for(host).await, ["blue", "blue"], "{host}");
+    }
+    // Written as batches: no route has a ProxyConfig of its own; the probe batches are
+    // collected once their routes are served.
+    let live: Vec<String> = (0..ROUTES).map(|i| format!("r{i}-live")).collect();
+    assert_eq!(batch_members(&rig, "live").await, live);
+    assert!(rig.proxy_config("r0", "live").await.is_none());
+    wait_batch_members(&rig, "probe", &[], Duration::from_secs(10)).await;
+
+    // A later generation is the route's own ProxyConfig, and moves without a failed
+    // request; its member then leaves the batch.
+    let load = Load::start(rig.targets(), &hosts[0], 200, Duration::from_secs(60));
+    rig.apply_route("r0", &Rig::route_yaml(&hosts[0], &[("green", 1)]))
+        .await;
+    rig.wait_ready("r0", Duration::from_secs(30)).await;
+    assert_eq!(rig.answers_for(&hosts[0]).await, ["green", "green"]);
+    let report = load.finish().await;
+    assert_eq!(report.non_2xx(), 0, "{:?}", report.failures);
+    let own = rig.proxy_config("r0", "live").await;
+    assert_eq!(own.map(|pc| pc.spec.generation), Some(2));
+    wait_batch_members(&rig, "live", &live[1..], Duration::from_secs(10)).await;
+
+    // A route deleted leaves its batch too; the others keep answering.
+    rig.delete_route("r1").await;
+    wait_batch_members(&rig, "live", &live[2..], Duration::from_secs(10)).await;
+    for host in &hosts[2..] {
+        assert_eq!(rig.answers_for(host).await, ["blue", "blue"], "{host}");
+    }
+}

@@ -287,7 +287,7 @@ async fn a_proxy_config_write_decided_on_a_stale_read_is_refused_and_retried() {
         watcher::Config::default(),
     );
     assert!(store.ready().await, "the ProxyConfig watch lists");
-    let engine = ProxyConfigs::new(client.clone(), store);
+    let engine = ProxyConfigs::new(client.clone(), store, None);
     let spec = |version: &str| -> ProxyConfigSpec {
         serde_json::from_value(serde_json::json!({
             "role": "probe", "route": "web", "generation": 1, "version": version,

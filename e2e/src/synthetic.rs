@@ -142,6 +142,7 @@ pub fn k8s_objects(routes: usize, seed: u64) -> (Vec<ProxyConfig>, Vec<EndpointS
                 ProxyConfigSpec {
                     listener: None,
                     drain_period: None,
+                    members: Vec::new(),
                     route_created: None,
                     role: ProxyConfigRole::Live,
                     route: route.into(),

@@ -6,7 +6,9 @@
 //! switch (new ∪ live; only the new ones must have ready endpoints) and the routes on
 //! trial (every Envoy must accept them), `live` holds what serves user traffic.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +16,15 @@ pub use switchyard_core::route::{
     ResolvedBackend, ResolvedCluster, ResolvedListener, ResolvedRule, ResolvedTls,
     ResolvedVirtualHost,
 };
+
+/// When a live ProxyConfig's version was promoted: its drain period runs from then.
+pub const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+
+/// The label of a batch ProxyConfig (see [`ProxyConfigSpec::members`]); its value is the role.
+pub const BATCH_LABEL: &str = "switchyard.dev/batch";
+
+/// On a batch member as the watch's store shows it: the batch it is in.
+pub const IN_BATCH: &str = "switchyard.dev/in-batch";
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -69,10 +80,56 @@ pub struct ProxyConfigSpec {
     /// endpoints as long (the longest of its routes'), so the route can move off it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_period: Option<String>,
+    /// A batch (labelled `switchyard.dev/batch`): the ProxyConfigs of this role of many
+    /// units, written at once when their first rollouts coincide (a start with thousands
+    /// of routes to bring up, a sync creating many). Every replica serves each member as
+    /// if it were a ProxyConfig of its own, unless the unit has one of that name, which
+    /// then wins. The other fields of a batch describe no unit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<BatchMember>,
+}
+
+/// One unit's ProxyConfig inside a batch: what its own object would carry.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchMember {
+    /// The name its own ProxyConfig would have (`<unit>-probe`, `<unit>-live`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The object its own ProxyConfig would belong to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerReference>,
+    /// Live role: when this version was promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_at: Option<String>,
+    /// Its spec, as its own ProxyConfig would hold it (checked by Switchyard, which alone
+    /// writes it, not by the API server again).
+    #[schemars(schema_with = "opaque_object")]
+    pub spec: ProxyConfigSpec,
+}
+
+/// An object the API server keeps as it is: a batch member's spec has the schema of a
+/// ProxyConfig's, which Switchyard checked when it wrote it.
+fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 #[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+    schemars::JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyConfigRole {

@@ -92,6 +92,9 @@ pub struct Settings {
     /// How long a served route's change waits for a Service or ReferenceGrant its
     /// backendRefs name before it is served answering 500 (see [`grace`]).
     pub reference_grace: Duration,
+    /// Where units' first ProxyConfigs may be written together (this term's, shared with
+    /// the other front-ends).
+    pub batches: Option<Arc<crate::rollout::Batches>>,
 }
 
 /// Runs until the returned future is dropped (when leadership is lost).
@@ -104,6 +107,7 @@ pub async fn run(client: Client, settings: Settings) {
         fleet: settings.watches.fleet.clone(),
         problems: settings.problems.clone(),
         recorder: EventRecorder::new(&client),
+        batches: settings.batches.clone(),
     };
     let mut rollout = Rollout::new(
         client.clone(),

@@ -140,6 +140,8 @@ pub struct Sources {
     /// What this replica's snapshot builder left out.
     pub problems: watch::Receiver<Vec<Problem>>,
     pub recorder: EventRecorder,
+    /// Where units' first ProxyConfigs may be written together.
+    pub batches: Option<std::sync::Arc<crate::rollout::Batches>>,
 }
 
 impl Rollout {
@@ -152,7 +154,7 @@ impl Rollout {
         two_phase: bool,
     ) -> Self {
         Self {
-            proxy_configs: ProxyConfigs::new(client, store),
+            proxy_configs: ProxyConfigs::new(client, store, sources.batches),
             prober: sources.prober,
             controller,
             two_phase,

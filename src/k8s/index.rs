@@ -15,9 +15,10 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
+use super::batches::BatchView;
 use super::model_cache::{ObjectKey, Objects};
 use super::to_model::SERVICE_NAME_LABEL;
-use super::watched::{View, Watched};
+use super::watched::{Expand, View, Watched};
 use crate::api::ProxyConfig;
 
 /// Which namespaces Switchyard watches.
@@ -58,7 +59,10 @@ impl Scope {
 
 /// What every replica watches to build its snapshot.
 pub struct Index {
+    /// Every member of a batch stored as a ProxyConfig of its own ([`super::batches`]).
     pub proxy_configs: Watched<ProxyConfig>,
+    /// The batches behind them.
+    pub batches: BatchView,
     /// EndpointSlices that belong to a Service, the fleet's among them: their namespace is
     /// watched too, whatever the scope.
     pub endpoint_slices: Watched<EndpointSlice>,
@@ -74,8 +78,19 @@ impl Index {
         let changes = Arc::new(watch::channel(0).0);
         let slices = watcher::Config::default().labels(SERVICE_NAME_LABEL);
         let secrets = watcher::Config::default().fields("type=kubernetes.io/tls");
+        let batches = BatchView::default();
+        let expand = || -> Expand<ProxyConfig> {
+            let mut expander = batches.expander();
+            Box::new(move |event, store| expander.expand(event, store))
+        };
+        let proxy_configs = Watched::start_tracked_expanded(
+            scope.apis(client),
+            watcher::Config::default(),
+            &expand,
+        );
         let index = Self {
-            proxy_configs: Watched::start_tracked(scope.apis(client), watcher::Config::default()),
+            proxy_configs,
+            batches,
             endpoint_slices: Watched::start_tracked(
                 scope.with(fleet_namespace).apis(client),
                 slices,
@@ -130,6 +145,7 @@ pub struct Watches {
     /// The namespaces watched (the fleet's as well, for Services and EndpointSlices).
     pub scope: Scope,
     pub proxy_configs: Watched<ProxyConfig>,
+    pub batches: BatchView,
     /// Every Service in scope and in the fleet's namespace (where each Gateway gets one).
     pub services: Watched<Service>,
     pub tls_secrets: Watched<Secret>,
@@ -143,6 +159,7 @@ pub struct ForLeader {
     scope: Scope,
     fleet_namespace: String,
     proxy_configs: Watched<ProxyConfig>,
+    batches: BatchView,
     tls_secrets: Watched<Secret>,
     fleet: View<EndpointSlice>,
 }
@@ -153,6 +170,7 @@ impl ForLeader {
             scope: scope.clone(),
             fleet_namespace: fleet_ns.to_string(),
             proxy_configs: index.proxy_configs.clone(),
+            batches: index.batches.clone(),
             tls_secrets: index.tls_secrets.clone(),
             fleet,
         }
@@ -164,6 +182,7 @@ impl ForLeader {
         Watches {
             scope: self.scope.clone(),
             proxy_configs: self.proxy_configs.clone(),
+            batches: self.batches.clone(),
             services: Watched::start(
                 self.scope.with(&self.fleet_namespace).apis(client),
                 watcher::Config::default(),

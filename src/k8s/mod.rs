@@ -8,6 +8,7 @@
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
 
 pub mod api_client;
+pub mod batches;
 pub mod builder;
 pub mod built_from;
 pub mod departed;

@@ -356,6 +356,7 @@ mod tests {
             "gw-edge-443-live",
             ProxyConfigSpec {
                 drain_period: None,
+                members: Vec::new(),
                 role: ProxyConfigRole::Live,
                 route: "gw-edge-443".into(),
                 listener: Some(ResolvedListener {

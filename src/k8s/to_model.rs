@@ -302,6 +302,7 @@ mod tests {
             &format!("{route}-live"),
             ProxyConfigSpec {
                 drain_period: None,
+                members: Vec::new(),
                 listener: None,
                 route_created: None,
                 role: ProxyConfigRole::Live,

@@ -27,6 +27,10 @@ use super::model_cache::{ObjectKey, key_of};
 /// Which objects of a kind a reader cares about.
 pub type Filter<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
 
+/// What one store of a watch takes for each of its events, given the store as it is: the
+/// ProxyConfig watch shows each member of a batch as an object of its own (`batches`).
+pub type Expand<K> = Box<dyn FnMut(watcher::Event<K>, &Store<K>) -> Vec<watcher::Event<K>> + Send>;
+
 /// One kind, reflected in one store per watched namespace.
 pub struct Watched<K: Resource + 'static>
 where
@@ -116,26 +120,48 @@ where
 {
     /// Reflects every API (one per namespace) until the last handle is dropped.
     pub fn start(apis: Vec<Api<K>>, config: watcher::Config) -> Self {
-        Self::start_with(apis, config, None)
+        Self::start_with(apis, config, None, None)
     }
 
     /// [`Watched::start`], also keeping which objects changed for [`Watched::take_touched`].
     /// Only one reader may take them: the snapshot builder.
     pub fn start_tracked(apis: Vec<Api<K>>, config: watcher::Config) -> Self {
         let touched = Arc::new(Mutex::new(Touches::<K>::default()));
-        Self::start_with(apis, config, Some(touched))
+        Self::start_with(apis, config, Some(touched), None)
+    }
+
+    /// [`Watched::start_tracked`], each store taking what `expand` (one per store) makes
+    /// of its events: every reader sees what the store holds.
+    pub fn start_tracked_expanded(
+        apis: Vec<Api<K>>,
+        config: watcher::Config,
+        expand: &dyn Fn() -> Expand<K>,
+    ) -> Self {
+        let touched = Arc::new(Mutex::new(Touches::<K>::default()));
+        Self::start_with(apis, config, Some(touched), Some(expand))
     }
 
     fn start_with(
         apis: Vec<Api<K>>,
         config: watcher::Config,
         touched: Option<Arc<Mutex<Touches<K>>>>,
+        expand: Option<&dyn Fn() -> Expand<K>>,
     ) -> Self {
         let readers = Arc::new(Readers::default());
         let (stores, reflectors) = apis
             .into_iter()
             .enumerate()
-            .map(|(i, api)| reflect(i, api, config.clone(), readers.clone(), touched.clone()))
+            .map(|(i, api)| {
+                let expand = expand.map(|make| make());
+                reflect(
+                    i,
+                    api,
+                    config.clone(),
+                    readers.clone(),
+                    touched.clone(),
+                    expand,
+                )
+            })
             .unzip();
         Self {
             stores,
@@ -464,6 +490,7 @@ fn reflect<K>(
     config: watcher::Config,
     readers: Arc<Readers<K>>,
     touched: Option<Arc<Mutex<Touches<K>>>>,
+    expand: Option<Expand<K>>,
 ) -> (Store<K>, TaskGuard)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -473,11 +500,26 @@ where
     let kind = K::kind(&K::DynamicType::default()).to_string();
     let reader = store.clone();
     let task = tokio::spawn(async move {
-        let mut events = watcher(api, config)
+        let events = watcher(api, config)
             .backoff(WatchBackoff::default())
-            .modify(forget_bookkeeping)
-            .reflect(writer)
-            .boxed();
+            .modify(forget_bookkeeping);
+        let events = match expand {
+            // The store takes each event the expansion makes before the expansion sees the
+            // next one of the watch.
+            Some(mut expand) => {
+                let store = reader.clone();
+                let expanded = events.flat_map(move |event| {
+                    let events: Vec<_> = match event {
+                        Ok(event) => expand(event, &store).into_iter().map(Ok).collect(),
+                        Err(error) => vec![Err(error)],
+                    };
+                    futures::stream::iter(events)
+                });
+                expanded.boxed()
+            }
+            None => events.boxed(),
+        };
+        let mut events = events.reflect(writer).boxed();
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {

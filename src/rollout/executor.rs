@@ -157,8 +157,20 @@ pub async fn advance(
             Step::Stage(spec) => {
                 let name = probe_name(unit.unit.name);
                 let current = held.probe.as_ref();
-                let written = proxy_configs.apply(&unit.unit, &name, spec, None, current);
-                match refusal(written.await)? {
+                // A first rollout's write may be shared with others that coincide.
+                let written = match (&held.live, current) {
+                    (None, None) => {
+                        proxy_configs
+                            .create_first(&unit.unit, &name, spec, None)
+                            .await
+                    }
+                    _ => {
+                        proxy_configs
+                            .apply(&unit.unit, &name, spec, None, current)
+                            .await
+                    }
+                };
+                match refusal(written)? {
                     Ok(pc) => held.probe = Some(pc),
                     Err(refused) => return Ok(End::Refused(refused)),
                 }
@@ -186,8 +198,15 @@ pub async fn advance(
                 let first = live.is_none_or(|l| l.spec.version != spec.version);
                 let promoted_at = promotion_time(live, &spec.version);
                 let name = live_name(unit.unit.name);
-                let written = proxy_configs.apply(&unit.unit, &name, spec, promoted_at, live);
-                match refusal(written.await)? {
+                let written = match live {
+                    None => {
+                        (proxy_configs.create_first(&unit.unit, &name, spec, promoted_at)).await
+                    }
+                    Some(_) => {
+                        (proxy_configs.apply(&unit.unit, &name, spec, promoted_at, live)).await
+                    }
+                };
+                match refusal(written)? {
                     Ok(pc) => held.live = Some(pc),
                     Err(refused) => return Ok(End::Refused(refused)),
                 }

@@ -50,6 +50,13 @@ impl Known {
         }
     }
 
+    /// Whether anything is known of `key`: what the API server answered, or a write on
+    /// its way.
+    pub(super) fn knows(&self, key: &ObjectKey) -> bool {
+        let state = self.lock();
+        state.answered.contains_key(key) || state.sending.contains_key(key)
+    }
+
     /// The API server answered with `pc` (None: there is none).
     pub(super) fn saw(&self, key: ObjectKey, pc: Option<&ProxyConfig>) {
         let mut state = self.lock();

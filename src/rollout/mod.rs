@@ -7,11 +7,14 @@
 //! - [`shift`]: the decision, pure: from what the API server holds, the next step;
 //! - [`spec`]: a unit's two ProxyConfig specs and names, and why a unit is not served;
 //! - [`proxy_configs`]: reading them, and writing and deleting them conditionally;
+//! - [`batch`]: writing many units' ProxyConfigs as one object when their first rollouts
+//!   coincide;
 //! - [`fleet`]: the Envoys a verification must hear from;
 //! - [`lagging`]: when an Event names the Envoys that hold a unit back;
 //! - [`served`]: the live versions the whole fleet was seen serving, not asked again;
 //! - [`clock`]: how long each step took, for the step histogram.
 
+pub mod batch;
 pub mod clock;
 pub mod executor;
 pub mod fleet;
@@ -24,6 +27,7 @@ pub mod spec;
 
 use std::time::Duration;
 
+pub use batch::Batches;
 pub use fleet::{fleet_addresses, fleet_pods, named_by_pod};
 pub use proxy_configs::{
     Owner, ProxyConfigs, UnitRef, promoted_ago, promotion_time, unchanged_since,
@@ -33,8 +37,7 @@ pub use spec::{RouteError, live_name, probe_name, proxy_config_spec};
 /// The field manager of every ProxyConfig the engine writes.
 pub const FIELD_MANAGER: &str = "switchyard";
 
-/// When a live ProxyConfig's version was promoted: its drain period runs from then.
-pub const PROMOTED_AT: &str = "switchyard.dev/promoted-at";
+pub use crate::api::proxy_config::PROMOTED_AT;
 
 /// The label naming the unit a ProxyConfig belongs to (by [`label_value`]).
 pub const ROUTE_LABEL: &str = "switchyard.dev/route";

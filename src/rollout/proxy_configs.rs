@@ -14,9 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 
+use super::batch::{Batches, Created};
 use super::known::Known;
 use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL, label_value};
 use crate::api::{ProxyConfig, ProxyConfigSpec};
+use crate::k8s::batches::{batch_of, member_object};
 use crate::k8s::model_cache::ObjectKey;
 use crate::k8s::watched::{Filter, Watched};
 
@@ -97,15 +99,19 @@ pub struct ProxyConfigs {
     client: Client,
     store: Watched<ProxyConfig>,
     known: Arc<Known>,
+    /// Where ProxyConfigs to be created may be written together (none: each alone).
+    batches: Option<Arc<Batches>>,
 }
 
 impl ProxyConfigs {
-    /// `store`: a watch holding at least these units' ProxyConfigs.
-    pub fn new(client: Client, store: Watched<ProxyConfig>) -> Self {
+    /// `store`: a watch holding at least these units' ProxyConfigs (batches shown as their
+    /// members: `k8s::batches`).
+    pub fn new(client: Client, store: Watched<ProxyConfig>, batches: Option<Arc<Batches>>) -> Self {
         Self {
             client,
             store,
             known: Arc::default(),
+            batches,
         }
     }
 
@@ -126,16 +132,69 @@ impl ProxyConfigs {
     /// replica can tell: from the store when it agrees with the last answer, else asked.
     pub async fn read(&self, namespace: &str, name: &str) -> Result<Option<ProxyConfig>, Error> {
         let key = (namespace.to_owned(), name.to_owned());
-        if let Some(pc) = self.known.stored_if_current(&key, self.store.get(&key)) {
+        let stored = self.store.get(&key);
+        if stored.is_none() && !self.known.knows(&key) {
+            // Nothing this leader wrote or read, and the watch's store (complete before
+            // any pass runs) holds none: there is none as far as a read could tell. At a
+            // start with 10k routes to roll out, that was two reads answering 404 per
+            // route. (A create is no more conditional after a read: an apply without a
+            // resourceVersion creates or overwrites alike.)
+            self.known.saw(key, None);
+            return Ok(None);
+        }
+        if let Some(pc) = self.known.stored_if_current(&key, stored) {
             return Ok(pc);
         }
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
-        let pc = api.get_opt(name).await.map_err(|source| Error::Read {
-            name: name.to_owned(),
-            source,
-        })?;
+        let read_error = |name: &str| {
+            let name = name.to_owned();
+            move |source| Error::Read { name, source }
+        };
+        let mut pc = api.get_opt(name).await.map_err(read_error(name))?;
+        // None of its own: a batch the store shows it in may hold it.
+        if pc.is_none()
+            && let Some(stored) = self.store.get(&key)
+            && let Some(batch) = batch_of(&stored)
+        {
+            let batch = api.get_opt(batch).await.map_err(read_error(batch))?;
+            pc = batch.and_then(|batch| {
+                let member = batch.spec.members.iter().find(|m| m.name == name)?;
+                Some(member_object(&batch, member))
+            });
+        }
         self.known.saw(key, pc.as_ref());
         Ok(pc)
+    }
+
+    /// Creates `unit`'s first ProxyConfig `name` (the unit has nothing live, and none of
+    /// this name): in a batch when others come at the same time ([`Batches::create`]),
+    /// else as [`ProxyConfigs::apply`] does.
+    pub async fn create_first(
+        &self,
+        unit: &UnitRef<'_>,
+        name: &str,
+        spec: ProxyConfigSpec,
+        promoted_at: Option<String>,
+    ) -> Result<ProxyConfig, Error> {
+        if let Some(batches) = &self.batches {
+            let namespace = unit.namespace;
+            let mut pc = desired(name, unit, spec.clone(), promoted_at.clone(), None);
+            pc.metadata.namespace = Some(namespace.to_owned());
+            let key = (namespace.to_owned(), name.to_owned());
+            self.known.sending(key.clone(), &pc);
+            match batches.create(pc).await {
+                Ok(Created::Batched(member)) => {
+                    self.known.saw(key, Some(&member));
+                    return Ok(*member);
+                }
+                Ok(Created::Alone) => {}
+                Err(error) => {
+                    self.known.forget(&key);
+                    return Err(error);
+                }
+            }
+        }
+        self.apply(unit, name, spec, promoted_at, None).await
     }
 
     /// Server-side applies `spec` as `unit`'s ProxyConfig `name`, conditional on
@@ -151,6 +210,9 @@ impl ProxyConfigs {
     ) -> Result<ProxyConfig, Error> {
         let namespace = unit.namespace;
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
+        // A member of a batch is taken over by an object of the unit's own, created here;
+        // the member, then standing for nothing, leaves its batch (`Batches::sweep`).
+        let current = current.filter(|c| batch_of(c).is_none());
         let pc = desired(name, unit, spec, promoted_at, current);
         let key = (namespace.to_owned(), name.to_owned());
         self.known.sending(key.clone(), &pc);
@@ -178,12 +240,22 @@ impl ProxyConfigs {
         name: &str,
         current: Option<&ProxyConfig>,
     ) -> Result<(), Error> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(batch) = current.and_then(batch_of)
+            && let Some(batches) = &self.batches
+        {
+            let removed = batches.remove(namespace, batch, name).await;
+            match &removed {
+                Ok(()) => self.known.saw(key, None),
+                Err(_) => self.known.forget(&key),
+            }
+            return removed;
+        }
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
         let params = DeleteParams {
             preconditions: current.map(unchanged_since),
             ..DeleteParams::default()
         };
-        let key = (namespace.to_owned(), name.to_owned());
         match api.delete(name, &params).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}

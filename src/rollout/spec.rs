@@ -90,6 +90,7 @@ pub fn proxy_config_spec(
             ProxyConfigRole::Probe => None,
         },
         drain_period: None,
+        members: Vec::new(),
     }
 }
 

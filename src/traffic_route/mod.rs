@@ -142,6 +142,9 @@ pub struct Settings {
     /// The process's watches: ProxyConfigs, Services and the fleet's EndpointSlices are
     /// read there, never watched again here.
     pub watches: Watches,
+    /// Where routes' first ProxyConfigs may be written together (this term's, shared with
+    /// the other front-ends).
+    pub batches: Option<Arc<crate::rollout::Batches>>,
 }
 
 pub(super) struct Context {
@@ -221,7 +224,11 @@ pub async fn run(client: Client, settings: Settings) {
     let converged_at = ConvergedAt::default();
     let tracker = track_convergence(settings.envoys.clone(), converged_tx, converged_at.clone());
     let context = Arc::new(Context {
-        proxy_configs: ProxyConfigs::new(client.clone(), watches.proxy_configs.clone()),
+        proxy_configs: ProxyConfigs::new(
+            client.clone(),
+            watches.proxy_configs.clone(),
+            settings.batches.clone(),
+        ),
         status: settings.status.clone(),
         settings,
         services: watches.services.clone(),

@@ -11,6 +11,7 @@ fn live(route: &str, services: &[&str], version: &str) -> ProxyConfig {
         &format!("{route}-live"),
         ProxyConfigSpec {
             drain_period: None,
+            members: Vec::new(),
             listener: None,
             route_created: None,
             role: ProxyConfigRole::Live,

@@ -223,12 +223,11 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
         let envoy_service = args.envoy_service.clone();
         let two_phase = !args.one_phase;
         let status_qps = args.status_qps;
-        let batching =
-            (!args.batch_window.is_zero()).then(|| switchyard::rollout::batch::Settings {
-                window: args.batch_window,
-                min: args.batch_min.max(2),
-                ..Default::default()
-            });
+        let batching = switchyard::rollout::batch::Settings {
+            window: args.batch_window,
+            min: args.batch_min.max(2),
+            ..Default::default()
+        };
         let problems = problems.clone();
         let envoys = envoys.clone();
         let metrics = metrics.clone();
@@ -256,9 +255,13 @@ async fn run_operator(args: OperatorArgs) -> anyhow::Result<()> {
             // The Services are watched while leading only; the rest since the start.
             let watches = for_leader.start(&client);
             // Every front-end's first ProxyConfigs, written together when they coincide.
-            let batches = batching.map(|settings| {
-                switchyard::rollout::Batches::new(client.clone(), watches.batches.clone(), settings)
-            });
+            // (With a window of 0 nothing new is batched; the batches there are still lose
+            // their members as they go.)
+            let batches = Some(switchyard::rollout::Batches::new(
+                client.clone(),
+                watches.batches.clone(),
+                batching,
+            ));
             // One writer of every front-end's statuses, rate-limited together.
             let status = StatusWriter::start(
                 client.clone(),

@@ -174,14 +174,15 @@ pub(crate) struct OperatorArgs {
     /// of their drain periods instead. 0s: nothing is held.
     #[arg(long, env = "SWITCHYARD_HOLD", default_value = "10s", value_parser = parse_duration)]
     pub(crate) hold: Duration,
-    /// How long a unit's first ProxyConfig (it has none of that role yet) waits for others
-    /// of its namespace, to be written with them as one batch when at least
-    /// `--batch-min` come: a start or a sync bringing up thousands of routes then writes
-    /// a batch where it wrote an object per route. 0s: each is written alone.
+    /// How long the first ProxyConfigs of a unit with nothing live yet wait for others of
+    /// its namespace, to be written with them as one batch when at least `--batch-min`
+    /// come: a start or a sync bringing up thousands of routes then writes a batch where
+    /// it wrote an object per route. 0s: each is written alone (batches already written
+    /// still lose their members as they go).
     #[arg(long, env = "SWITCHYARD_BATCH_WINDOW", default_value = "20ms", value_parser = parse_duration)]
     pub(crate) batch_window: Duration,
-    /// Fewer first ProxyConfigs than this coming within `--batch-window` are each
-    /// written alone.
+    /// Fewer first ProxyConfigs than this (at least 2) coming within `--batch-window`
+    /// are each written alone.
     #[arg(long, env = "SWITCHYARD_BATCH_MIN", default_value_t = 4)]
     pub(crate) batch_min: usize,
     /// DIAGNOSTIC ONLY: write the live config directly, without staging and verifying new

@@ -11,16 +11,18 @@
 //!
 //! Which object stands for a name, on every replica alike (I6): the unit's own ProxyConfig
 //! of that name if there is one (a unit's later generations are written as its own
-//! objects, which so take over from the batch); else the member of the batch whose name
-//! sorts first (a name is in two batches only when a write's answer was lost and the unit
-//! was written again). A member that stands for nothing is hidden, and the engine takes it
-//! out of its batch ([`BatchView::hidden`]).
+//! objects, which so take over from the batch); else, of the batches holding a member of
+//! that name (two only when a write's answer was lost and the unit was written again),
+//! the member of the highest generation, then of the batch created last, then of the
+//! batch whose name sorts first. A member that stands for nothing is hidden, and the
+//! engine takes it out of its batch ([`BatchView::hidden`]).
 //!
 //! No I/O: fed the watch's events one by one, with the store they go to, it returns the
 //! events the store takes instead.
 //!
 //! [`ProxyConfigSpec::members`]: crate::api::ProxyConfigSpec::members
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -44,8 +46,8 @@ pub fn batch_of(pc: &ProxyConfig) -> Option<&str> {
 }
 
 /// Member `member` of `batch`, as a ProxyConfig of its own. Its resourceVersion names the
-/// batch object (its uid): a member never changes inside a batch, so a rewrite of the batch
-/// that takes others out leaves it as it was.
+/// batch object (its name and uid): a member never changes inside a batch, so a rewrite of
+/// the batch that takes others out leaves it as it was.
 pub fn member_object(batch: &ProxyConfig, member: &BatchMember) -> ProxyConfig {
     let mut annotations = BTreeMap::from([(IN_BATCH.to_owned(), batch.name_any())]);
     if let Some(at) = &member.promoted_at {
@@ -57,7 +59,7 @@ pub fn member_object(batch: &ProxyConfig, member: &BatchMember) -> ProxyConfig {
         labels: (!member.labels.is_empty()).then(|| member.labels.clone()),
         annotations: Some(annotations),
         owner_references: member.owner.clone().map(|o| vec![o]),
-        resource_version: Some(format!("batch.{}", batch.uid().unwrap_or_default())),
+        resource_version: Some(member_version(&batch.name_any(), batch.uid().as_deref())),
         creation_timestamp: batch.metadata.creation_timestamp.clone(),
         deletion_timestamp: batch.metadata.deletion_timestamp.clone(),
         ..ObjectMeta::default()
@@ -66,6 +68,20 @@ pub fn member_object(batch: &ProxyConfig, member: &BatchMember) -> ProxyConfig {
         metadata,
         spec: member.spec.clone(),
     }
+}
+
+/// The resourceVersion of a member of `batch` (of uid `uid`): it names the batch, so that
+/// a reader who knows only the version knows where to read the member.
+fn member_version(batch: &str, uid: Option<&str>) -> String {
+    format!("{MEMBER_VERSION}{batch}/{}", uid.unwrap_or_default())
+}
+
+const MEMBER_VERSION: &str = "batch/";
+
+/// The batch a member's resourceVersion names (see [`member_object`]).
+pub fn batch_of_version(version: &str) -> Option<&str> {
+    let rest = version.strip_prefix(MEMBER_VERSION)?;
+    rest.split_once('/').map(|(batch, _)| batch)
 }
 
 /// What the watch's stores hold of batches, for the engine.
@@ -106,6 +122,21 @@ impl BatchView {
     }
 }
 
+impl BatchView {
+    /// The batches holding a member named `key`, shown or not.
+    pub fn holding(&self, key: &ObjectKey) -> Vec<String> {
+        let states = lock(&self.states).clone();
+        let mut batches = Vec::new();
+        for state in states {
+            let state = lock(&state);
+            if let Some(holders) = state.holders.get(key) {
+                batches.extend(holders.keys().map(|r| r.2.clone()));
+            }
+        }
+        batches
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -113,6 +144,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The expansion of one store's events.
 pub struct Expander {
     state: Arc<Mutex<State>>,
+}
+
+/// Which of the batches holding one name stands for it: the first in this order, the
+/// member of the highest generation, then of the batch created last (a unit written
+/// again after an answer was lost), then of the batch whose name sorts first.
+type Rank = (Reverse<i64>, Reverse<i64>, String);
+
+fn rank(batch: &ProxyConfig, member: &BatchMember) -> Rank {
+    let created = batch.metadata.creation_timestamp.as_ref();
+    (
+        Reverse(member.spec.generation),
+        Reverse(created.map_or(0, |t| t.0.as_second())),
+        batch.name_any(),
+    )
+}
+
+/// The entry of `batch` among `holders`.
+fn entry_of<'a>(
+    holders: &'a mut BTreeMap<Rank, Option<Arc<ProxyConfig>>>,
+    batch: &str,
+) -> Option<&'a mut Option<Arc<ProxyConfig>>> {
+    holders
+        .iter_mut()
+        .find(|(r, _)| r.2 == batch)
+        .map(|(_, v)| v)
 }
 
 #[derive(Default)]
@@ -124,7 +180,7 @@ struct State {
     /// Member name (namespace, name) → the batches holding one, by batch name; a hidden
     /// member's object is kept here (to show it when what hid it goes), a shown one is
     /// the store's.
-    holders: HashMap<ObjectKey, BTreeMap<String, Option<Arc<ProxyConfig>>>>,
+    holders: HashMap<ObjectKey, BTreeMap<Rank, Option<Arc<ProxyConfig>>>>,
     /// A relist under way: the state it builds, which replaces this one when it is done.
     relist: Option<Box<State>>,
 }
@@ -136,7 +192,7 @@ impl State {
             return None;
         }
         let holders = self.holders.get(key)?;
-        holders.keys().next().map(String::as_str)
+        holders.keys().next().map(|r| r.2.as_str())
     }
 
     /// Takes a batch's members as they are now (none: it is gone); returns the names
@@ -161,7 +217,7 @@ impl State {
         for gone in before.iter().filter(|n| !members.contains_key(n.as_str())) {
             let member = (key.0.clone(), gone.clone());
             if let Some(holders) = self.holders.get_mut(&member) {
-                holders.remove(&name);
+                holders.retain(|r, _| r.2 != name);
                 if holders.is_empty() {
                     self.holders.remove(&member);
                 }
@@ -173,8 +229,9 @@ impl State {
                 continue;
             }
             let object = Arc::new(member_object(batch, member));
+            let rank = rank(batch, member);
             let member = (key.0.clone(), member_name.to_owned());
-            (self.holders.entry(member.clone()).or_default()).insert(name.clone(), Some(object));
+            (self.holders.entry(member.clone()).or_default()).insert(rank, Some(object));
             changed.push(member);
         }
         changed
@@ -204,7 +261,7 @@ impl Expander {
                 if let Some(shown) = store.get(&object_ref(&key))
                     && let Some(batch) = batch_of(&shown)
                     && let Some(holders) = state.holders.get_mut(&key)
-                    && let Some(kept) = holders.get_mut(batch)
+                    && let Some(kept) = entry_of(holders, batch)
                 {
                     *kept = Some(shown);
                 }
@@ -274,12 +331,12 @@ fn show(
         let Some(first) = holders.keys().next().cloned() else {
             continue;
         };
-        if stored_batch.as_deref() == Some(first.as_str()) {
+        if stored_batch.as_deref() == Some(first.2.as_str()) {
             continue;
         }
         // The member shown until now (of another batch) is hidden from here on: keep it.
         if let (Some(stored), Some(batch)) = (&stored, &stored_batch)
-            && let Some(slot) = holders.get_mut(batch)
+            && let Some(slot) = entry_of(holders, batch)
         {
             *slot = Some(stored.clone());
         }

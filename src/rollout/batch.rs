@@ -104,6 +104,9 @@ impl Batches {
     /// Creates `pc` (a unit's ProxyConfig, named and namespaced) in a batch with others
     /// that come within the window, or says to write it alone.
     pub async fn create(self: &Arc<Self>, pc: ProxyConfig) -> Result<Created, Error> {
+        if self.settings.window.is_zero() {
+            return Ok(Created::Alone);
+        }
         let key = (pc.namespace().unwrap_or_default(), pc.spec.role);
         let (reply, answer) = oneshot::channel();
         let queue = {
@@ -125,6 +128,11 @@ impl Batches {
             return Ok(Created::Alone);
         }
         answer.await.unwrap_or(Ok(Created::Alone))
+    }
+
+    /// The batches holding a member named `key` (namespace, name).
+    pub fn holding(&self, key: &ObjectKey) -> Vec<String> {
+        self.view.holding(key)
     }
 
     /// Takes member `name` out of `batch` (of `namespace`).
@@ -152,6 +160,7 @@ impl Batches {
             return;
         };
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pending: BTreeMap<ObjectKey, Pending> = BTreeMap::new();
         loop {
             tokio::select! {
@@ -182,7 +191,7 @@ impl Batches {
                         Ok(()) => Ok(()),
                         Err(error) => Err(Error::Write {
                             name: batch.1.clone(),
-                            source: kube::Error::Service(error.to_string().into()),
+                            source: copy(error.source()),
                         }),
                     });
                 }
@@ -274,6 +283,7 @@ impl Writer {
             while let Ok(entry) = entries.try_recv() {
                 waiting.push(entry);
             }
+            let waiting = latest_of_each(waiting);
             if waiting.len() < self.settings.min {
                 for (_, reply) in waiting {
                     let _ = reply.send(Ok(Created::Alone));
@@ -316,15 +326,23 @@ impl Writer {
                 }
             }
             Err(error) => {
-                let message = error.to_string();
                 for (pc, reply) in entries {
                     let _ = reply.send(Err(Error::Write {
                         name: pc.name_any(),
-                        source: kube::Error::Service(message.clone().into()),
+                        source: copy(&error),
                     }));
                 }
             }
         }
+    }
+}
+
+/// An error told to each of several waiting on one request: the API server's status as
+/// it is (the retry policy reads its code), anything else as its words.
+fn copy(error: &kube::Error) -> kube::Error {
+    match error {
+        kube::Error::Api(status) => kube::Error::Api(status.clone()),
+        other => kube::Error::Service(other.to_string().into()),
     }
 }
 
@@ -339,6 +357,17 @@ impl Pending {
         self.members.extend(members);
         self.replies.extend(reply);
     }
+}
+
+/// The entries whose pass still waits, the last of each name (a pass given up on, then
+/// tried again, within one window).
+fn latest_of_each(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut latest: Vec<Entry> = Vec::new();
+    for entry in entries.into_iter().filter(|(_, reply)| !reply.is_closed()) {
+        latest.retain(|(pc, _)| pc.name_any() != entry.0.name_any());
+        latest.push(entry);
+    }
+    latest
 }
 
 /// A unit's ProxyConfig as a member of a batch.

@@ -72,11 +72,26 @@ impl Known {
         self.lock().sending.insert(key, pc.clone());
     }
 
-    /// A write or delete failed: what the API server holds is unknown.
+    /// A write or delete failed: what the API server holds is unknown, and must be asked
+    /// (it may have taken the write all the same), whatever the store shows.
+    pub(super) fn unsure(&self, key: &ObjectKey) {
+        let mut state = self.lock();
+        state.sending.remove(key);
+        // No object has an empty resourceVersion: the store never agrees with this.
+        state.answered.insert(key.clone(), Some(String::new()));
+    }
+
+    /// Nothing of `key` needs keeping any more (its unit is gone).
     pub(super) fn forget(&self, key: &ObjectKey) {
         let mut state = self.lock();
         state.sending.remove(key);
         state.answered.remove(key);
+    }
+
+    /// The resourceVersion the API server last answered for `key` (None: none, or nothing
+    /// known).
+    pub(super) fn version(&self, key: &ObjectKey) -> Option<String> {
+        self.lock().answered.get(key).cloned().flatten()
     }
 
     /// Whether `pc`, as a watch event brings it, is only this leader's own write heard
@@ -138,9 +153,14 @@ mod tests {
         known.saw(key(), None);
         assert!(known.stored_if_current(&key(), Some(pc("8"))).is_none());
         assert!(matches!(known.stored_if_current(&key(), None), Some(None)));
-        // A failed write: ask again.
-        known.forget(&key());
+        // A failed write: ask again, whatever the store shows.
+        known.unsure(&key());
+        assert!(known.knows(&key()));
         assert!(known.stored_if_current(&key(), None).is_none());
+        assert!(known.stored_if_current(&key(), Some(pc("8"))).is_none());
+        // Its unit gone: nothing kept.
+        known.forget(&key());
+        assert!(!known.knows(&key()));
     }
 
     #[test]
@@ -174,7 +194,7 @@ mod tests {
         assert!(!known.is_echo(&again));
         // A failed write is no echo, and what the API server holds is unknown.
         known.sending(key(), &again);
-        known.forget(&key());
+        known.unsure(&key());
         assert!(!known.is_echo(&again));
         assert!(!known.is_echo(&ours));
     }

@@ -13,12 +13,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
+use tracing::warn;
 
 use super::batch::{Batches, Created};
 use super::known::Known;
 use super::{FIELD_MANAGER, PROMOTED_AT, ROUTE_LABEL, label_value};
 use crate::api::{ProxyConfig, ProxyConfigSpec};
-use crate::k8s::batches::{batch_of, member_object};
+use crate::k8s::batches::{batch_of, batch_of_version, member_object};
 use crate::k8s::model_cache::ObjectKey;
 use crate::k8s::watched::{Filter, Watched};
 
@@ -142,6 +143,15 @@ impl ProxyConfigs {
             self.known.saw(key, None);
             return Ok(None);
         }
+        // A batch's member, nothing known of it: members never change inside their
+        // batch, and what takes one over is an object of the unit's own, which the store
+        // shows in its place. Asking would cost a read of the whole batch.
+        if let Some(member) = stored.as_ref().filter(|s| batch_of(s).is_some())
+            && !self.known.knows(&key)
+        {
+            self.known.saw(key, Some(member));
+            return Ok(Some(member.as_ref().clone()));
+        }
         if let Some(pc) = self.known.stored_if_current(&key, stored) {
             return Ok(pc);
         }
@@ -151,10 +161,14 @@ impl ProxyConfigs {
             move |source| Error::Read { name, source }
         };
         let mut pc = api.get_opt(name).await.map_err(read_error(name))?;
-        // None of its own: a batch the store shows it in may hold it.
+        // None of its own: the batch this leader wrote it in, or the store shows it in,
+        // may hold it.
+        let stored = self.store.get(&key);
+        let known = self.known.version(&key);
+        let batch = (stored.as_deref().and_then(batch_of))
+            .or_else(|| known.as_deref().and_then(batch_of_version));
         if pc.is_none()
-            && let Some(stored) = self.store.get(&key)
-            && let Some(batch) = batch_of(&stored)
+            && let Some(batch) = batch
         {
             let batch = api.get_opt(batch).await.map_err(read_error(batch))?;
             pc = batch.and_then(|batch| {
@@ -189,7 +203,7 @@ impl ProxyConfigs {
                 }
                 Ok(Created::Alone) => {}
                 Err(error) => {
-                    self.known.forget(&key);
+                    self.known.unsure(&key);
                     return Err(error);
                 }
             }
@@ -212,7 +226,8 @@ impl ProxyConfigs {
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
         // A member of a batch is taken over by an object of the unit's own, created here;
         // the member, then standing for nothing, leaves its batch (`Batches::sweep`).
-        let current = current.filter(|c| batch_of(c).is_none());
+        let member = current.and_then(batch_of).map(str::to_owned);
+        let current = current.filter(|_| member.is_none());
         let pc = desired(name, unit, spec, promoted_at, current);
         let key = (namespace.to_owned(), name.to_owned());
         self.known.sending(key.clone(), &pc);
@@ -224,7 +239,15 @@ impl ProxyConfigs {
         let written = api.patch(name, &params, &Patch::Apply(&pc)).await;
         match &written {
             Ok(pc) => self.known.saw(key, Some(pc)),
-            Err(_) => self.known.forget(&key),
+            Err(_) => self.known.unsure(&key),
+        }
+        // The member taken over leaves its batch now: were the unit's own object deleted
+        // before the sweep took it out, the member would stand for the name again.
+        if written.is_ok()
+            && let (Some(batch), Some(batches)) = (&member, &self.batches)
+            && let Err(error) = batches.remove(namespace, batch, name).await
+        {
+            warn!(%namespace, proxy_config = %name, %error, "cannot take a member taken over out of its batch; the sweep will");
         }
         written.map_err(|source| Error::Write {
             name: name.to_owned(),
@@ -247,7 +270,7 @@ impl ProxyConfigs {
             let removed = batches.remove(namespace, batch, name).await;
             match &removed {
                 Ok(()) => self.known.saw(key, None),
-                Err(_) => self.known.forget(&key),
+                Err(_) => self.known.unsure(&key),
             }
             return removed;
         }
@@ -260,11 +283,18 @@ impl ProxyConfigs {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(source) => {
-                self.known.forget(&key);
+                self.known.unsure(&key);
                 return Err(Error::Write {
                     name: name.to_owned(),
                     source,
                 });
+            }
+        }
+        // A member of that name still in a batch (the unit's own object took it over
+        // less than a sweep ago) would stand for the name again: it goes too.
+        if let Some(batches) = &self.batches {
+            for batch in batches.holding(&key) {
+                batches.remove(namespace, &batch, name).await?;
             }
         }
         self.known.saw(key, None);

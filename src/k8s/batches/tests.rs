@@ -120,7 +120,9 @@ fn each_member_of_a_batch_is_stored_as_a_proxy_config_of_its_own() {
     assert_eq!(web.labels()["switchyard.dev/route"], "web");
     assert_eq!(web.annotations()[PROMOTED_AT], "2026-12-07T06:00:00Z");
     assert_eq!(batch_of(&web), Some("b1"));
-    assert_eq!(web.resource_version().as_deref(), Some("batch.uid-b1"));
+    assert_eq!(web.resource_version().as_deref(), Some("batch/b1/uid-b1"));
+    assert_eq!(batch_of_version("batch/b1/uid-b1"), Some("b1"));
+    assert_eq!(batch_of_version("12345"), None);
     assert!(!is_batch(&web));
     // The batch itself is in no reader's way.
     assert_eq!(fed.reader.state().len(), 2);
@@ -221,4 +223,22 @@ fn a_relist_stores_what_the_events_stored() {
     listed(&mut by_list, &[own("api-live", 3)]);
     assert_eq!(by_list.stored(), shown(&[("api-live", 3, None)]));
     assert!(by_list.view.hidden().is_empty());
+}
+
+#[test]
+fn of_two_batches_holding_one_name_the_member_of_the_highest_generation_stands_for_it() {
+    let (older, newer) = (batch("b1", &[("web", 1)]), batch("b2", &[("web", 2)]));
+    let mut by_events = Fed::new();
+    listed(&mut by_events, &[]);
+    by_events.feed(Event::Apply(newer.clone()));
+    by_events.feed(Event::Apply(older.clone()));
+    let mut by_list = Fed::new();
+    listed(&mut by_list, &[older, newer]);
+    for fed in [&by_events, &by_list] {
+        assert_eq!(fed.stored(), shown(&[("web-live", 2, Some("b2"))]));
+        assert_eq!(
+            fed.view.holding(&("shop".into(), "web-live".into())),
+            ["b2", "b1"]
+        );
+    }
 }

@@ -134,23 +134,26 @@ impl ProxyConfigs {
     pub async fn read(&self, namespace: &str, name: &str) -> Result<Option<ProxyConfig>, Error> {
         let key = (namespace.to_owned(), name.to_owned());
         let stored = self.store.get(&key);
-        if stored.is_none() && !self.known.knows(&key) {
-            // Nothing this leader wrote or read, and the watch's store (complete before
-            // any pass runs) holds none: there is none as far as a read could tell. At a
-            // start with 10k routes to roll out, that was two reads answering 404 per
-            // route. (A create is no more conditional after a read: an apply without a
-            // resourceVersion creates or overwrites alike.)
-            self.known.saw(key, None);
-            return Ok(None);
-        }
-        // A batch's member, nothing known of it: members never change inside their
-        // batch, and what takes one over is an object of the unit's own, which the store
-        // shows in its place. Asking would cost a read of the whole batch.
-        if let Some(member) = stored.as_ref().filter(|s| batch_of(s).is_some())
-            && !self.known.knows(&key)
-        {
-            self.known.saw(key, Some(member));
-            return Ok(Some(member.as_ref().clone()));
+        if !self.known.knows(&key) {
+            match &stored {
+                // Nothing this leader wrote or read, and the watch's store (complete before
+                // any pass runs) holds none: there is none as far as a read could tell. At
+                // a start with 10k routes to roll out, that was two reads answering 404 per
+                // route. (A create is no more conditional after a read: an apply without a
+                // resourceVersion creates or overwrites alike.)
+                None => {
+                    self.known.saw(key, None);
+                    return Ok(None);
+                }
+                // A batch's member: members never change inside their batch, and what
+                // takes one over is an object of the unit's own, which the store shows in
+                // its place. Asking would cost a read of the whole batch.
+                Some(member) if batch_of(member).is_some() => {
+                    self.known.saw(key, Some(member));
+                    return Ok(Some(member.as_ref().clone()));
+                }
+                Some(_) => {}
+            }
         }
         if let Some(pc) = self.known.stored_if_current(&key, stored) {
             return Ok(pc);
@@ -225,7 +228,7 @@ impl ProxyConfigs {
         let namespace = unit.namespace;
         let api: Api<ProxyConfig> = Api::namespaced(self.client.clone(), namespace);
         // A member of a batch is taken over by an object of the unit's own, created here;
-        // the member, then standing for nothing, leaves its batch (`Batches::sweep`).
+        // the member then leaves its batch (below).
         let member = current.and_then(batch_of).map(str::to_owned);
         let current = current.filter(|_| member.is_none());
         let pc = desired(name, unit, spec, promoted_at, current);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::k8s::envoys::{BlockingNack, Envoys, RouteVerdict, Snapshot};
+use crate::k8s::envoys::{BlockingNack, Envoys, Holding, RouteVerdict, Snapshot};
 use crate::xds::{Desired, Nodes};
 
 /// The desired snapshot this replica serves, and the Envoys connected to it.
@@ -29,8 +29,8 @@ impl Envoys for Serving {
         self.nodes.changes()
     }
 
-    fn converged_version(&self) -> Option<String> {
-        self.nodes.converged_version()
+    fn holdings(&self) -> Vec<Holding> {
+        self.nodes.holdings()
     }
 
     fn blocking_nacks(&self) -> Vec<BlockingNack> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
-pub use switchyard_core::xds::{BlockingNack, RouteVerdict, Snapshot};
+pub use switchyard_core::xds::{BlockingNack, Holding, RouteVerdict, Snapshot};
 
 pub trait Envoys: Send + Sync + 'static {
     /// Serves `snapshot` from now on; true when it is the first (the startup gate opens).
@@ -17,8 +17,8 @@ pub trait Envoys: Send + Sync + 'static {
     fn verdicts(&self) -> mpsc::UnboundedReceiver<RouteVerdict>;
     /// Changes whenever an Envoy connects, leaves or answers.
     fn changes(&self) -> watch::Receiver<u64>;
-    /// The snapshot version every Envoy here holds and acknowledged, if they agree.
-    fn converged_version(&self) -> Option<String>;
+    /// What each Envoy here serves in full (see [`super::convergence`]).
+    fn holdings(&self) -> Vec<Holding>;
     /// The NACKs that hold Envoys back.
     fn blocking_nacks(&self) -> Vec<BlockingNack>;
     /// The node ids of the Envoys connected here.

@@ -2,7 +2,8 @@
 //! pipeline build on, and no front-end of its own. Watching: `index` (every replica's
 //! stores), `fleet_drain`. Building, on every replica: `to_model` and `model_cache`
 //! (ProxyConfigs, EndpointSlices and TLS Secrets → model), `departed`, `tls_secrets`,
-//! `builder` (→ translator → the Envoys). Backends: `services` (a Service port → its
+//! `builder` (→ translator → the Envoys), `built_from` and `convergence` (what the
+//! Envoys connected here serve, for rollouts waiting on them). Backends: `services` (a Service port → its
 //! cluster). Writing status: `status`; Events: `events`. Leader election: `leader`. The API
 //! client's transport and limits: `api_client`, `rate_limit`. The Envoys are reached
 //! only through the `envoys` port; `main.rs` composes it with the xDS server.
@@ -11,6 +12,7 @@ pub mod api_client;
 pub mod batches;
 pub mod builder;
 pub mod built_from;
+pub mod convergence;
 pub mod departed;
 pub mod envoys;
 pub mod events;

@@ -38,6 +38,7 @@ use tracing::warn;
 
 use crate::api::{ProxyConfig, TrafficRoute};
 use crate::k8s::built_from::{Awaited, BuiltFrom};
+use crate::k8s::convergence::Convergence;
 use crate::k8s::envoys::Envoys;
 use crate::k8s::events::EventRecorder;
 use crate::k8s::fleet_report::FleetView;
@@ -174,6 +175,8 @@ pub(super) struct Context {
     /// The snapshot version every Envoy connected here has acknowledged, see
     /// [`track_convergence`].
     pub(super) converged: watch::Receiver<Option<String>>,
+    /// What the Envoys connected here serve, as one snapshot.
+    pub(super) convergence: Arc<Convergence>,
     /// When the Envoys connected here last agreed on a snapshot (see
     /// [`Context::converged_now`]).
     pub(super) converged_at: ConvergedAt,
@@ -222,7 +225,16 @@ pub async fn run(client: Client, settings: Settings) {
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let (converged_tx, converged) = watch::channel(None);
     let converged_at = ConvergedAt::default();
-    let tracker = track_convergence(settings.envoys.clone(), converged_tx, converged_at.clone());
+    let convergence = Arc::new(Convergence::new(
+        settings.envoys.clone(),
+        settings.built_from.clone(),
+    ));
+    let tracker = track_convergence(
+        settings.envoys.changes(),
+        convergence.clone(),
+        converged_tx,
+        converged_at.clone(),
+    );
     let context = Arc::new(Context {
         proxy_configs: ProxyConfigs::new(
             client.clone(),
@@ -240,6 +252,7 @@ pub async fn run(client: Client, settings: Settings) {
         routes: route_store,
         route_index: route_index.clone(),
         converged,
+        convergence,
         converged_at,
         fleet_changes: FleetChanges::new(&watches.fleet),
         clock: RolloutClock::default(),

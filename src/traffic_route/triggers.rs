@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use super::{Context, ConvergedAt, is_others};
 use crate::api::TrafficRoute;
 use crate::k8s::built_from::Awaited;
-use crate::k8s::envoys::Envoys;
+use crate::k8s::convergence::Convergence;
 use crate::k8s::fleet_report::FleetView;
 use crate::rollout::fleet::FleetChanges;
 use crate::translate::{Cause, Problem};
@@ -216,18 +216,18 @@ pub(super) fn wake_on_fleet_rejections(
     .flatten()
 }
 
-/// Publishes the snapshot version once every Envoy connected to this replica holds it,
-/// acknowledged: the moment a probe of those Envoys can change its answer. Envoys
-/// connected to other replicas are not seen here; for them the backoff timer stands in,
-/// and a last answer kept at most [`super::ANSWER_KEPT`].
+/// Publishes the snapshot every Envoy connected to this replica serves in full, whenever
+/// that changes (see [`Convergence`]): the moments a probe of those Envoys can change its
+/// answer. Envoys connected to other replicas are not seen here; for them the backoff
+/// timer stands in, and a last answer kept at most [`super::ANSWER_KEPT`].
 pub(super) async fn track_convergence(
-    envoys: Arc<dyn Envoys>,
+    mut changes: watch::Receiver<u64>,
+    convergence: Arc<Convergence>,
     converged: watch::Sender<Option<String>>,
     converged_at: ConvergedAt,
 ) {
-    let mut changes = envoys.changes();
     loop {
-        if let Some(version) = envoys.converged_version() {
+        if let Some(version) = convergence.version() {
             *converged_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             converged.send_if_modified(|current| {
                 if current.as_deref() == Some(version.as_str()) {

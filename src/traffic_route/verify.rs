@@ -84,12 +84,13 @@ impl Context {
             .unwrap_or(0)
     }
 
-    /// The snapshot the Envoys connected here hold: the one they agree on now, or while
-    /// they take in a newer one, the last they agreed on, if that was less than
-    /// [`ANSWER_KEPT`] ago. None when they have not agreed for longer (one of them is
-    /// stuck or refuses): what it holds is then not known here.
+    /// The snapshot every Envoy connected here serves (see [`Convergence`]) now, or while
+    /// that is not known, the last one known, if that was less than [`ANSWER_KEPT`] ago.
+    /// None otherwise (no Envoy here, or each stuck): only asking tells then.
+    ///
+    /// [`Convergence`]: crate::k8s::convergence::Convergence
     fn converged_now(&self) -> Option<String> {
-        if let Some(version) = self.settings.envoys.converged_version() {
+        if let Some(version) = self.convergence.version() {
             return Some(version);
         }
         let at = *self.converged_at.lock().unwrap_or_else(|p| p.into_inner());

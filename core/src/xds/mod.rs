@@ -15,7 +15,7 @@ pub mod vhds;
 pub mod wire;
 
 pub use desired::Desired;
-pub use nodes::{BlockingNack, NodeReport, Nodes, RouteVerdict};
+pub use nodes::{BlockingNack, Holding, NodeReport, Nodes, RouteVerdict};
 pub use server::AdsServer;
 pub use session::{Ordering, Protocol};
 pub use snapshot::{Resource, Snapshot};

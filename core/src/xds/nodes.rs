@@ -45,17 +45,24 @@ pub struct BlockingNack {
     pub error: String,
 }
 
-fn converged_version<'a>(nodes: impl IntoIterator<Item = &'a NodeReport>) -> Option<String> {
-    let mut versions = nodes.into_iter().map(|n| {
-        n.status
-            .desired_version
-            .clone()
-            .filter(|_| n.status.synced && !n.status.blocked_by_nack)
-    });
-    let first = versions.next()??;
-    versions
-        .all(|v| v.as_deref() == Some(first.as_str()))
-        .then_some(first)
+/// What one connected node serves, for whoever waits on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub stream: u64,
+    /// The newest published snapshot it serves in full (see [`SessionStatus`]).
+    pub serving: Option<String>,
+    /// It holds the desired snapshot and nothing holds it back.
+    pub synced: bool,
+}
+
+impl From<&NodeReport> for Holding {
+    fn from(n: &NodeReport) -> Self {
+        Self {
+            stream: n.stream,
+            serving: n.status.serving_version.clone(),
+            synced: n.status.synced && !n.status.blocked_by_nack,
+        }
+    }
 }
 
 /// What an Envoy answered to a route configuration it was sent.
@@ -103,9 +110,12 @@ impl Nodes {
         self.changes.subscribe()
     }
 
-    /// The snapshot version every node holds and acknowledged, if they all agree on one.
-    pub fn converged_version(&self) -> Option<String> {
-        converged_version(self.read().values().map(Arc::as_ref))
+    /// What each node serves.
+    pub fn holdings(&self) -> Vec<Holding> {
+        self.read()
+            .values()
+            .map(|n| Holding::from(n.as_ref()))
+            .collect()
     }
 
     /// What blocks nodes: each node held back by a NACK, with the NACKed type (short name)
@@ -169,35 +179,43 @@ mod tests {
     use super::*;
     use crate::xds::Protocol;
 
-    fn node(stream: u64, version: &str, synced: bool) -> NodeReport {
-        NodeReport {
-            stream,
-            node_id: format!("envoy-{stream}"),
+    #[test]
+    fn a_node_holds_what_it_serves_and_is_synced_only_unblocked() {
+        let node = |serving: Option<&str>, synced, blocked_by_nack| NodeReport {
+            stream: 7,
+            node_id: "envoy-7".into(),
             cluster: "fleet".into(),
             peer: "127.0.0.1:1".into(),
             connected_at: std::time::SystemTime::UNIX_EPOCH,
             status: Arc::new(SessionStatus {
                 protocol: Protocol::Delta,
-                desired_version: Some(version.into()),
+                desired_version: Some("v3".into()),
+                serving_version: serving.map(str::to_owned),
                 synced,
-                blocked_by_nack: false,
+                blocked_by_nack,
                 types: Default::default(),
             }),
-        }
-    }
-
-    #[test]
-    fn the_fleet_converges_only_when_every_node_holds_the_same_snapshot() {
-        assert_eq!(converged_version(&[]), None, "no node, nothing to wake on");
-        let both = [node(1, "v2", true), node(2, "v2", true)];
-        assert_eq!(converged_version(&both).as_deref(), Some("v2"));
-        let moving = [node(1, "v2", true), node(2, "v2", false)];
-        assert_eq!(converged_version(&moving), None, "one still moving");
-        let apart = [node(1, "v2", true), node(2, "v1", true)];
+        };
+        let holding = |serving: Option<&str>, synced| Holding {
+            stream: 7,
+            serving: serving.map(str::to_owned),
+            synced,
+        };
         assert_eq!(
-            converged_version(&apart),
-            None,
-            "synced to different snapshots"
+            Holding::from(&node(Some("v3"), true, false)),
+            holding(Some("v3"), true)
+        );
+        assert_eq!(
+            Holding::from(&node(Some("v2"), false, false)),
+            holding(Some("v2"), false)
+        );
+        assert_eq!(
+            Holding::from(&node(Some("v2"), true, true)),
+            holding(Some("v2"), false)
+        );
+        assert_eq!(
+            Holding::from(&node(None, false, false)),
+            holding(None, false)
         );
     }
 }

@@ -195,6 +195,21 @@ pub(super) fn advance_until(
     }
 }
 
+/// Whether a node holding `view` serves `snapshot` in full: every cluster, endpoint and
+/// secret of it (others may still wait for the break step) and exactly its listeners and
+/// routes. What a node holds once the route step planned from `snapshot` is ACKed, even
+/// if newer snapshots came meanwhile.
+pub(super) fn serves(view: &View, snapshot: &Snapshot) -> bool {
+    ResourceType::ALL.into_iter().all(|t| {
+        let (entries, resources) = (view.get(t.type_url()), snapshot.resources(t.type_url()));
+        if t.is_referenced() {
+            resources.is_none_or(|resources| !lacks(entries, resources))
+        } else {
+            same_as_desired(entries, resources)
+        }
+    })
+}
+
 /// The view becomes the desired snapshot, every type at once.
 fn become_everything(view: &mut View, desired: &Snapshot) -> bool {
     let before = view.len();

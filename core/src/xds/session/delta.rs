@@ -207,6 +207,87 @@ mod tests {
         assert_eq!(names(&out[0]), ("Cluster".into(), vec![], vec!["a".into()]));
     }
 
+    /// Answers as Envoy would until a route configuration is in flight (returned) or
+    /// nothing is: ACKs each response, asks for the endpoints of the clusters it gets and
+    /// for the route configuration once a listener comes.
+    fn answer_until_routes_are_sent(s: &mut Session, mut out: Vec<Response>) -> Option<Response> {
+        let now = Instant::now();
+        while let Some(r) = out.pop() {
+            let (kind, sent, _) = names(&r);
+            if kind == "RouteConfiguration" && !sent.is_empty() {
+                assert!(out.is_empty(), "nothing else in flight: {out:?}");
+                return Some(r);
+            }
+            out.extend(s.on_delta_request(delta(&type_of(&r), &[], &nonce(&r)), now));
+            let subscribe: Vec<&str> = sent.iter().map(String::as_str).collect();
+            if kind == "Cluster" && !subscribe.is_empty() {
+                out.extend(s.on_delta_request(delta(ENDPOINT, &subscribe, ""), now));
+            }
+            if kind == "Listener" && !subscribe.is_empty() {
+                out.extend(s.on_delta_request(delta(ROUTE, &["switchyard"], ""), now));
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_node_never_synced_serves_the_snapshot_each_route_step_was_planned_from() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(LISTENER, &[], ""), now);
+        let (a, b, c) = (switch_to("a"), switch_to("b"), switch_to("c"));
+        let out = s.set_desired(a.clone(), now);
+        let routes = answer_until_routes_are_sent(&mut s, out).expect("routes to a");
+        assert_eq!(
+            s.status().serving_version,
+            None,
+            "nothing served in full yet"
+        );
+        // b comes while the routes to a are in flight, c while those to b are.
+        assert!(
+            s.set_desired(b.clone(), now).is_empty(),
+            "one step at a time"
+        );
+        let out = s.on_delta_request(delta(ROUTE, &[], &nonce(&routes)), now);
+        assert_eq!(s.status().serving_version.as_deref(), Some(a.version()));
+        let routes = answer_until_routes_are_sent(&mut s, out).expect("routes to b");
+        assert!(s.set_desired(c.clone(), now).is_empty());
+        let out = s.on_delta_request(delta(ROUTE, &[], &nonce(&routes)), now);
+        let status = s.status();
+        assert!(!status.synced);
+        assert_eq!(status.serving_version.as_deref(), Some(b.version()));
+        // Once the node takes c too, it serves c, synced, and the break step changes
+        // nothing of that.
+        let routes = answer_until_routes_are_sent(&mut s, out).expect("routes to c");
+        let out = s.on_delta_request(delta(ROUTE, &[], &nonce(&routes)), now);
+        assert_eq!(s.status().serving_version.as_deref(), Some(c.version()));
+        assert_eq!(answer_until_routes_are_sent(&mut s, out), None);
+        let status = s.status();
+        assert!(status.synced, "{status:#?}");
+        assert_eq!(status.serving_version.as_deref(), Some(c.version()));
+    }
+
+    #[test]
+    fn a_node_that_never_asks_for_virtual_hosts_serves_what_it_asked_for() {
+        let now = Instant::now();
+        let mut s = Session::new(Protocol::Delta, Ordering::MakeBeforeBreak);
+        s.on_delta_request(delta(CLUSTER, &[], ""), now);
+        s.on_delta_request(delta(LISTENER, &[], ""), now);
+        let mut with_listener = Snapshot::clone(&in_parts(&[("a", "v1")]));
+        with_listener.insert(Arc::new(res(LISTENER, "http", "l")));
+        let snapshot = Arc::new(with_listener);
+        let out = s.set_desired(snapshot.clone(), now);
+        let routes = answer_until_routes_are_sent(&mut s, out);
+        if let Some(routes) = routes {
+            let out = s.on_delta_request(delta(ROUTE, &[], &nonce(&routes)), now);
+            assert_eq!(answer_until_routes_are_sent(&mut s, out), None);
+        }
+        let status = s.status();
+        assert!(status.synced, "{status:#?}");
+        assert_eq!(status.serving_version.as_deref(), Some(snapshot.version()));
+    }
+
     #[test]
     fn delta_reconnect_keeps_what_the_node_has_until_routes_move() {
         let now = Instant::now();

@@ -49,12 +49,13 @@ use serde::Serialize;
 use super::accepted::AcceptedClusters;
 use super::localize;
 use super::names::Names;
+use super::planner;
 pub use super::planner::Ordering;
 use super::planner::{
     Entries, View, advance_until, holds_exactly, only_removals, rebuilds, same_versions,
 };
 use super::snapshot::{
-    CLUSTER, ENDPOINT, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type,
+    CLUSTER, ENDPOINT, LISTENER, ROUTE, Resource, ResourceType, Snapshot, VIRTUAL_HOST, short_type,
 };
 use super::vhds;
 pub use super::wire::{DeltaResponse, Response, SotwResponse};
@@ -198,6 +199,12 @@ pub struct Session {
     named_clusters: Option<String>,
     next_nonce: u64,
     events: Vec<Event>,
+    /// The snapshot (as this node takes it) the current step was planned from, with its
+    /// published version.
+    planned_from: Option<(Arc<Snapshot>, String)>,
+    /// The published version of the newest snapshot this node was found serving in full
+    /// (see [`planner::serves`]).
+    serving: Option<String>,
 }
 
 impl Session {
@@ -218,6 +225,8 @@ impl Session {
             named_clusters: None,
             next_nonce: 0,
             events: Vec::new(),
+            planned_from: None,
+            serving: None,
         }
     }
 
@@ -418,6 +427,8 @@ impl Session {
             return out;
         }
         self.recall_named_clusters();
+        // What the step just ACKed left the node serving, before the next is planned.
+        self.note_serving(&desired);
         let may_break = self.may_break(&desired);
         // Each pass either sends something (and waits for ACKs) or completes a step whose
         // changes this node does not subscribe to; three steps at most.
@@ -433,6 +444,7 @@ impl Session {
                     for ts in self.types.values_mut() {
                         ts.unsettle();
                     }
+                    self.planned_from = self.desired_source_version().map(|v| (desired.clone(), v));
                 }
             }
             let sent = self.send_ready(&desired, &mut out);
@@ -440,7 +452,53 @@ impl Session {
                 break;
             }
         }
+        self.note_serving(&desired);
         out
+    }
+
+    /// The published version of the desired snapshot.
+    fn desired_source_version(&self) -> Option<String> {
+        self.desired_source
+            .as_ref()
+            .map(|d| d.version().to_string())
+    }
+
+    /// Once every response is ACKed: the newest snapshot the node now serves in full, the
+    /// desired one or the one the last step was planned from. While snapshots come faster
+    /// than the Envoy takes them it is never synced, yet each route step ACKed leaves it
+    /// serving the snapshot that step was planned from.
+    fn note_serving(&mut self, desired: &Snapshot) {
+        if !self.all_acked() || !self.asked_for_routes() {
+            return;
+        }
+        if planner::serves(&self.view, desired) {
+            self.serving = self.desired_source_version();
+        } else if let Some((planned, version)) = &self.planned_from
+            && planner::serves(&self.view, planned)
+        {
+            self.serving = Some(version.clone());
+        }
+    }
+
+    /// A node holding listeners has asked for route configurations: until it does, the
+    /// listeners it took route nothing. (Virtual hosts are not asked for by every delta
+    /// node: one that does not take route configurations in parts never asks.)
+    fn asked_for_routes(&self) -> bool {
+        self.view.get(LISTENER).is_none_or(Entries::is_empty) || self.has_requested(ROUTE)
+    }
+
+    /// No response in flight, and what the node acknowledged of each type it asked for is
+    /// what its view wants of it.
+    fn all_acked(&self) -> bool {
+        self.types.values().all(|ts| ts.pending.is_none())
+            && self.types.iter().all(|(type_url, ts)| {
+                !ts.requested
+                    || ts.settled
+                    || ts
+                        .acked
+                        .as_ref()
+                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
+            })
     }
 
     /// Sends every requested type whose wanted content differs from what the node holds,
@@ -684,15 +742,7 @@ impl Session {
                 entries.is_empty() || desired.resources(type_url).is_some()
             });
         // A settled type was found holding what it should, and neither changed since.
-        view_is_desired
-            && self.types.iter().all(|(type_url, ts)| {
-                !ts.requested
-                    || ts.settled
-                    || ts
-                        .acked
-                        .as_ref()
-                        .is_some_and(|a| same_versions(a, &self.wanted(type_url, ts)))
-            })
+        view_is_desired && self.all_acked()
     }
 
     /// What the rest of the program sees of this node. Made after most messages, so it
@@ -719,10 +769,8 @@ impl Session {
         }
         SessionStatus {
             protocol: self.protocol,
-            desired_version: self
-                .desired_source
-                .as_ref()
-                .map(|d| d.version().to_string()),
+            desired_version: self.desired_source_version(),
+            serving_version: self.serving.clone(),
             synced: self.is_synced(),
             blocked_by_nack: self.blocked_on.is_some(),
             types,
@@ -737,6 +785,10 @@ pub struct SessionStatus {
     /// Version of the desired snapshot this node is moving to, as published (before the
     /// per-node adjustments of [`localize`]).
     pub desired_version: Option<String>,
+    /// Version of the newest published snapshot this node serves in full: all of its
+    /// clusters, endpoints and secrets, exactly its listeners and routes. Newer ones may
+    /// be on their way.
+    pub serving_version: Option<String>,
     pub synced: bool,
     pub blocked_by_nack: bool,
     /// By the type's short name ("Cluster").

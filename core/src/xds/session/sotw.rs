@@ -183,6 +183,7 @@ mod tests {
         let mut nonces = BTreeMap::new();
         assert!(s.on_sotw_request(sotw(CLUSTER, &[], ""), now).is_empty());
         assert!(s.on_sotw_request(sotw(LISTENER, &[], ""), now).is_empty());
+        let version = snapshot.version().to_owned();
         let mut pending = s.set_desired(snapshot, now);
         // Act like Envoy: subscribe to what arrives, ACK everything.
         while let Some(r) = pending.pop() {
@@ -207,6 +208,7 @@ mod tests {
             }
         }
         assert!(s.is_synced(), "{:#?}", s.status());
+        assert_eq!(s.status().serving_version, Some(version));
         (s, nonces)
     }
 

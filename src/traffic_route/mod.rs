@@ -66,7 +66,7 @@ use triggers::{
 pub(super) struct Asked {
     /// What it waits for the Envoys to hold.
     pub(super) awaited: Awaited,
-    /// The build the Envoys connected here had converged on when it asked.
+    /// The build every Envoy connected here served when it asked.
     pub(super) checked: u64,
     /// The Envoys it asked, and their answers with when they came (None while it asks).
     pub(super) envoys: Vec<String>,
@@ -74,13 +74,10 @@ pub(super) struct Asked {
 }
 
 /// How long a waiting route's last answer from the fleet stands in for asking again while
-/// the Envoys connected here have not converged on what it waits for: the longest backoff,
+/// the Envoys connected here do not serve what it waits for: the longest backoff,
 /// so that Envoys on other replicas, and a convergence this replica misreads, cost at most
 /// what the backoff did.
 pub(super) const ANSWER_KEPT: Duration = Duration::from_secs(2);
-
-/// When the Envoys connected here last agreed on a snapshot.
-pub(super) type ConvergedAt = Arc<Mutex<Option<std::time::Instant>>>;
 
 /// Each route waiting on the fleet, by namespace and name: its last question.
 pub(super) type Awaiting = Arc<Mutex<HashMap<(String, String), Asked>>>;
@@ -132,7 +129,7 @@ pub struct Settings {
     pub two_phase: bool,
     /// What this replica's snapshot builder left out, to explain stuck rollouts.
     pub problems: tokio::sync::watch::Receiver<Vec<Problem>>,
-    /// Envoys connected to this replica: when they converge.
+    /// Envoys connected to this replica: what they serve.
     pub envoys: Arc<dyn Envoys>,
     /// What the snapshots this replica published were built from: which convergence has
     /// news for a waiting route.
@@ -161,8 +158,8 @@ pub(super) struct Context {
     /// Consecutive unsuccessful verifications per route, for the requeue backoff; its keys
     /// are the routes waiting on the fleet.
     pub(super) attempts: Arc<Mutex<HashMap<(String, String), u32>>>,
-    /// What each route waiting on the fleet waits for, and the build the Envoys connected
-    /// here had converged on when it last asked them.
+    /// What each route waiting on the fleet waits for, and the build every Envoy connected
+    /// here served when it last asked them.
     pub(super) awaiting: Awaiting,
     /// The live version each route was last seen served in by the whole fleet: not asked
     /// again in the passes of the next 30 s, while the fleet's addresses stay (see
@@ -172,14 +169,9 @@ pub(super) struct Context {
     pub(super) routes: Store<TrafficRoute>,
     /// The same routes by host and by Service.
     pub(super) route_index: Arc<RouteIndex>,
-    /// The snapshot version every Envoy connected here has acknowledged, see
-    /// [`track_convergence`].
+    /// The snapshot every Envoy connected here serves in full, None while not known (see
+    /// [`track_convergence`]).
     pub(super) converged: watch::Receiver<Option<String>>,
-    /// What the Envoys connected here serve, as one snapshot.
-    pub(super) convergence: Arc<Convergence>,
-    /// When the Envoys connected here last agreed on a snapshot (see
-    /// [`Context::converged_now`]).
-    pub(super) converged_at: ConvergedAt,
     /// The fleet's addresses, as they change (see [`FleetChanges`]).
     pub(super) fleet_changes: FleetChanges,
     /// When each route's rollout took its last step, for the step histogram.
@@ -224,17 +216,11 @@ pub async fn run(client: Client, settings: Settings) {
     let controller = Controller::for_stream(route_events, route_store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let (converged_tx, converged) = watch::channel(None);
-    let converged_at = ConvergedAt::default();
     let convergence = Arc::new(Convergence::new(
         settings.envoys.clone(),
         settings.built_from.clone(),
     ));
-    let tracker = track_convergence(
-        settings.envoys.changes(),
-        convergence.clone(),
-        converged_tx,
-        converged_at.clone(),
-    );
+    let tracker = track_convergence(settings.envoys.changes(), convergence.clone(), converged_tx);
     let context = Arc::new(Context {
         proxy_configs: ProxyConfigs::new(
             client.clone(),
@@ -252,8 +238,6 @@ pub async fn run(client: Client, settings: Settings) {
         routes: route_store,
         route_index: route_index.clone(),
         converged,
-        convergence,
-        converged_at,
         fleet_changes: FleetChanges::new(&watches.fleet),
         clock: RolloutClock::default(),
         deadlines: ProbeDeadlines::default(),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Context, ConvergedAt, is_others};
+use super::{Context, is_others};
 use crate::api::TrafficRoute;
 use crate::k8s::built_from::Awaited;
 use crate::k8s::convergence::Convergence;
@@ -60,8 +60,8 @@ pub(super) async fn collect_orphans(ctx: Arc<Context>) {
     }
 }
 
-/// The routes waiting on the fleet for which the snapshot the Envoys connected here just
-/// converged on has news (their configuration, or new endpoints of their Services: what
+/// The routes waiting on the fleet for which the snapshot every Envoy connected here now
+/// serves has news (their configuration, or new endpoints of their Services: what
 /// may change the answer, while their requeue timer may be seconds away). A route whose
 /// wait is not known is woken at every convergence.
 pub(super) fn wake_on_news(
@@ -218,28 +218,36 @@ pub(super) fn wake_on_fleet_rejections(
 
 /// Publishes the snapshot every Envoy connected to this replica serves in full, whenever
 /// that changes (see [`Convergence`]): the moments a probe of those Envoys can change its
-/// answer. Envoys connected to other replicas are not seen here; for them the backoff
-/// timer stands in, and a last answer kept at most [`super::ANSWER_KEPT`].
+/// answer. None while that is not known: then only asking tells. Envoys connected to other
+/// replicas are not seen here; for them the backoff timer stands in, and a last answer
+/// kept at most [`super::ANSWER_KEPT`].
 pub(super) async fn track_convergence(
     mut changes: watch::Receiver<u64>,
     convergence: Arc<Convergence>,
     converged: watch::Sender<Option<String>>,
-    converged_at: ConvergedAt,
 ) {
     loop {
-        if let Some(version) = convergence.version() {
-            *converged_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            converged.send_if_modified(|current| {
-                if current.as_deref() == Some(version.as_str()) {
-                    return false;
-                }
-                debug!(%version, "every Envoy connected here holds the snapshot");
-                *current = Some(version);
-                true
-            });
-        }
-        if changes.changed().await.is_err() {
-            return;
+        let reading = convergence.read();
+        converged.send_if_modified(|current| {
+            if *current == reading.version {
+                return false;
+            }
+            debug!(version = ?reading.version, "every Envoy connected here serves the snapshot");
+            current.clone_from(&reading.version);
+            true
+        });
+        // An Envoy stalling leaves the reading without saying anything.
+        let stalls = async {
+            match reading.recheck_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() {
+                return;
+            },
+            () = stalls => {}
         }
     }
 }

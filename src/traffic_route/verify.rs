@@ -45,8 +45,8 @@ impl Context {
             .remove(key);
     }
 
-    /// Records that the route asks `envoys` for `awaited`, the Envoys connected here
-    /// converged on build `checked`.
+    /// Records that the route asks `envoys` for `awaited`, every Envoy connected here
+    /// serving build `checked`.
     fn asking(&self, key: &(String, String), awaited: &Awaited, checked: u64, envoys: &[String]) {
         let asked = Asked {
             awaited: awaited.clone(),
@@ -66,7 +66,7 @@ impl Context {
 
     /// The route's last answer from the fleet, when asking again now would get the same:
     /// it asked the same Envoys for the same less than [`ANSWER_KEPT`] ago, and those
-    /// connected here have not converged on a snapshot built from it since.
+    /// connected here do not serve a snapshot built from it yet.
     fn unchanged_answer(&self, key: &(String, String), awaited: &Awaited) -> Option<FleetResult> {
         let envoys = self.envoys();
         let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
@@ -77,25 +77,18 @@ impl Context {
         (at.elapsed() < ANSWER_KEPT && !self.holds_now(awaited)).then_some(result)
     }
 
-    /// The build of the snapshot the Envoys connected here converged on, if known.
+    /// The build of the snapshot every Envoy connected here serves, if known.
     fn converged_build(&self, converged: Option<&str>) -> u64 {
         converged
             .and_then(|version| self.settings.built_from.build_of(version))
             .unwrap_or(0)
     }
 
-    /// The snapshot every Envoy connected here serves (see [`Convergence`]) now, or while
-    /// that is not known, the last one known, if that was less than [`ANSWER_KEPT`] ago.
-    /// None otherwise (no Envoy here, or each stuck): only asking tells then.
-    ///
-    /// [`Convergence`]: crate::k8s::convergence::Convergence
+    /// The snapshot every Envoy connected here serves in full (see
+    /// [`crate::k8s::convergence`]); None while that is not known here (no Envoy here,
+    /// each stalled, one serving nothing yet or a snapshot forgotten): only asking tells.
     fn converged_now(&self) -> Option<String> {
-        if let Some(version) = self.convergence.version() {
-            return Some(version);
-        }
-        let at = *self.converged_at.lock().unwrap_or_else(|p| p.into_inner());
-        let recent = at.is_some_and(|at| at.elapsed() < ANSWER_KEPT);
-        self.converged.borrow().clone().filter(|_| recent)
+        self.converged.borrow().clone()
     }
 
     /// Whether the Envoys connected here hold a snapshot built from what `awaited` names;
@@ -105,7 +98,7 @@ impl Context {
         converged.is_none_or(|version| self.settings.built_from.holds(&version, awaited))
     }
 
-    /// Whether the snapshot the Envoys connected here converged on has news for a route
+    /// Whether the snapshot every Envoy connected here serves has news for a route
     /// that waits for `awaited` and last asked them at build `checked`.
     pub(super) fn has_news(
         &self,
@@ -192,8 +185,8 @@ where
                     if ctx.holds_now(awaited) {
                         break false;
                     }
-                    // The Envoys connected here have not converged on a snapshot with
-                    // it yet: those of them in the fleet would answer "not yet". News
+                    // The Envoys connected here do not serve a snapshot with it yet:
+                    // those of them in the fleet would answer "not yet". News
                     // will wake us.
                     wait = ctx.backoff(&key);
                     if started.elapsed() + wait > VERIFY_IN_PASS {

@@ -57,10 +57,17 @@ pub struct Holding {
 
 impl From<&NodeReport> for Holding {
     fn from(n: &NodeReport) -> Self {
+        let synced = n.status.synced && !n.status.blocked_by_nack;
         Self {
             stream: n.stream,
-            serving: n.status.serving_version.clone(),
-            synced: n.status.synced && !n.status.blocked_by_nack,
+            // Synced, it holds the desired snapshot, even one that asks for no route
+            // configuration (so is never found serving one in full).
+            serving: if synced {
+                n.status.desired_version.clone()
+            } else {
+                n.status.serving_version.clone()
+            },
+            synced,
         }
     }
 }
@@ -216,6 +223,12 @@ mod tests {
         assert_eq!(
             Holding::from(&node(None, false, false)),
             holding(None, false)
+        );
+        // Synced but never found serving (it asks for no route configuration): it holds
+        // the desired snapshot all the same.
+        assert_eq!(
+            Holding::from(&node(None, true, false)),
+            holding(Some("v3"), true)
         );
     }
 }

@@ -466,12 +466,16 @@ impl Session {
     /// Once every response is ACKed: the newest snapshot the node now serves in full, the
     /// desired one or the one the last step was planned from. While snapshots come faster
     /// than the Envoy takes them it is never synced, yet each route step ACKed leaves it
-    /// serving the snapshot that step was planned from.
-    fn note_serving(&mut self, desired: &Snapshot) {
+    /// serving the snapshot that step was planned from (and a make step, the one it was
+    /// planned from when its listeners and routes needed no change).
+    fn note_serving(&mut self, desired: &Arc<Snapshot>) {
         if !self.all_acked() || !self.asked_for_routes() {
             return;
         }
         if planner::serves(&self.view, desired) {
+            // It stands for the last step too: a newer snapshot that it does not serve
+            // must not bring back an older one.
+            self.planned_from = self.desired_source_version().map(|v| (desired.clone(), v));
             self.serving = self.desired_source_version();
         } else if let Some((planned, version)) = &self.planned_from
             && planner::serves(&self.view, planned)

@@ -54,8 +54,10 @@ profile() {
 }
 profile &
 profiler=$!
+# A bench that fails before its operator starts leaves nothing to wait for.
+trap 'kill "$profiler" 2>/dev/null || true' EXIT
 "$target_dir/release/switchyard-scale-bench" "$routes" 0 | tee "$out/bench.txt"
-wait "$profiler"
+wait "$profiler" || echo "profile: a profile was cut short (did the bench end first? shorter windows)" >&2
 
 # shares PROFILE: the API server's CPU by what it was doing (inclusive; the rest of it is
 # the handler chain every request goes through, and JSON).

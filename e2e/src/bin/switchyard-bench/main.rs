@@ -117,6 +117,11 @@ struct Results {
     memory: Option<MemoryResult>,
 }
 
+/// The operator's allocator (src/main.rs): the xDS server measured here runs in this process.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(routes) = args.translate_once {

@@ -7,7 +7,7 @@ mod cli;
 /// jemalloc, not glibc's malloc: a replica is many threads allocating and freeing small
 /// objects at once (watches, passes, xDS streams), where glibc's allocator was ≈ 35 % of the
 /// xDS server's samples in a fan-out and 28 % of the operator's in a cold start
-/// (docs/benchmarks.md, "The allocator").
+/// (docs/benchmarks.md, "The allocator" and "Where a cold start's CPU goes").
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

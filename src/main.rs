@@ -4,14 +4,6 @@
 
 mod cli;
 
-/// jemalloc, not glibc's malloc: a replica is many threads allocating and freeing small
-/// objects at once (watches, passes, xDS streams), where glibc's allocator was ≈ 35 % of the
-/// xDS server's samples in a fan-out and 28 % of the operator's in a cold start
-/// (docs/benchmarks.md, "The allocator" and "Where a cold start's CPU goes").
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +41,14 @@ use cli::commands::{
 };
 use cli::{Cli, Command, OperatorArgs, ServeArgs, StandaloneArgs};
 use switchyard::xds_tls::{ReloadingTls, TlsFiles};
+
+/// jemalloc, not glibc's malloc: a replica is many threads allocating and freeing small
+/// objects at once (watches, passes, xDS streams), where glibc's allocator was ≈ 35 % of the
+/// xDS server's samples in a fan-out and 28 % of the operator's in a cold start
+/// (docs/benchmarks.md, "The allocator" and "Where a cold start's CPU goes").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -629,9 +629,10 @@ provision_kube_apiserver() {
 # host-local, loopback in /usr/lib/cni), iptables and conntrack for kube-proxy, iproute2
 # for the rig's network namespace. Installed with apt only when one is missing.
 # valgrind is not the node's: e2e/tests/translation_instructions.rs counts instructions
-# with it. It is installed with these, the one apt step.
-NODE_COMMANDS=(containerd ctr runc iptables conntrack ip valgrind)
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 valgrind)
+# with it; nor are a C compiler and make: the build of jemalloc, the operator's allocator,
+# needs them. They are installed with these, the one apt step.
+NODE_COMMANDS=(containerd ctr runc iptables conntrack ip valgrind cc make)
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 valgrind gcc libc6-dev make)
 
 node_packages_present() {
 	local c

@@ -70,6 +70,10 @@ async fn run(systems: Vec<System>, args: Args) -> anyhow::Result<()> {
             eprintln!("   serving at {url} through {envoys} Envoy Pods");
             fleets.insert(system.key(), (system, envoys));
             let measured = scenarios::run_all(&node, system, &url).await;
+            if system == System::Switchyard {
+                let by_replica = systems::switchyard_envoys_by_replica(&node).await;
+                eprintln!("   Envoys connected, by replica: {by_replica}");
+            }
             for outcome in &measured {
                 eprintln!(
                     "   {}: {} requests, {} non-2xx {:?}",

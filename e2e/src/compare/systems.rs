@@ -216,6 +216,51 @@ impl System {
     }
 }
 
+/// Switchyard only: how many Envoys are connected to the leader and to the other
+/// replicas, from the replicas' report Leases (src/k8s/fleet_report.rs). Each replica
+/// serves xDS, and an Envoy connects to whichever the Service picks: the leader hears
+/// only its own Envoys' answers at once, so a run's latencies depend on where they went.
+pub async fn switchyard_envoys_by_replica(node: &Node) -> String {
+    let leases = node
+        .get(
+            crate::node::SWITCHYARD_NAMESPACE,
+            "leases",
+            "{range .items[*]}{.spec.holderIdentity}{\"\\t\"}{.metadata.labels.switchyard\\.dev/replica-of}{\"\\t\"}{.metadata.annotations.switchyard\\.dev/envoy-report}{\"\\n\"}{end}",
+        )
+        .await;
+    let mut leader = None;
+    let mut reports = Vec::new();
+    for line in leases.lines() {
+        let mut fields = line.splitn(3, '\t');
+        let holder = fields.next().unwrap_or_default();
+        let replica_of = fields.next().unwrap_or_default();
+        let report = fields.next().unwrap_or_default();
+        if replica_of.is_empty() {
+            leader = Some(holder.to_owned());
+            continue;
+        }
+        let envoys = serde_json::from_str::<serde_json::Value>(report)
+            .ok()
+            .and_then(|r| r.get("envoys")?.as_array().map(Vec::len));
+        reports.push((holder.to_owned(), envoys));
+    }
+    let mut parts = Vec::new();
+    for (holder, envoys) in reports {
+        let role = if leader.as_deref() == Some(holder.as_str()) {
+            "leader"
+        } else {
+            "other"
+        };
+        let envoys = envoys.map_or("unknown".to_owned(), |n| n.to_string());
+        parts.push(format!("{role} {holder}: {envoys}"));
+    }
+    parts.sort();
+    if parts.is_empty() {
+        return "no replica report".to_owned();
+    }
+    parts.join(", ")
+}
+
 /// The Gateway API CRDs every system reads: v1.7.0's experimental channel, as
 /// e2e/provision.sh downloaded them.
 pub async fn install_gateway_api(node: &Node) {

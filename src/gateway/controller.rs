@@ -108,6 +108,7 @@ pub async fn run(client: Client, settings: Settings) {
         problems: settings.problems.clone(),
         recorder: EventRecorder::new(&client),
         batches: settings.batches.clone(),
+        envoys: settings.envoys.clone(),
     };
     let mut rollout = Rollout::new(
         client.clone(),

@@ -7,17 +7,19 @@
 //! owned by the Gateway, and are served like any other.
 //!
 //! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy
-//! answers, until [`VERIFY_IN_PASS`] after the pass began: a Gateway pass translates every
-//! Gateway and writes statuses, so ending it to wait cost each step a pass. A unit that
-//! still waits says why, and the controller comes back soon (see [`Outcome::wake`]).
+//! connected here answers (and, while an Envoy connected to another replica holds it back,
+//! after a short wait: [`ASK_ELSEWHERE_AGAIN`]), until [`VERIFY_IN_PASS`] after the pass
+//! began: a Gateway pass translates every Gateway and writes statuses, so ending it to
+//! wait cost each step a pass. A unit that still waits says why, and the controller comes
+//! back soon (see [`Outcome::wake`]).
 //! Everything is derived from the ProxyConfigs the API server holds, so a new leader goes
 //! on where the old one was; promotion only follows a verification of the same pass (I3).
 //! They are read, written and deleted through the engine ([`ProxyConfigs`]): every write
 //! and delete holds only if the object is still as read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -32,13 +34,15 @@ use super::api::gateways::Gateway;
 use super::service::{CONTROLLER_LABEL, GATEWAY_LABEL, GatewayKey};
 use super::unit::Unit;
 use crate::api::ProxyConfig;
+use crate::k8s::envoys::Envoys;
 use crate::k8s::events::{Event, EventRecorder, EventType};
 use crate::k8s::watched::{Filter, View, Watched};
 use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
 use crate::rollout::fleet::{
-    FleetChanges, check_while_fleet_stays, fleet_addresses, fleet_pods, named_by_pod, passed,
+    FleetChanges, check_while_fleet_stays, fleet_addresses, fleet_pods, lagging_elsewhere,
+    named_by_pod, passed,
 };
 use crate::rollout::lagging::{ENVOYS_LAGGING, LaggingEnvoys, event_note};
 use crate::rollout::proxy_configs::Error;
@@ -56,6 +60,15 @@ use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 /// running, and with thousands of new HTTPRoutes waiting 200 ms each, a pass lasted
 /// seconds while the snapshots their checks waited for came and went.
 const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
+
+/// How soon a unit waiting on an Envoy connected to another replica asks it again (then
+/// twice as long each time, within [`VERIFY_IN_PASS`]): that Envoy's answer to the new
+/// snapshot reaches only its own replica, and a unit that waited for one here to wake it
+/// waited out the pass's whole time (every change of a two-replica install took ≈ 250 ms
+/// to be served when both Envoys were connected to the replica that is not the leader).
+/// The replicas build the same snapshot from the same watch events, within milliseconds
+/// of each other.
+const ASK_ELSEWHERE_AGAIN: Duration = Duration::from_millis(10);
 
 /// Units moved at once in a pass. A pass lasts until its last unit is moved, and a unit
 /// waiting on the fleet holds its place while it waits: with thousands of HTTPRoutes
@@ -130,6 +143,8 @@ pub struct Rollout {
     lagging: LaggingEnvoys<String>,
     /// Records Events on the Gateways.
     recorder: EventRecorder,
+    /// The Envoys connected to this replica.
+    envoys: Arc<dyn Envoys>,
 }
 
 /// What a rollout reads and tells besides its ProxyConfigs.
@@ -142,6 +157,8 @@ pub struct Sources {
     pub recorder: EventRecorder,
     /// Where units' first ProxyConfigs may be written together.
     pub batches: Option<std::sync::Arc<crate::rollout::Batches>>,
+    /// The Envoys connected to this replica: the answers a waiting unit hears of.
+    pub envoys: Arc<dyn Envoys>,
 }
 
 impl Rollout {
@@ -165,6 +182,7 @@ impl Rollout {
             fleet: sources.fleet,
             lagging: LaggingEnvoys::default(),
             recorder: sources.recorder,
+            envoys: sources.envoys,
         }
     }
 
@@ -296,13 +314,16 @@ impl Rollout {
         };
         let mut front = Fleet {
             prober: &self.prober,
-            fleet: &self.fleet,
-            addresses: self.fleet_changes.subscribe(),
             served: &self.served,
             unit,
-            answered,
-            until,
-            asked,
+            asking: Asking {
+                fleet: &self.fleet,
+                addresses: self.fleet_changes.subscribe(),
+                envoys: self.envoys.as_ref(),
+                answered,
+                until,
+                asked,
+            },
         };
         let end = advance(&self.proxy_configs, &moved, &mut held, &mut front).await;
         match end {
@@ -417,18 +438,27 @@ impl Rollout {
     }
 }
 
-/// How a Gateway's unit asks the fleet: again each time an Envoy answers or the fleet
-/// changes, until the pass's time to wait is over; then the controller comes back (see
-/// [`Outcome::wake`]).
+/// A Gateway's unit as the engine's front: how it asks the fleet ([`Asking`]) whether
+/// its versions are ready and served.
 struct Fleet<'a> {
     prober: &'a Prober,
+    served: &'a ServedVersions,
+    unit: &'a Unit,
+    asking: Asking<'a>,
+}
+
+/// How a unit asks the fleet within its pass: again each time an Envoy connected here
+/// answers, the fleet changes, or (while an Envoy connected elsewhere holds it back) a
+/// short wait is over, until the pass's time to wait is over; then the controller comes
+/// back (see [`Outcome::wake`]).
+struct Asking<'a> {
     /// The fleet's EndpointSlices: the Envoys to ask, and the Pod of each where known
     /// (status names it).
     fleet: &'a View<EndpointSlice>,
     /// The fleet's addresses, as they change: what wakes a unit, and drops a check.
     addresses: watch::Receiver<Vec<String>>,
-    served: &'a ServedVersions,
-    unit: &'a Unit,
+    /// The Envoys connected here: only their answers wake a unit (`answered`).
+    envoys: &'a dyn Envoys,
     answered: watch::Receiver<u64>,
     /// When the pass's time to wait on the fleet is over ([`VERIFY_IN_PASS`]).
     until: tokio::time::Instant,
@@ -436,7 +466,7 @@ struct Fleet<'a> {
     asked: &'a AtomicU64,
 }
 
-impl Fleet<'_> {
+impl Asking<'_> {
     /// `check` of the fleet (read again on every attempt, so Envoys that join are asked
     /// too) until every Envoy passes it, or the pass's time to wait is over (it asks once
     /// at least): an Envoy's answer to a new snapshot may change the result, and so may an
@@ -449,6 +479,7 @@ impl Fleet<'_> {
         Fut: Future<Output = FleetResult>,
     {
         let until = self.until;
+        let mut ask_again = ASK_ELSEWHERE_AGAIN;
         loop {
             // Answers that come from here on may not be in this check's result.
             let seen = *self.answered.borrow_and_update();
@@ -460,7 +491,9 @@ impl Fleet<'_> {
             let Some(result) = checked.await else {
                 continue;
             };
-            let result = named_by_pod(result, &fleet_pods(&self.fleet.state()));
+            let pods = fleet_pods(&self.fleet.state());
+            let elsewhere = lagging_elsewhere(&result, &pods, &self.envoys.connected());
+            let result = named_by_pod(result, &pods);
             if passed(&result, &envoys) {
                 return Verification::Passed(result);
             }
@@ -470,6 +503,10 @@ impl Fleet<'_> {
                 () = tokio::time::sleep_until(until) => false,
                 changed = self.answered.changed() => changed.is_ok(),
                 changed = self.addresses.changed() => changed.is_ok(),
+                () = tokio::time::sleep(ask_again), if elsewhere => {
+                    ask_again *= 2;
+                    true
+                }
             };
             if !woken {
                 self.asked.fetch_min(seen, Ordering::Relaxed);
@@ -489,12 +526,12 @@ impl Front for Fleet<'_> {
             let (id, trial) = (&id, &trial);
             async move { prober.check_staged(&envoys, id, trial, probe_version).await }
         };
-        self.until_passed(check).await
+        self.asking.until_passed(check).await
     }
 
     async fn verify_live(&mut self, version: &str) -> Verification {
         let key = (self.unit.gateway.0.clone(), self.unit.name.clone());
-        let envoys = fleet_addresses(&self.fleet.state());
+        let envoys = fleet_addresses(&self.asking.fleet.state());
         if let Some(seen) = self.served.seen(&key, version, &envoys) {
             return Verification::Passed(seen);
         }
@@ -510,7 +547,7 @@ impl Front for Fleet<'_> {
             let id = &id;
             async move { prober.check_version_on(&envoys, port, id, version).await }
         };
-        let verdict = self.until_passed(check).await;
+        let verdict = self.asking.until_passed(check).await;
         if let Verification::Passed(result) = &verdict {
             let asked = asked.into_inner().unwrap_or_else(|p| p.into_inner());
             self.served.record(&key, version, asked, result);
@@ -582,8 +619,113 @@ fn min(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::AtomicUsize;
+
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use tokio::sync::mpsc;
+
     use super::*;
+    use crate::k8s::envoys::{BlockingNack, Holding, RouteVerdict, Snapshot};
+    use crate::k8s::fixtures;
     use crate::translate::Subject;
+
+    /// Envoys connected here by node id, none of which ever answers.
+    struct Connected(BTreeSet<String>);
+
+    impl Envoys for Connected {
+        fn publish(&self, _: Arc<Snapshot>) -> bool {
+            false
+        }
+        fn verdicts(&self) -> mpsc::UnboundedReceiver<RouteVerdict> {
+            mpsc::unbounded_channel().1
+        }
+        fn changes(&self) -> watch::Receiver<u64> {
+            watch::channel(0).1
+        }
+        fn holdings(&self) -> Vec<Holding> {
+            Vec::new()
+        }
+        fn blocking_nacks(&self) -> Vec<BlockingNack> {
+            Vec::new()
+        }
+        fn connected(&self) -> BTreeSet<String> {
+            self.0.clone()
+        }
+        fn set_draining(&self, _: BTreeSet<String>) {}
+    }
+
+    /// A fleet of two Envoys: Pod `envoy-here` connected to this replica, Pod
+    /// `envoy-elsewhere` to another one.
+    fn fleet() -> View<EndpointSlice> {
+        let envoy = |address: &str, pod: &str| {
+            let mut endpoint = fixtures::endpoint(address);
+            endpoint.target_ref = Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some(pod.into()),
+                ..Default::default()
+            });
+            endpoint
+        };
+        let mut slice = fixtures::slice("envoy-x", "envoy");
+        slice.endpoints = Some(vec![
+            envoy("198.18.0.4", "envoy-here"),
+            envoy("198.18.0.5", "envoy-elsewhere"),
+        ]);
+        Watched::holding(vec![slice]).view(Arc::new(|_: &EndpointSlice| true))
+    }
+
+    /// Asks a fleet where `lagging` answers "not yet" until `ready_after`, counting the
+    /// checks; what the pass's wait gave.
+    async fn wait_on(lagging: &str, ready_after: Duration) -> (Verification, usize) {
+        let fleet = fleet();
+        let changes = FleetChanges::new(&fleet);
+        let here = Connected(BTreeSet::from(["envoy-here".to_owned()]));
+        let (_answers, answered) = watch::channel(0);
+        let asked = AtomicU64::new(u64::MAX);
+        let started = tokio::time::Instant::now();
+        let mut asking = Asking {
+            fleet: &fleet,
+            addresses: changes.subscribe(),
+            envoys: &here,
+            answered,
+            until: started + VERIFY_IN_PASS,
+            asked: &asked,
+        };
+        let checks = AtomicUsize::new(0);
+        let check = |envoys: Vec<String>| {
+            checks.fetch_add(1, Ordering::Relaxed);
+            let not_yet = started.elapsed() < ready_after;
+            let (lagging, ready): (Vec<String>, Vec<String>) = envoys
+                .into_iter()
+                .partition(|envoy| not_yet && envoy == lagging);
+            let lagging = (lagging.into_iter())
+                .map(|envoy| (envoy, "serves version \"a\"".to_owned()))
+                .collect();
+            async move { FleetResult { ready, lagging } }
+        };
+        let verdict = asking.until_passed(check).await;
+        (verdict, checks.into_inner())
+    }
+
+    /// An Envoy connected to another replica takes the change without a word reaching
+    /// this one: the unit asks it again, and is served within its pass rather than after.
+    #[tokio::test(start_paused = true)]
+    async fn an_envoy_connected_elsewhere_is_asked_again_within_the_pass() {
+        let (verdict, checks) = wait_on("198.18.0.5", Duration::from_millis(30)).await;
+        assert!(matches!(verdict, Verification::Passed(_)), "{verdict:?}");
+        // At 0, 10, 30 ms.
+        assert_eq!(checks, 3);
+    }
+
+    /// One connected here is asked again when it answers, and only then: no Envoy is
+    /// asked in a loop while nothing it could say has changed.
+    #[tokio::test(start_paused = true)]
+    async fn an_envoy_connected_here_is_asked_again_only_when_it_answers() {
+        let (verdict, checks) = wait_on("198.18.0.4", Duration::from_millis(30)).await;
+        assert!(matches!(verdict, Verification::Waiting(..)), "{verdict:?}");
+        assert_eq!(checks, 1);
+    }
 
     #[test]
     fn a_waiting_unit_is_told_what_was_left_out_of_it_only() {

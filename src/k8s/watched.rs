@@ -171,6 +171,23 @@ where
         }
     }
 
+    /// For tests: one store holding `objects`, listed once, with no watch behind it.
+    #[cfg(test)]
+    pub(crate) fn holding(objects: Vec<K>) -> Self {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        Self {
+            stores: vec![store],
+            touched: None,
+            readers: Arc::new(Readers::default()),
+            _reflectors: Arc::new(Vec::new()),
+        }
+    }
+
     pub fn state(&self) -> Vec<Arc<K>> {
         self.stores.iter().flat_map(|s| s.state()).collect()
     }

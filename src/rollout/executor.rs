@@ -39,6 +39,7 @@ pub struct Unit<'a> {
 }
 
 /// How asking the fleet ended.
+#[derive(Debug)]
 pub enum Verification {
     /// Every Envoy passed, or there is none to ask.
     Passed(FleetResult),

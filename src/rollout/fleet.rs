@@ -1,7 +1,7 @@
 //! The fleet a rollout must hear from: the ready endpoints of the Envoy Service's
 //! EndpointSlices: the addresses the prober asks; and when they change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -40,6 +40,20 @@ pub fn fleet_pods(slices: &[Arc<EndpointSlice>]) -> BTreeMap<String, String> {
         })
         .flatten()
         .collect()
+}
+
+/// Whether an Envoy that holds `result` back is connected to another replica, as far as
+/// this one can tell: its Pod (the node id the chart gives an Envoy) is not among the
+/// Envoys connected `here`, or its address names no Pod. Such an Envoy's answer to a new
+/// snapshot reaches only the replica it is connected to, so nothing here wakes a rollout
+/// waiting on it: only asking it again tells.
+pub fn lagging_elsewhere(
+    result: &FleetResult,
+    pods: &BTreeMap<String, String>,
+    here: &BTreeSet<String>,
+) -> bool {
+    (result.lagging.iter())
+        .any(|(address, _)| pods.get(address).is_none_or(|pod| !here.contains(pod)))
 }
 
 /// `result`, each Envoy that holds it back named by its Pod where there is one:
@@ -211,5 +225,28 @@ mod tests {
         assert_eq!(named.lagging[0].0, "envoy-7d9f-x2 (198.18.0.4)");
         assert_eq!(named.lagging[1].0, "198.18.0.5");
         assert_eq!(named.ready, ["198.18.0.6"]);
+    }
+
+    #[test]
+    fn an_envoy_is_elsewhere_unless_its_pod_is_connected_here() {
+        let slice = EndpointSlice {
+            endpoints: Some(vec![
+                endpoint("198.18.0.4", Some("envoy-a")),
+                endpoint("198.18.0.5", Some("envoy-b")),
+                endpoint("198.18.0.6", None),
+            ]),
+            ..Default::default()
+        };
+        let pods = fleet_pods(&[Arc::new(slice)]);
+        let here = BTreeSet::from(["envoy-a".to_owned()]);
+        let lagging = |address: &str| FleetResult {
+            ready: Vec::new(),
+            lagging: vec![(address.to_owned(), "serves version \"a\"".into())],
+        };
+        assert!(!lagging_elsewhere(&lagging("198.18.0.4"), &pods, &here));
+        assert!(lagging_elsewhere(&lagging("198.18.0.5"), &pods, &here));
+        // No Pod to tell by: it may be anywhere.
+        assert!(lagging_elsewhere(&lagging("198.18.0.6"), &pods, &here));
+        assert!(!lagging_elsewhere(&FleetResult::default(), &pods, &here));
     }
 }

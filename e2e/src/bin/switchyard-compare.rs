@@ -54,6 +54,14 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(run(systems, args))
 }
 
+/// Where Switchyard's Envoys were connected (its replicas' latencies depend on it).
+async fn tell_envoys_by_replica(node: &Node, system: System) {
+    if system == System::Switchyard {
+        let by_replica = systems::switchyard_envoys_by_replica(node).await;
+        eprintln!("   Envoys connected, by replica: {by_replica}");
+    }
+}
+
 /// Each system on a node of its own, started afresh (and again for each scale size):
 /// nothing of the one before runs beside it, and a control plane's peak memory is its
 /// own at that size.
@@ -70,10 +78,7 @@ async fn run(systems: Vec<System>, args: Args) -> anyhow::Result<()> {
             eprintln!("   serving at {url} through {envoys} Envoy Pods");
             fleets.insert(system.key(), (system, envoys));
             let measured = scenarios::run_all(&node, system, &url).await;
-            if system == System::Switchyard {
-                let by_replica = systems::switchyard_envoys_by_replica(&node).await;
-                eprintln!("   Envoys connected, by replica: {by_replica}");
-            }
+            tell_envoys_by_replica(&node, system).await;
             for outcome in &measured {
                 eprintln!(
                     "   {}: {} requests, {} non-2xx {:?}",
@@ -91,7 +96,9 @@ async fn run(systems: Vec<System>, args: Args) -> anyhow::Result<()> {
             let (node, url) = installed(system).await;
             let envoys = system.envoy_pods(&node).await;
             fleets.insert(system.key(), (system, envoys));
-            match scale::run(&node, system, &url, routes).await {
+            let measured = scale::run(&node, system, &url, routes).await;
+            tell_envoys_by_replica(&node, system).await;
+            match measured {
                 Ok(outcome) => {
                     eprintln!("   {}", scale::to_json(&outcome));
                     scaled.push(outcome);

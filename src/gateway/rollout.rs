@@ -7,11 +7,11 @@
 //! owned by the Gateway, and are served like any other.
 //!
 //! Units move side by side. Within a pass a unit asks the fleet again each time an Envoy
-//! connected here answers (and, while an Envoy connected to another replica holds it back,
-//! after a short wait: [`ASK_ELSEWHERE_AGAIN`]), until [`VERIFY_IN_PASS`] after the pass
-//! began: a Gateway pass translates every Gateway and writes statuses, so ending it to
-//! wait cost each step a pass. A unit that still waits says why, and the controller comes
-//! back soon (see [`Outcome::wake`]).
+//! connected here answers (and, while only Envoys connected to other replicas hold it
+//! back, after a short wait: [`ASK_ELSEWHERE_AGAIN`]), until [`VERIFY_IN_PASS`] after
+//! the pass began: a Gateway pass translates every Gateway and writes statuses, so ending
+//! it to wait cost each step a pass. A unit that still waits says why, and the controller
+//! comes back soon (see [`Outcome::wake`]).
 //! Everything is derived from the ProxyConfigs the API server holds, so a new leader goes
 //! on where the old one was; promotion only follows a verification of the same pass (I3).
 //! They are read, written and deleted through the engine ([`ProxyConfigs`]): every write
@@ -41,7 +41,7 @@ use crate::model::trial_id;
 use crate::prober::{FleetResult, Prober};
 use crate::rollout::executor::{self, Done, End, Front, Held, Phase, Verification, advance};
 use crate::rollout::fleet::{
-    FleetChanges, check_while_fleet_stays, fleet_addresses, fleet_pods, lagging_elsewhere,
+    FleetChanges, check_while_fleet_stays, fleet_addresses, fleet_pods, lagging_only_elsewhere,
     named_by_pod, passed,
 };
 use crate::rollout::lagging::{ENVOYS_LAGGING, LaggingEnvoys, event_note};
@@ -61,14 +61,18 @@ use switchyard_core::route::lower::{endpoint_probe_id, route_id};
 /// seconds while the snapshots their checks waited for came and went.
 const VERIFY_IN_PASS: Duration = Duration::from_millis(200);
 
-/// How soon a unit waiting on an Envoy connected to another replica asks it again (then
-/// twice as long each time, within [`VERIFY_IN_PASS`]): that Envoy's answer to the new
-/// snapshot reaches only its own replica, and a unit that waited for one here to wake it
-/// waited out the pass's whole time (every change of a two-replica install took ≈ 250 ms
-/// to be served when both Envoys were connected to the replica that is not the leader).
-/// The replicas build the same snapshot from the same watch events, within milliseconds
-/// of each other.
+/// How soon a unit waiting only on Envoys connected to other replicas asks them again
+/// (then twice as long each time, up to [`ASK_ELSEWHERE_AT_MOST`], within
+/// [`VERIFY_IN_PASS`]): their answers to the new snapshot reach only their own replica,
+/// and a unit that waited for one here to wake it waited out the pass's whole time (every
+/// change of a two-replica install took ≈ 250 ms to be served when both Envoys were
+/// connected to the replica that is not the leader). The replicas build the same snapshot
+/// from the same watch events, within milliseconds of each other. At most 7 asks a pass,
+/// where an Envoy connected here is asked again only when it answers.
 const ASK_ELSEWHERE_AGAIN: Duration = Duration::from_millis(10);
+/// The longest wait between two such asks: doubling on, the last ask of a pass came at
+/// 150 ms and none after, just as endpoints late by a 100 ms would be there.
+const ASK_ELSEWHERE_AT_MOST: Duration = Duration::from_millis(40);
 
 /// Units moved at once in a pass. A pass lasts until its last unit is moved, and a unit
 /// waiting on the fleet holds its place while it waits: with thousands of HTTPRoutes
@@ -448,7 +452,7 @@ struct Fleet<'a> {
 }
 
 /// How a unit asks the fleet within its pass: again each time an Envoy connected here
-/// answers, the fleet changes, or (while an Envoy connected elsewhere holds it back) a
+/// answers, the fleet changes, or (while only Envoys connected elsewhere hold it back) a
 /// short wait is over, until the pass's time to wait is over; then the controller comes
 /// back (see [`Outcome::wake`]).
 struct Asking<'a> {
@@ -457,7 +461,7 @@ struct Asking<'a> {
     fleet: &'a View<EndpointSlice>,
     /// The fleet's addresses, as they change: what wakes a unit, and drops a check.
     addresses: watch::Receiver<Vec<String>>,
-    /// The Envoys connected here: only their answers wake a unit (`answered`).
+    /// The Envoys connected here, whose answers `answered` counts.
     envoys: &'a dyn Envoys,
     answered: watch::Receiver<u64>,
     /// When the pass's time to wait on the fleet is over ([`VERIFY_IN_PASS`]).
@@ -491,12 +495,12 @@ impl Asking<'_> {
             let Some(result) = checked.await else {
                 continue;
             };
-            let pods = fleet_pods(&self.fleet.state());
-            let elsewhere = lagging_elsewhere(&result, &pods, &self.envoys.connected());
-            let result = named_by_pod(result, &pods);
             if passed(&result, &envoys) {
                 return Verification::Passed(result);
             }
+            let pods = fleet_pods(&self.fleet.state());
+            let elsewhere = lagging_only_elsewhere(&result, &pods, &self.envoys.connected());
+            let result = named_by_pod(result, &pods);
             // The deadline first: past it, an answer that came meanwhile asks no more.
             let woken = tokio::select! {
                 biased;
@@ -504,7 +508,7 @@ impl Asking<'_> {
                 changed = self.answered.changed() => changed.is_ok(),
                 changed = self.addresses.changed() => changed.is_ok(),
                 () = tokio::time::sleep(ask_again), if elsewhere => {
-                    ask_again *= 2;
+                    ask_again = (ask_again * 2).min(ASK_ELSEWHERE_AT_MOST);
                     true
                 }
             };
@@ -675,9 +679,10 @@ mod tests {
         Watched::holding(vec![slice]).view(Arc::new(|_: &EndpointSlice| true))
     }
 
-    /// Asks a fleet where `lagging` answers "not yet" until `ready_after`, counting the
-    /// checks; what the pass's wait gave.
-    async fn wait_on(lagging: &str, ready_after: Duration) -> (Verification, usize) {
+    /// Asks a fleet where the Envoys at `lagging` answer "not yet" until `ready_after`,
+    /// counting the checks: what the pass's wait gave, the checks, and the pass's
+    /// [`Outcome::asked`] as the unit left it.
+    async fn wait_on(lagging: &[&str], ready_after: Duration) -> (Verification, usize, u64) {
         let fleet = fleet();
         let changes = FleetChanges::new(&fleet);
         let here = Connected(BTreeSet::from(["envoy-here".to_owned()]));
@@ -696,35 +701,48 @@ mod tests {
         let check = |envoys: Vec<String>| {
             checks.fetch_add(1, Ordering::Relaxed);
             let not_yet = started.elapsed() < ready_after;
-            let (lagging, ready): (Vec<String>, Vec<String>) = envoys
-                .into_iter()
-                .partition(|envoy| not_yet && envoy == lagging);
+            let (lagging, ready): (Vec<String>, Vec<String>) = (envoys.into_iter())
+                .partition(|envoy| not_yet && lagging.contains(&envoy.as_str()));
             let lagging = (lagging.into_iter())
                 .map(|envoy| (envoy, "serves version \"a\"".to_owned()))
                 .collect();
             async move { FleetResult { ready, lagging } }
         };
         let verdict = asking.until_passed(check).await;
-        (verdict, checks.into_inner())
+        (verdict, checks.into_inner(), asked.into_inner())
     }
 
     /// An Envoy connected to another replica takes the change without a word reaching
     /// this one: the unit asks it again, and is served within its pass rather than after.
     #[tokio::test(start_paused = true)]
     async fn an_envoy_connected_elsewhere_is_asked_again_within_the_pass() {
-        let (verdict, checks) = wait_on("198.18.0.5", Duration::from_millis(30)).await;
+        let (verdict, checks, _) = wait_on(&["198.18.0.5"], Duration::from_millis(30)).await;
         assert!(matches!(verdict, Verification::Passed(_)), "{verdict:?}");
         // At 0, 10, 30 ms.
         assert_eq!(checks, 3);
     }
 
+    /// One that never takes it is asked a bounded number of times in a pass, and the
+    /// unit leaves the pass waiting, having seen no answer here.
+    #[tokio::test(start_paused = true)]
+    async fn an_envoy_elsewhere_that_lags_on_is_asked_at_most_seven_times_a_pass() {
+        let (verdict, checks, asked) = wait_on(&["198.18.0.5"], Duration::MAX).await;
+        assert!(matches!(verdict, Verification::Waiting(..)), "{verdict:?}");
+        // At 0, 10, 30, 70, 110, 150 and 190 ms.
+        assert_eq!(checks, 7);
+        assert_eq!(asked, 0);
+    }
+
     /// One connected here is asked again when it answers, and only then: no Envoy is
-    /// asked in a loop while nothing it could say has changed.
+    /// asked in a loop while nothing it could say has changed; nor while one elsewhere
+    /// lags beside it, since the unit waits for both.
     #[tokio::test(start_paused = true)]
     async fn an_envoy_connected_here_is_asked_again_only_when_it_answers() {
-        let (verdict, checks) = wait_on("198.18.0.4", Duration::from_millis(30)).await;
-        assert!(matches!(verdict, Verification::Waiting(..)), "{verdict:?}");
-        assert_eq!(checks, 1);
+        for lagging in [&["198.18.0.4"][..], &["198.18.0.4", "198.18.0.5"]] {
+            let (verdict, checks, _) = wait_on(lagging, Duration::from_millis(30)).await;
+            assert!(matches!(verdict, Verification::Waiting(..)), "{verdict:?}");
+            assert_eq!(checks, 1, "{lagging:?}");
+        }
     }
 
     #[test]

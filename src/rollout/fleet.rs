@@ -42,18 +42,20 @@ pub fn fleet_pods(slices: &[Arc<EndpointSlice>]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Whether an Envoy that holds `result` back is connected to another replica, as far as
-/// this one can tell: its Pod (the node id the chart gives an Envoy) is not among the
-/// Envoys connected `here`, or its address names no Pod. Such an Envoy's answer to a new
-/// snapshot reaches only the replica it is connected to, so nothing here wakes a rollout
-/// waiting on it: only asking it again tells.
-pub fn lagging_elsewhere(
+/// Whether every Envoy that holds `result` back (one at least) is connected to another
+/// replica, as far as this one can tell: its Pod (the node id the chart gives an Envoy) is
+/// not among the Envoys connected `here`, or its address names no Pod. Such an Envoy's
+/// answer to a new snapshot reaches only the replica it is connected to, so nothing here
+/// wakes a rollout waiting on it: only asking it again tells. While one connected here
+/// still lags, its answer is what to wait for.
+pub fn lagging_only_elsewhere(
     result: &FleetResult,
     pods: &BTreeMap<String, String>,
     here: &BTreeSet<String>,
 ) -> bool {
-    (result.lagging.iter())
-        .any(|(address, _)| pods.get(address).is_none_or(|pod| !here.contains(pod)))
+    !result.lagging.is_empty()
+        && (result.lagging.iter())
+            .all(|(address, _)| pods.get(address).is_none_or(|pod| !here.contains(pod)))
 }
 
 /// `result`, each Envoy that holds it back named by its Pod where there is one:
@@ -228,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn an_envoy_is_elsewhere_unless_its_pod_is_connected_here() {
+    fn envoys_are_elsewhere_unless_their_pod_is_connected_here() {
         let slice = EndpointSlice {
             endpoints: Some(vec![
                 endpoint("198.18.0.4", Some("envoy-a")),
@@ -239,14 +241,21 @@ mod tests {
         };
         let pods = fleet_pods(&[Arc::new(slice)]);
         let here = BTreeSet::from(["envoy-a".to_owned()]);
-        let lagging = |address: &str| FleetResult {
+        let lagging = |addresses: &[&str]| FleetResult {
             ready: Vec::new(),
-            lagging: vec![(address.to_owned(), "serves version \"a\"".into())],
+            lagging: (addresses.iter())
+                .map(|a| (a.to_string(), "serves version \"a\"".to_owned()))
+                .collect(),
         };
-        assert!(!lagging_elsewhere(&lagging("198.18.0.4"), &pods, &here));
-        assert!(lagging_elsewhere(&lagging("198.18.0.5"), &pods, &here));
+        let elsewhere =
+            |addresses: &[&str]| lagging_only_elsewhere(&lagging(addresses), &pods, &here);
+        assert!(!elsewhere(&["198.18.0.4"]));
+        assert!(elsewhere(&["198.18.0.5"]));
         // No Pod to tell by: it may be anywhere.
-        assert!(lagging_elsewhere(&lagging("198.18.0.6"), &pods, &here));
-        assert!(!lagging_elsewhere(&FleetResult::default(), &pods, &here));
+        assert!(elsewhere(&["198.18.0.6"]));
+        assert!(elsewhere(&["198.18.0.5", "198.18.0.6"]));
+        // One connected here lags too: its answer wakes the rollout.
+        assert!(!elsewhere(&["198.18.0.4", "198.18.0.5"]));
+        assert!(!elsewhere(&[]));
     }
 }

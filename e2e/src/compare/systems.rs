@@ -225,34 +225,31 @@ pub async fn switchyard_envoys_by_replica(node: &Node) -> String {
         .get(
             crate::node::SWITCHYARD_NAMESPACE,
             "leases",
-            "{range .items[*]}{.spec.holderIdentity}{\"\\t\"}{.metadata.labels.switchyard\\.dev/replica-of}{\"\\t\"}{.metadata.annotations.switchyard\\.dev/envoy-report}{\"\\n\"}{end}",
+            "{range .items[*]}{.metadata.name}{\"\\t\"}{.spec.holderIdentity}{\"\\t\"}{.metadata.labels.switchyard\\.dev/replica-of}{\"\\t\"}{.metadata.annotations.switchyard\\.dev/envoy-report}{\"\\n\"}{end}",
         )
         .await;
-    let mut leader = None;
-    let mut reports = Vec::new();
-    for line in leases.lines() {
-        let mut fields = line.splitn(3, '\t');
-        let holder = fields.next().unwrap_or_default();
-        let replica_of = fields.next().unwrap_or_default();
-        let report = fields.next().unwrap_or_default();
-        if replica_of.is_empty() {
-            leader = Some(holder.to_owned());
-            continue;
-        }
-        let envoys = serde_json::from_str::<serde_json::Value>(report)
-            .ok()
-            .and_then(|r| r.get("envoys")?.as_array().map(Vec::len));
-        reports.push((holder.to_owned(), envoys));
-    }
+    // (name, holder, the election it reports to, report) of every Lease; the output is
+    // trimmed, so the last line's empty fields may be gone.
+    let leases: Vec<Vec<&str>> = (leases.lines())
+        .map(|line| {
+            let mut fields: Vec<&str> = line.splitn(4, '\t').collect();
+            fields.resize(4, "");
+            fields
+        })
+        .collect();
     let mut parts = Vec::new();
-    for (holder, envoys) in reports {
-        let role = if leader.as_deref() == Some(holder.as_str()) {
-            "leader"
-        } else {
-            "other"
+    for report in leases.iter().filter(|l| !l[2].is_empty()) {
+        // The election's Lease is the one the reports name.
+        let leader = (leases.iter()).find(|l| l[0] == report[2]).map(|l| l[1]);
+        let role = match leader == Some(report[1]) {
+            true => "leader",
+            false => "other",
         };
-        let envoys = envoys.map_or("unknown".to_owned(), |n| n.to_string());
-        parts.push(format!("{role} {holder}: {envoys}"));
+        let envoys = serde_json::from_str::<serde_json::Value>(report[3])
+            .ok()
+            .and_then(|r| r.get("envoys")?.as_array().map(Vec::len))
+            .map_or("unknown".to_owned(), |n| n.to_string());
+        parts.push(format!("{role} {}: {envoys}", report[1]));
     }
     parts.sort();
     if parts.is_empty() {

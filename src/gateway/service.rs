@@ -90,7 +90,9 @@ pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
 /// then the next fleet ports nobody holds from `from` on (wrapping around the range), and
 /// where the next search is to start. `ours` are the Services this controller wrote;
 /// `others`, those of other controllers in the same namespace, whose ports are not to be
-/// given again; `listening`, the fleet ports ProxyConfigs still define a listener on (a
+/// given again (a port both hold, taken by each before it saw the other's Service, stays
+/// with the older Service: every controller decides alike, so one of them moves, where
+/// both moved and took the next port together again); `listening`, the fleet ports ProxyConfigs still define a listener on (a
 /// removed port's, while its old configuration drains), not given to a new port until
 /// they are gone: the fleet would keep the old listener there. A port left without one
 /// (the range is used up) is missing from the answer.
@@ -106,26 +108,35 @@ pub fn allocate(
     listening: &BTreeSet<i32>,
     from: i32,
 ) -> (BTreeMap<GatewayKey, Vec<(i32, i32)>>, i32) {
-    let held: BTreeMap<GatewayKey, BTreeMap<i32, i32>> = ours
+    let held: BTreeMap<GatewayKey, (BTreeMap<i32, i32>, Age)> = ours
         .iter()
-        .filter_map(|s| Some((gateway_of(s)?, fleet_ports(s))))
+        .filter_map(|s| Some((gateway_of(s)?, (fleet_ports(s), Age::of(s)))))
         .collect();
+    // The oldest of other controllers' Services holding each port.
+    let mut theirs: BTreeMap<i32, Age> = BTreeMap::new();
+    for service in others {
+        let age = Age::of(service);
+        for fleet in fleet_ports(service).into_values() {
+            let oldest = theirs.entry(fleet).or_insert_with(|| age.clone());
+            *oldest = oldest.clone().min(age.clone());
+        }
+    }
     // Ports held by other controllers, and by a Gateway of ours that is wanted; a gone
     // Gateway's are free again.
-    let mut taken: BTreeSet<i32> = others
-        .iter()
-        .flat_map(|s| fleet_ports(s).into_values())
-        .collect();
+    let mut taken: BTreeSet<i32> = theirs.keys().copied().collect();
+    let mut kept_here: BTreeSet<i32> = BTreeSet::new();
     let mut out: BTreeMap<GatewayKey, Vec<(i32, i32)>> = BTreeMap::new();
     for w in wanted {
         let key = (w.namespace.clone(), w.name.clone());
-        let kept = held.get(&key).cloned().unwrap_or_default();
+        let (kept, age) = held.get(&key).cloned().unwrap_or_default();
         let ports: Vec<(i32, i32)> = w
             .ports
             .iter()
             .filter_map(|p| kept.get(p).map(|f| (*p, *f)))
-            .filter(|(_, f)| FLEET_PORTS.contains(f) && !taken.contains(f))
+            .filter(|(_, f)| FLEET_PORTS.contains(f) && !kept_here.contains(f))
+            .filter(|(_, f)| theirs.get(f).is_none_or(|their| age < *their))
             .collect();
+        kept_here.extend(ports.iter().map(|(_, f)| *f));
         taken.extend(ports.iter().map(|(_, f)| *f));
         out.insert(key, ports);
     }
@@ -155,6 +166,26 @@ pub fn allocate(
         ports.sort();
     }
     (out, next)
+}
+
+/// When a Service was created, and its name: of two Services holding one fleet port, the
+/// older keeps it (one not created yet, or of unknown age, counts as the youngest).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Age {
+    unknown: bool,
+    created: Option<k8s_openapi::jiff::Timestamp>,
+    name: String,
+}
+
+impl Age {
+    fn of(service: &Service) -> Age {
+        let created = service.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        Age {
+            unknown: created.is_none(),
+            created,
+            name: service.metadata.name.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Where a controller starting anew searches for fleet ports: after the highest of its
@@ -394,6 +425,48 @@ mod tests {
             out[&("web".into(), "a".into())],
             [(80, 20001), (443, 20003)]
         );
+    }
+
+    /// Two controllers that each gave a Gateway the same fleet port before they saw the
+    /// other's Service: the younger Service's Gateway moves, the older keeps it, whichever
+    /// controller decides.
+    #[test]
+    fn a_fleet_port_two_controllers_took_at_once_stays_with_the_older_service() {
+        let aged = |name: &str, seconds: i64| {
+            let mut service = existing(name, &[(80, 20000)]);
+            service.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(seconds).expect("a time"),
+                ));
+            service
+        };
+        let (older, younger) = (aged("a", 100), aged("b", 101));
+        let (out, _) = allocate(
+            &[wanted("a", &[80])],
+            std::slice::from_ref(&older),
+            std::slice::from_ref(&younger),
+            &BTreeSet::new(),
+            FIRST,
+        );
+        assert_eq!(out[&("web".into(), "a".into())], [(80, 20000)]);
+        let (out, _) = allocate(
+            &[wanted("b", &[80])],
+            std::slice::from_ref(&younger),
+            std::slice::from_ref(&older),
+            &BTreeSet::new(),
+            FIRST,
+        );
+        assert_eq!(out[&("web".into(), "b".into())], [(80, 20001)]);
+        // Created in the same second: the name decides, alike for both.
+        let twin = aged("c", 100);
+        let (out, _) = allocate(
+            &[wanted("c", &[80])],
+            std::slice::from_ref(&twin),
+            std::slice::from_ref(&older),
+            &BTreeSet::new(),
+            FIRST,
+        );
+        assert_eq!(out[&("web".into(), "c".into())], [(80, 20001)]);
     }
 
     #[test]

@@ -92,8 +92,9 @@ pub fn gateway_of(service: &Service) -> Option<GatewayKey> {
 /// `others`, those of other controllers in the same namespace, whose ports are not to be
 /// given again (a port both hold, taken by each before it saw the other's Service, stays
 /// with the older Service: every controller decides alike, so one of them moves, where
-/// both moved and took the next port together again); `listening`, the fleet ports ProxyConfigs still define a listener on (a
-/// removed port's, while its old configuration drains), not given to a new port until
+/// both moved and took the next port together again); `listening`, the fleet ports
+/// ProxyConfigs still define a listener on (a removed port's, while its old
+/// configuration drains), not given to a new port until
 /// they are gone: the fleet would keep the old listener there. A port left without one
 /// (the range is used up) is missing from the answer.
 ///
@@ -118,7 +119,9 @@ pub fn allocate(
         let age = Age::of(service);
         for fleet in fleet_ports(service).into_values() {
             let oldest = theirs.entry(fleet).or_insert_with(|| age.clone());
-            *oldest = oldest.clone().min(age.clone());
+            if age < *oldest {
+                *oldest = age.clone();
+            }
         }
     }
     // Ports held by other controllers, and by a Gateway of ours that is wanted; a gone
@@ -440,33 +443,24 @@ mod tests {
                 ));
             service
         };
+        // The fleet ports `ours` keeps for its Gateway, another controller holding `theirs`.
+        let kept = |ours: &Service, theirs: &Service| {
+            let gateway = gateway_of(ours).expect("a Gateway's Service");
+            let (out, _) = allocate(
+                &[wanted(&gateway.1, &[80])],
+                std::slice::from_ref(ours),
+                std::slice::from_ref(theirs),
+                &BTreeSet::new(),
+                FIRST,
+            );
+            out[&gateway].clone()
+        };
         let (older, younger) = (aged("a", 100), aged("b", 101));
-        let (out, _) = allocate(
-            &[wanted("a", &[80])],
-            std::slice::from_ref(&older),
-            std::slice::from_ref(&younger),
-            &BTreeSet::new(),
-            FIRST,
-        );
-        assert_eq!(out[&("web".into(), "a".into())], [(80, 20000)]);
-        let (out, _) = allocate(
-            &[wanted("b", &[80])],
-            std::slice::from_ref(&younger),
-            std::slice::from_ref(&older),
-            &BTreeSet::new(),
-            FIRST,
-        );
-        assert_eq!(out[&("web".into(), "b".into())], [(80, 20001)]);
+        assert_eq!(kept(&older, &younger), [(80, 20000)]);
+        assert_eq!(kept(&younger, &older), [(80, 20001)]);
         // Created in the same second: the name decides, alike for both.
         let twin = aged("c", 100);
-        let (out, _) = allocate(
-            &[wanted("c", &[80])],
-            std::slice::from_ref(&twin),
-            std::slice::from_ref(&older),
-            &BTreeSet::new(),
-            FIRST,
-        );
-        assert_eq!(out[&("web".into(), "c".into())], [(80, 20001)]);
+        assert_eq!(kept(&twin, &older), [(80, 20001)]);
     }
 
     #[test]

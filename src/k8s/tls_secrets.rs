@@ -346,12 +346,12 @@ mod tests {
             name: name.into(),
         };
         let mut cluster = crate::k8s::fixtures::cluster("secure");
-        cluster.tls = Some(UpstreamTls {
+        cluster.tls = Some(Box::new(UpstreamTls {
             hostname: "secure.test".into(),
             ca_certificates: "CA".into(),
             client_certificate: Some(secret("client")),
             ..Default::default()
-        });
+        }));
         let mut pc = ProxyConfig::new(
             "gw-edge-443-live",
             ProxyConfigSpec {

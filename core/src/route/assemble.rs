@@ -51,7 +51,7 @@ impl Checked {
             redirect,
             options,
         } = self.0;
-        let lb_policy = options.load_balancer.as_ref().and_then(cluster_policy);
+        let lb_policy = options.load_balancer.as_deref().and_then(cluster_policy);
         let backends = backends
             .into_iter()
             .map(|b| ResolvedBackend {
@@ -325,14 +325,14 @@ mod tests {
             ..CircuitBreaker::default()
         };
         let sticky = RuleOptions {
-            load_balancer: Some(LoadBalancer {
+            load_balancer: Some(Box::new(LoadBalancer {
                 policy: None,
                 affinity: Some(Affinity {
                     source_ip: Some(true),
                     ..Affinity::default()
                 }),
-            }),
-            circuit_breaker: Some(limits.clone()),
+            })),
+            circuit_breaker: Some(Box::new(limits.clone())),
             ..RuleOptions::default()
         };
         let route = assemble(
@@ -347,7 +347,7 @@ mod tests {
         );
         let sticky = ResolvedCluster {
             lb_policy: Some("ringHash".into()),
-            circuit_breaker: Some(limits),
+            circuit_breaker: Some(Box::new(limits)),
             ..cluster("web")
         };
         assert_eq!(route.clusters, [cluster("web"), sticky.clone()]);

@@ -277,10 +277,10 @@ fn settings(cluster: &ResolvedCluster) -> ClusterSettings {
             .as_deref()
             .and_then(LbPolicy::named)
             .unwrap_or_default(),
-        circuit_breakers: cluster.circuit_breaker.as_ref().map(circuit_breakers),
-        outlier_detection: cluster.outlier_detection.as_ref().map(outlier_detection),
-        health_check: cluster.health_check.as_ref().map(health_check),
-        tls: cluster.tls.as_ref().map(upstream_tls),
+        circuit_breakers: cluster.circuit_breaker.as_deref().map(circuit_breakers),
+        outlier_detection: cluster.outlier_detection.as_deref().map(outlier_detection),
+        health_check: cluster.health_check.as_deref().map(health_check),
+        tls: cluster.tls.as_deref().map(upstream_tls),
         udp: cluster.udp,
         ..ClusterSettings::default()
     }
@@ -425,7 +425,7 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
             },
             rate_limit: options
                 .rate_limit
-                .as_ref()
+                .as_deref()
                 .map(rate_limit)
                 .transpose()
                 .map_err(|e| format!("rule {}: {e}", rule.name))?,
@@ -465,8 +465,8 @@ fn route(namespace: &str, rule: &ResolvedRule) -> Result<Route, String> {
         method: m.method.clone(),
         query,
         action,
-        request_headers: header_edits(options.request_headers.as_ref()),
-        response_headers: header_edits(options.response_headers.as_ref()),
+        request_headers: header_edits(options.request_headers.as_deref()),
+        response_headers: header_edits(options.response_headers.as_deref()),
     })
 }
 

@@ -211,18 +211,20 @@ pub struct ResolvedCluster {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(leastRequest|random|ringHash|maglev)$"))]
     pub lb_policy: Option<String>,
+    // The optional parts below are boxed, as a rule's options are (`spec::RuleOptions`):
+    // held in place they took most of the 432 bytes of every copy of every cluster.
     /// The limits of the rule that sends here (a cluster of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub circuit_breaker: Option<CircuitBreaker>,
+    pub circuit_breaker: Option<Box<CircuitBreaker>>,
     /// The passive health checking of the rule that sends here (a cluster of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outlier_detection: Option<OutlierDetection>,
+    pub outlier_detection: Option<Box<OutlierDetection>>,
     /// The active health checking of the rule that sends here (a cluster of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<HealthCheck>,
+    pub health_check: Option<Box<HealthCheck>>,
     /// TLS to the backend (a Gateway API BackendTLSPolicy): a cluster of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<UpstreamTls>,
+    pub tls: Option<Box<UpstreamTls>>,
 }
 
 /// How a cluster's connections to its backend are encrypted and the backend's certificate

@@ -293,7 +293,7 @@ fn backend_cluster(
     }
     match backend_tls::for_backend(inputs, target_ns, backend.name, &cluster.port_name) {
         BackendTls::None => {}
-        BackendTls::Tls(tls) => cluster.tls = Some(tls),
+        BackendTls::Tls(tls) => cluster.tls = Some(Box::new(tls)),
         BackendTls::Unusable => return Ok(None),
     }
     Ok(Some(cluster))

@@ -243,10 +243,10 @@ fn lower_filters_into(
         let at = format!("{at}.filters[{fi}]");
         match filter.r#type {
             FilterType::RequestHeaderModifier => {
-                lowering.options.request_headers = Some(request_edits(filter));
+                lowering.options.request_headers = Some(Box::new(request_edits(filter)));
             }
             FilterType::ResponseHeaderModifier => {
-                lowering.options.response_headers = Some(response_edits(filter));
+                lowering.options.response_headers = Some(Box::new(response_edits(filter)));
             }
             FilterType::UrlRewrite => {
                 let Some(rewrite) = filter.url_rewrite.as_ref() else {
@@ -267,7 +267,9 @@ fn lower_filters_into(
             FilterType::RequestRedirect => {
                 lowering.redirect = filter.request_redirect.as_ref().map(redirect);
             }
-            FilterType::Cors => lowering.options.cors = filter.cors.as_ref().and_then(cors),
+            FilterType::Cors => {
+                lowering.options.cors = filter.cors.as_ref().and_then(cors).map(Box::new);
+            }
             // Resolved with the rule's backends (`backend_ref::mirrors`).
             FilterType::RequestMirror => {}
             ref other => return Err(format!("{at}: filter {other:?} is not supported")),
@@ -281,11 +283,11 @@ fn lower_filters_into(
                     format!("{at}.timeouts.backendRequest: {backend:?} is not a duration")
                 })?;
             // Each request to a backend, the first included: Envoy's per-try timeout.
-            lowering.options.retries = Some(Retries {
+            lowering.options.retries = Some(Box::new(Retries {
                 attempts: 0,
                 per_try_timeout: Some(timeout),
                 ..Retries::default()
-            });
+            }));
         }
         if let Some(request) = &timeouts.request {
             let timeout = gateway_duration_ms(request)
@@ -296,17 +298,14 @@ fn lower_filters_into(
     }
     if let Some(retry) = &rule.retry {
         // After timeouts: a backendRequest timeout is the per-try timeout of these retries.
-        let retries = lowering
-            .options
-            .retries
-            .get_or_insert_with(Retries::default);
+        let retries = lowering.options.retries.get_or_insert_with(Box::default);
         lower_retry(retry, &format!("{at}.retry"), retries)?;
     }
     if let Some(session) = &rule.session_persistence {
-        lowering.options.load_balancer = Some(session_persistence(
+        lowering.options.load_balancer = Some(Box::new(session_persistence(
             session,
             &format!("{at}.sessionPersistence"),
-        )?);
+        )?));
     }
     Ok(())
 }

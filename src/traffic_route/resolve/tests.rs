@@ -319,12 +319,12 @@ fn rules_hosts_and_tls_are_resolved_with_their_defaults() {
                 }),
                 options: RuleOptions {
                     timeout: Some("1.5s".into()),
-                    retries: Some(Retries {
+                    retries: Some(Box::new(Retries {
                         attempts: 2,
                         on: vec!["5xx".into()],
                         per_try_timeout: Some("250ms".into()),
                         ..Retries::default()
-                    }),
+                    })),
                     rewrite_prefix: Some("/".into()),
                     ..RuleOptions::default()
                 },
@@ -422,12 +422,12 @@ fn bad_duration_is_invalid() {
     assert!(invalid_message(resolve(&r, &services())).contains("spec.rollout.drainPeriod"));
 
     let mut r = one_backend(by_number("web", 80));
-    r.spec.route.rules[0].options.retries = Some(Retries {
+    r.spec.route.rules[0].options.retries = Some(Box::new(Retries {
         attempts: 1,
         on: vec![],
         per_try_timeout: Some("fast".into()),
         ..Retries::default()
-    });
+    }));
     assert!(invalid_message(resolve(&r, &services())).contains("perTryTimeout"));
 }
 
@@ -507,10 +507,10 @@ fn other_schema_rules_are_checked_again() {
         (
             "retries.attempts",
             Box::new(|r| {
-                r.options.retries = Some(Retries {
+                r.options.retries = Some(Box::new(Retries {
                     attempts: -1,
                     ..Retries::default()
-                })
+                }))
             }),
         ),
         (
@@ -567,10 +567,10 @@ fn busy_route() -> TrafficRoute {
         vec![
             RouteRule {
                 options: RuleOptions {
-                    request_headers: Some(HeaderEdits {
+                    request_headers: Some(Box::new(HeaderEdits {
                         set: BTreeMap::from([("x-env".to_owned(), "prod".to_owned())]),
                         ..HeaderEdits::default()
-                    }),
+                    })),
                     ..RuleOptions::default()
                 },
                 ..rule(vec![by_name("web", "grpc"), by_number("api", 8080)])

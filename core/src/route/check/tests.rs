@@ -217,10 +217,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].retries.attempts: 101 is not within 0..100",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    retries: Some(Retries {
+                    retries: Some(Box::new(Retries {
                         attempts: 101,
                         ..Retries::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -230,11 +230,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].retries.statusCodes[1]: 200 is not within 400..599",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    retries: Some(Retries {
+                    retries: Some(Box::new(Retries {
                         attempts: 2,
                         status_codes: vec![503, 200],
                         ..Retries::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -244,11 +244,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].retries.on[1]: \"503\" is not a retry condition",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    retries: Some(Retries {
+                    retries: Some(Box::new(Retries {
                         attempts: 2,
                         on: vec!["5xx".into(), "503".into()],
                         ..Retries::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -258,11 +258,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].retries.backoff: must be more than 0s",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    retries: Some(Retries {
+                    retries: Some(Box::new(Retries {
                         attempts: 2,
                         backoff: Some("0ms".into()),
                         ..Retries::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -272,7 +272,7 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].cors.allowOrigins: name at least one origin",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    cors: Some(Cors::default()),
+                    cors: Some(Box::new(Cors::default())),
                     ..rule().options
                 },
                 ..rule()
@@ -282,10 +282,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].cors.allowOrigins[0]: \"app.example.com\" is not",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    cors: Some(Cors {
+                    cors: Some(Box::new(Cors {
                         allow_origins: vec!["app.example.com".into()],
                         ..Cors::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -295,11 +295,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].cors.allowMethods[0]: \"get\" is not an HTTP method",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    cors: Some(Cors {
+                    cors: Some(Box::new(Cors {
                         allow_origins: vec!["*".into()],
                         allow_methods: vec!["get".into()],
                         ..Cors::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -309,11 +309,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].cors.maxAge",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    cors: Some(Cors {
+                    cors: Some(Box::new(Cors {
                         allow_origins: vec!["*".into()],
                         max_age: Some("ten minutes".into()),
                         ..Cors::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -323,11 +323,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].rateLimit.unit: \"day\" is not second, minute or hour",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    rate_limit: Some(RateLimit {
+                    rate_limit: Some(Box::new(RateLimit {
                         requests: 1,
                         unit: "day".into(),
                         burst: None,
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -337,11 +337,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].rateLimit.requests: 0 is not within 1..1000000",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    rate_limit: Some(RateLimit {
+                    rate_limit: Some(Box::new(RateLimit {
                         requests: 0,
                         unit: "second".into(),
                         burst: None,
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -351,10 +351,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].loadBalancer.policy: \"weighted\" is not one of",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    load_balancer: Some(LoadBalancer {
+                    load_balancer: Some(Box::new(LoadBalancer {
                         policy: Some("weighted".into()),
                         affinity: None,
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -364,13 +364,13 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].loadBalancer.affinity: affinity needs the policy ringHash or maglev",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    load_balancer: Some(LoadBalancer {
+                    load_balancer: Some(Box::new(LoadBalancer {
                         policy: Some("leastRequest".into()),
                         affinity: Some(Affinity {
                             source_ip: Some(true),
                             ..Affinity::default()
                         }),
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -380,10 +380,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].loadBalancer.affinity: give exactly one of cookie, header, sourceIP",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    load_balancer: Some(LoadBalancer {
+                    load_balancer: Some(Box::new(LoadBalancer {
                         policy: None,
                         affinity: Some(Affinity::default()),
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -393,10 +393,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].circuitBreaker.maxRequests: 0 is not within 1..1000000",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    circuit_breaker: Some(CircuitBreaker {
+                    circuit_breaker: Some(Box::new(CircuitBreaker {
                         max_requests: Some(0),
                         ..CircuitBreaker::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -406,10 +406,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].outlierDetection.interval: must be more than 0s",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    outlier_detection: Some(OutlierDetection {
+                    outlier_detection: Some(Box::new(OutlierDetection {
                         interval: Some("0s".into()),
                         ..OutlierDetection::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -419,10 +419,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].outlierDetection.maxEjectionPercent: 101 is not within 0..100",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    outlier_detection: Some(OutlierDetection {
+                    outlier_detection: Some(Box::new(OutlierDetection {
                         max_ejection_percent: Some(101),
                         ..OutlierDetection::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -432,10 +432,10 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].healthCheck.path: \"healthz\" is not a path (\"/...\", no spaces)",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    health_check: Some(HealthCheck {
+                    health_check: Some(Box::new(HealthCheck {
                         path: "healthz".into(),
                         ..HealthCheck::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -445,11 +445,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].healthCheck.host: \"Web Server\" is not a host name",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    health_check: Some(HealthCheck {
+                    health_check: Some(Box::new(HealthCheck {
                         path: "/healthz".into(),
                         host: Some("Web Server".into()),
                         ..HealthCheck::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -459,11 +459,11 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].healthCheck.timeout: duration \"soon\" does not start with a number",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    health_check: Some(HealthCheck {
+                    health_check: Some(Box::new(HealthCheck {
                         path: "/healthz".into(),
                         timeout: Some("soon".into()),
                         ..HealthCheck::default()
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -473,7 +473,7 @@ fn each_rule_of_the_schema_is_checked_again() {
             "rules[0].loadBalancer.affinity.cookie.path: \"/a; b\" is not a cookie path",
             spec(vec![RouteRule {
                 options: RuleOptions {
-                    load_balancer: Some(LoadBalancer {
+                    load_balancer: Some(Box::new(LoadBalancer {
                         policy: None,
                         affinity: Some(Affinity {
                             cookie: Some(AffinityCookie {
@@ -483,7 +483,7 @@ fn each_rule_of_the_schema_is_checked_again() {
                             }),
                             ..Affinity::default()
                         }),
-                    }),
+                    })),
                     ..rule().options
                 },
                 ..rule()
@@ -522,11 +522,11 @@ fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
     // What another API's schema bounds itself is not checked again.
     let admitted = [
         RuleOptions {
-            retries: Some(Retries {
+            retries: Some(Box::new(Retries {
                 attempts: 2,
                 status_codes: vec![503; 40],
                 ..Retries::default()
-            }),
+            })),
             ..RuleOptions::default()
         },
         RuleOptions {
@@ -534,11 +534,11 @@ fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
             ..RuleOptions::default()
         },
         RuleOptions {
-            cors: Some(Cors {
+            cors: Some(Box::new(Cors {
                 allow_origins: vec!["*".into()],
                 max_age: Some("2000000s".into()),
                 ..Cors::default()
-            }),
+            })),
             ..RuleOptions::default()
         },
     ];
@@ -554,17 +554,17 @@ fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
     let refused = [
         (
             RuleOptions {
-                retries: Some(Retries {
+                retries: Some(Box::new(Retries {
                     attempts: 101,
                     ..Retries::default()
-                }),
+                })),
                 ..RuleOptions::default()
             },
             "retries.attempts: 101 is not within 0..100",
         ),
         (
             RuleOptions {
-                load_balancer: Some(LoadBalancer {
+                load_balancer: Some(Box::new(LoadBalancer {
                     policy: Some("ringHash".into()),
                     affinity: Some(Affinity {
                         cookie: Some(AffinityCookie {
@@ -574,7 +574,7 @@ fn a_lowered_rule_is_checked_only_where_the_vocabulary_admits_less() {
                         }),
                         ..Affinity::default()
                     }),
-                }),
+                })),
                 ..RuleOptions::default()
             },
             "loadBalancer.affinity.cookie.name: \"a b\" is not a cookie name",

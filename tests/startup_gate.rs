@@ -222,7 +222,7 @@ async fn create_served_routes(rig: &mut Rig, count: usize) {
 /// again once the optional parts of rules and clusters were boxed (98.6: 98.0–100.7 MiB in
 /// seven runs). The file-backed resident memory (binary, libraries),
 /// read at the end of each run, was 41.8–42.6 MiB, 41.5–43.3 MiB in the runs around the
-/// record before the last, 44.0–44.6 MiB around the last. It runs alone
+/// record of 100.4, 44.0–44.6 MiB around the last. It runs alone
 /// ([`ALONE`]). The record is the debug build's, the operator the tests run. More
 /// than 3 % off fails, either way: a regression must be found, a gain recorded, with
 /// `UPDATE_RSS=1 cargo test --test startup_gate peak_memory`. Less goes unseen: undoing the

@@ -397,9 +397,10 @@ pub const REDIRECT_CODES: [i32; 5] = [301, 302, 303, 307, 308];
 // A rule's options: what it does to the requests it forwards, flattened into the rule as
 // written (`RouteRule`) and as resolved (`ResolvedRule`), which carries it whole. (A plain
 // comment: flattened, a doc comment would become those rules' description.) The optional
-// parts of more than a few words are boxed: held in place, they took 896 bytes in every
-// copy of every rule (the stores' TrafficRoutes and ProxyConfigs, the rollouts' reads),
-// whatever the rule set; a box serializes as what it holds.
+// parts of more than a few machine words are boxed: held in place, they made a rule's
+// options 896 bytes in every copy of every rule (the stores' TrafficRoutes and
+// ProxyConfigs, the rollouts' reads), whatever the rule set; a box serializes as what it
+// holds. A part a rule sets costs an allocation per copy instead.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleOptions {

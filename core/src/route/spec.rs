@@ -796,4 +796,30 @@ mod tests {
         let rule: RouteRule = serde_json::from_value(json).expect("a rule");
         assert_eq!(rule.options.clone(), options);
     }
+
+    /// Every copy of every rule holds its options in place (see [`RuleOptions`]): an
+    /// optional part left unboxed again would grow each by its size, which the RSS record
+    /// (3 %) lets through.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_rules_options_and_a_resolved_cluster_stay_small() {
+        use crate::route::resolved::{ResolvedCluster, ResolvedRule};
+        use std::mem::size_of;
+        assert!(
+            size_of::<RuleOptions>() <= 216,
+            "{}",
+            size_of::<RuleOptions>()
+        );
+        assert!(size_of::<RouteRule>() <= 552, "{}", size_of::<RouteRule>());
+        assert!(
+            size_of::<ResolvedRule>() <= 576,
+            "{}",
+            size_of::<ResolvedRule>()
+        );
+        assert!(
+            size_of::<ResolvedCluster>() <= 136,
+            "{}",
+            size_of::<ResolvedCluster>()
+        );
+    }
 }

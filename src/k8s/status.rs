@@ -15,7 +15,10 @@
 //! resourceVersion): a status decided on an object that has changed since is refused
 //! (409) and dropped, and the change that made it stale brings the front-end back with a
 //! newer one. The writer's own earlier writes do not count as such a change: a store may
-//! not have seen them yet, and the resourceVersion they left is used instead.
+//! not have seen them yet, and the resourceVersion they left is used instead. What such a
+//! status took from the status it read, its conditions' lastTransitionTimes, is then
+//! taken from the last write instead: decided on the status before it, a condition the
+//! write had set kept the older time, or a new one where the write's was due.
 //!
 //! Several writes are in flight at once, one per object at most: under load one write
 //! takes a few hundred milliseconds, and one at a time held the writer far below its QPS.
@@ -32,7 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
-use xxhash_rust::xxh3::xxh3_128;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 use super::rate_limit::TokenBucket;
 
@@ -141,11 +144,100 @@ impl Wanted {
             read,
         }
     }
+
+    /// The lastTransitionTime of each of its conditions.
+    fn transitions(&self) -> Box<[Transition]> {
+        let mut status: Value = serde_json::from_str(&self.status).unwrap_or_default();
+        let mut out = Vec::new();
+        each_condition(&mut status, "", &mut |at, condition| {
+            if let Some(time) = condition.get("lastTransitionTime").and_then(Value::as_str) {
+                out.push(Transition {
+                    condition: condition_digest(at, condition),
+                    time: time.into(),
+                });
+            }
+        });
+        out.into_boxed_slice()
+    }
+
+    /// The same status with the lastTransitionTimes it has after `last`, the rule of
+    /// [`condition_of`]: a condition `last` had with the same status keeps its time; any
+    /// other is new now.
+    fn transitions_after(self, last: &LastWrite) -> Self {
+        let Ok(mut status) = serde_json::from_str::<Value>(&self.status) else {
+            return self;
+        };
+        let now =
+            serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or_default();
+        each_condition(&mut status, "", &mut |at, condition| {
+            if !condition.contains_key("lastTransitionTime") {
+                return;
+            }
+            let digest = condition_digest(at, condition);
+            let kept = (last.transitions.iter()).find(|t| t.condition == digest);
+            let time = kept.map_or_else(|| now.clone(), |t| Value::from(&*t.time));
+            condition.insert("lastTransitionTime".into(), time);
+        });
+        Self::new(self.kind, &status, self.read)
+    }
 }
 
-/// A status summarized: all the writer remembers of the last status it wrote per object,
-/// for as long as it runs (at 10k routes the statuses themselves took tens of MiB), and
-/// what a status waiting or shown is compared with it by.
+/// A condition at `at` of a status, by its type and status.
+fn condition_digest(at: &str, condition: &serde_json::Map<String, Value>) -> u64 {
+    let text = |k: &str| condition.get(k).and_then(Value::as_str).unwrap_or_default();
+    xxh3_64(format!("{at}\n{}\n{}", text("type"), text("status")).as_bytes())
+}
+
+/// Calls `f` with every condition of a status, wherever it is (the status's own, a
+/// listener's, a parent's), and its place.
+fn each_condition(
+    value: &mut Value,
+    at: &str,
+    f: &mut dyn FnMut(&str, &mut serde_json::Map<String, Value>),
+) {
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields.iter_mut() {
+                let here = format!("{at}/{name}");
+                if name == "conditions"
+                    && let Value::Array(conditions) = field
+                {
+                    for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+                        f(&here, condition);
+                    }
+                } else {
+                    each_condition(field, &here, f);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                each_condition(item, &format!("{at}/{i}"), f);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What the writer remembers of the last status it wrote per object, for as long as it
+/// runs: its summary and its conditions' lastTransitionTimes (at 10k routes the statuses
+/// themselves took tens of MiB).
+#[derive(Debug)]
+struct LastWrite {
+    summary: Summary,
+    transitions: Box<[Transition]>,
+}
+
+/// A condition of a status written: where it is, its type and its status, digested, and
+/// its lastTransitionTime as written.
+#[derive(Debug)]
+struct Transition {
+    condition: u64,
+    time: Box<str>,
+}
+
+/// A status summarized: what a status waiting or shown is compared with the last one
+/// written by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Summary {
     /// The status's JSON text, digested: object keys are sorted, so equal statuses have
@@ -181,13 +273,13 @@ impl Drop for Shared {
 
 /// The statuses not written yet: the urgent ones first, each queue in arrival order; an
 /// object has at most one, the latest, and keeps its place when it is replaced. With them,
-/// a summary of the last status written per object (and the resourceVersions the writes
-/// left), and the objects whose write is in flight.
+/// what is remembered of the last status written per object (and the resourceVersions the
+/// writes left), and the objects whose write is in flight.
 #[derive(Default)]
 struct Pending {
     urgent: Queue,
     later: Queue,
-    written: HashMap<Key, Summary>,
+    written: HashMap<Key, LastWrite>,
     /// Per object, the resourceVersion each of this writer's last writes left, by the one
     /// it was made on.
     own: HashMap<Key, VecDeque<(String, String)>>,
@@ -249,7 +341,7 @@ impl Pending {
             ..
         } = update;
         let wanted = Wanted::new(kind, &status, read);
-        let written = self.written.get(&key).copied();
+        let written = self.written.get(&key).map(|w| w.summary);
         let shows = shown
             .as_ref()
             .is_some_and(|s| wanted.kind.shows(s, &status));
@@ -271,24 +363,34 @@ impl Pending {
         }
     }
 
-    /// The next status to write: one this writer did not write last, of an object with no
-    /// write in flight; conditional on the object as read, or as this writer's own writes
-    /// left it since.
+    /// The next status to write, of an object with no write in flight (see
+    /// [`Pending::ready`]).
     fn pop(&mut self) -> Option<(Key, Wanted)> {
         loop {
-            let next = self
+            let (key, wanted) = self
                 .urgent
                 .pop_except(&self.in_flight)
-                .or_else(|| self.later.pop_except(&self.in_flight));
-            match next {
-                Some((key, wanted)) if self.written.get(&key) == Some(&wanted.summary) => {}
-                Some((key, mut wanted)) => {
-                    wanted.read = self.after_own_writes(&key, wanted.read);
-                    return Some((key, wanted));
-                }
-                None => return None,
+                .or_else(|| self.later.pop_except(&self.in_flight))?;
+            if let Some(wanted) = self.ready(&key, wanted) {
+                return Some((key, wanted));
             }
         }
+    }
+
+    /// `wanted` as it is to be written: conditional on the object as read, or as this
+    /// writer's own writes left it since, and then with the lastTransitionTimes the last
+    /// of them gives (the read's were older). None when that is what this writer wrote
+    /// last.
+    fn ready(&self, key: &Key, mut wanted: Wanted) -> Option<Wanted> {
+        let read = self.after_own_writes(key, wanted.read.clone());
+        let last = self.written.get(key);
+        if read != wanted.read
+            && let Some(last) = last
+        {
+            wanted = wanted.transitions_after(last);
+        }
+        wanted.read = read;
+        (last.map(|l| l.summary) != Some(wanted.summary)).then_some(wanted)
     }
 
     /// `read`, or the resourceVersion this writer's own writes made of it since.
@@ -350,7 +452,11 @@ impl Pending {
                 own.pop_front();
             }
         }
-        self.written.insert(key, wanted.summary);
+        let last = LastWrite {
+            summary: wanted.summary,
+            transitions: wanted.transitions(),
+        };
+        self.written.insert(key, last);
     }
 }
 
@@ -546,11 +652,17 @@ impl Shared {
             };
             if let Some(wait) = limit.take(tokio::time::Instant::now()) {
                 tokio::time::sleep(wait).await;
-                // A newer status handed over meanwhile is the one to write.
-                let newer = self.lock().remove(&key);
-                if let Some(newer) = newer {
-                    let read = self.lock().after_own_writes(&key, newer.read.clone());
-                    wanted = Wanted { read, ..newer };
+                // A newer status handed over meanwhile is the one to write, if any is.
+                let mut pending = self.lock();
+                if let Some(newer) = pending.remove(&key) {
+                    match pending.ready(&key, newer) {
+                        Some(newer) => wanted = newer,
+                        None => {
+                            pending.taken = false;
+                            self.count(&pending);
+                            continue;
+                        }
+                    }
                 }
             }
             let mut pending = self.lock();
@@ -599,9 +711,10 @@ impl Shared {
                 warn!(%kind, %namespace, %name, %error, "status write failed; will retry");
                 // Retry unless a newer status arrived meanwhile.
                 if !pending.contains(&key) {
-                    let urgent = wanted
-                        .kind
-                        .is_progress(pending.written.get(&key), &wanted.summary);
+                    let urgent = wanted.kind.is_progress(
+                        pending.written.get(&key).map(|w| &w.summary),
+                        &wanted.summary,
+                    );
                     pending.enqueue(key, wanted, urgent);
                 }
             }

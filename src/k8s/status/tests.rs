@@ -135,9 +135,11 @@ fn a_status_the_route_shows_is_not_written_again() {
     assert!(pending.pop().is_none());
     // What the route shows lags behind a write of ours: then it is no proof.
     let staging = json(&status(false, "Staging"));
-    pending
-        .written
-        .insert(key("web"), routes().summary_of(&staging));
+    let last = LastWrite {
+        summary: routes().summary_of(&staging),
+        transitions: Box::default(),
+    };
+    pending.written.insert(key("web"), last);
     pending.put(update("web", ready.clone(), Some(&ready)));
     assert_eq!(pending.pop().map(|(_, w)| parsed(&w)), Some(json(&ready)));
     // A status waiting is dropped once the route shows the one wanted now.
@@ -267,8 +269,8 @@ fn a_status_written_is_remembered_by_its_summary_alone() {
     let (web, wanted) = pending.pop().expect("web's status");
     pending.wrote(web.clone(), wanted, Some(("1".into(), "2".into())));
     assert_eq!(
-        pending.written.get(&web),
-        Some(&routes().summary_of(&json(&ready)))
+        pending.written.get(&web).map(|w| w.summary),
+        Some(routes().summary_of(&json(&ready)))
     );
     // The store has not seen the write yet: the same status again is not written twice.
     pending.put(update("web", ready.clone(), None));
@@ -286,4 +288,59 @@ fn a_status_written_is_remembered_by_its_summary_alone() {
         .push(condition(&[], "Ready", true, "x", "", 1, &t));
     pending.put(update("web", served, None));
     assert!(pending.urgent.statuses.contains_key(&web));
+}
+
+#[test]
+fn a_status_decided_on_a_read_before_our_last_write_keeps_that_writes_transition_times() {
+    let at = |second: i64| Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("time"));
+    let accepted = |previous: &[Condition], status: bool, now: i64| TrafficRouteStatus {
+        conditions: vec![condition(
+            previous,
+            "Accepted",
+            status,
+            "x",
+            "",
+            1,
+            &at(now),
+        )],
+        ..Default::default()
+    };
+    let time = |wanted: &Wanted| parsed(wanted)["conditions"][0]["lastTransitionTime"].clone();
+    let mut pending = Pending::default();
+    // Written at 1000 on read 1, which showed no status: the object is at 2.
+    pending.put(update("web", accepted(&[], true, 1_000), None));
+    let (web, first) = pending.pop().expect("a status");
+    pending.wrote(web.clone(), first, Some(("1".into(), "2".into())));
+    // The store still shows 1: a pass at 2000 sees no condition, and makes one new.
+    pending.put(update("web", accepted(&[], true, 2_000), None));
+    // The write of 1000 holds: Accepted has been True since then.
+    assert!(
+        pending.pop().is_none(),
+        "the same status as the one written"
+    );
+    // The store still shows 1; the object became Accepted False at 3000 since.
+    let rejected = accepted(&[], false, 3_000);
+    let mut second = update("web", rejected.clone(), None);
+    second.read = Some("2".into());
+    pending.put(second);
+    let (_, second) = pending.pop().expect("a status");
+    pending.wrote(web.clone(), second, Some(("2".into(), "3".into())));
+    // A pass on the read of 2 (True since 1000) decides True: it is new after the False.
+    let mut again = update(
+        "web",
+        accepted(&accepted(&[], true, 1_000).conditions, true, 4_000),
+        None,
+    );
+    again.read = Some("2".into());
+    pending.put(again);
+    let (_, again) = pending.pop().expect("a status");
+    assert_eq!(again.read.as_deref(), Some("3"));
+    assert_ne!(time(&again), json!(at(1_000)), "{}", again.status);
+    // Decided on the object as our writes left it: the times are the front-end's.
+    pending.wrote(web.clone(), again.clone(), Some(("3".into(), "4".into())));
+    let mut current = update("web", accepted(&[], false, 5_000), None);
+    current.read = Some("4".into());
+    pending.put(current);
+    let (_, current) = pending.pop().expect("a status");
+    assert_eq!(time(&current), json!(at(5_000)));
 }

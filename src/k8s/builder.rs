@@ -199,7 +199,9 @@ impl Builder {
             proxy_configs: proxy_configs_touched.keys,
             endpoint_slices: slices_touched.keys,
         });
-        let step = touched.and_then(|touched| models.step(&settings, &touched, &objects));
+        let clusters = |name: &str| translator.cluster(name);
+        let step =
+            touched.and_then(|touched| models.step(&settings, &touched, (&objects, &clusters)));
         let (step, mut problems) = match step {
             Some(step) => step,
             None => {

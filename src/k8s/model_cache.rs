@@ -13,8 +13,9 @@
 //! translator itself must resolve (two ProxyConfigs claiming one name), takes a full build
 //! from every object, as does the first step.
 //!
-//! The translator (`core/src/translate/translator`) keeps the inputs these changes edit;
-//! each xDS session (`core/src/xds/session`) keeps what its Envoy acknowledged of the
+//! The translator (`core/src/translate/translator`) keeps the inputs these changes edit,
+//! the clusters with their endpoints among them: a step reads a cluster there
+//! ([`Clusters`]) to give it new endpoints, and keeps none of its own; each xDS session (`core/src/xds/session`) keeps what its Envoy acknowledged of the
 //! snapshots the translator makes.
 //!
 //! A full build takes ProxyConfigs and slices in key order, so that an incremental step
@@ -101,6 +102,9 @@ impl Objects for ObjectMaps {
     }
 }
 
+/// The clusters the translator holds, by name: what the last steps gave it.
+pub type Clusters<'a> = &'a dyn Fn(&str) -> Option<&'a model::Cluster>;
+
 /// What every object shares: a change to any of it takes a full build.
 pub struct Settings<'a> {
     pub listeners: &'a ListenerSettings,
@@ -124,7 +128,6 @@ struct Last {
     slices: ByKey<(Option<String>, Option<Service>)>,
     /// Each Service's slices, to gather its endpoints without looking at the others.
     service_slices: BTreeMap<Service, BTreeSet<ObjectKey>>,
-    clusters: BTreeMap<String, model::Cluster>,
     endpoint_sources: BTreeMap<String, EndpointsKey>,
     /// Each Service's clusters (from `endpoint_sources`).
     service_clusters: BTreeMap<Service, BTreeSet<String>>,
@@ -233,7 +236,6 @@ impl ModelCache {
             inputs,
             &proxy_configs,
             parts,
-            &built.config.clusters,
             built.endpoint_sources,
             &built.config.gateway_listeners,
             &built.problems,
@@ -241,21 +243,22 @@ impl ModelCache {
         (Step::Full(built.config), built.problems)
     }
 
-    /// The change that the `touched` objects make, looked up in `objects`, and what is
-    /// left out of the model; None when only a full build can tell (the first step,
-    /// other settings, a Secret's content, a name claimed twice).
+    /// The change that the `touched` objects make, looked up in `objects` (and the
+    /// translator's `clusters`, which the last step was applied to), and what is left out
+    /// of the model; None when only a full build can tell (the first step, other
+    /// settings, a Secret's content, a name claimed twice).
     pub fn step(
         &mut self,
         settings: &Settings<'_>,
         touched: &Touched,
-        objects: &dyn Objects,
+        (objects, clusters): (&dyn Objects, Clusters<'_>),
     ) -> Option<(Step, Vec<Problem>)> {
         let last = self.last.as_mut().filter(|last| {
             !last.ambiguous
                 && &last.listeners == settings.listeners
                 && &last.secrets == settings.secrets
         })?;
-        let step = last.changes(touched, objects);
+        let step = last.changes(touched, objects, clusters);
         if step.is_none() {
             // Partly applied: only a full build may follow.
             self.last = None;
@@ -269,7 +272,6 @@ impl Last {
         inputs: &Inputs<'_>,
         proxy_configs: &[&ProxyConfig],
         parts: Vec<Contribution>,
-        clusters: &[model::Cluster],
         endpoint_sources: BTreeMap<String, EndpointsKey>,
         gateway_listeners: &[model::GatewayListener],
         problems: &[Problem],
@@ -281,10 +283,6 @@ impl Last {
             pc_problems: BTreeMap::new(),
             slices: ByKey::default(),
             service_slices: BTreeMap::new(),
-            clusters: clusters
-                .iter()
-                .map(|c| (c.name.clone(), c.clone()))
-                .collect(),
             endpoint_sources: BTreeMap::new(),
             service_clusters: BTreeMap::new(),
             cluster_users: BTreeMap::new(),
@@ -459,6 +457,7 @@ impl Last {
         &mut self,
         touched: &Touched,
         objects: &dyn Objects,
+        clusters: Clusters<'_>,
     ) -> Option<(Step, Vec<Problem>)> {
         let pc_changes = self.changed_proxy_configs(touched, objects);
         // TLS Secrets the changed ProxyConfigs used or use, and whether they were in use.
@@ -483,8 +482,8 @@ impl Last {
             let now = c.now.as_ref().and_then(|(_, _, p)| p.listener());
             before != now
         });
-        let mut clusters: BTreeMap<String, Edit<model::Cluster>> = self
-            .refresh_endpoints(touched, objects)
+        let mut cluster_edits: BTreeMap<String, Edit<model::Cluster>> = self
+            .refresh_endpoints(touched, objects, clusters)
             .into_iter()
             .map(|c| (c.name.clone(), Edit::Put(c)))
             .collect();
@@ -530,9 +529,10 @@ impl Last {
                     .endpoint_probes
                     .extend(now.endpoint_probe.clone().map(Edit::Put));
             }
-            self.cluster_edits(objects, &users_before, &nows, &mut clusters)?;
+            let edits = &mut cluster_edits;
+            self.cluster_edits((objects, clusters), &users_before, &nows, edits)?;
         }
-        changes.clusters = clusters.into_values().collect();
+        changes.clusters = cluster_edits.into_values().collect();
         if !secrets_used_before.is_empty() {
             changes.secrets = self.secret_edits(&secrets_used_before);
         }
@@ -583,7 +583,7 @@ impl Last {
     /// decides which wins). `users_before` holds every cluster this step touched.
     fn cluster_edits(
         &mut self,
-        objects: &dyn Objects,
+        (objects, clusters): (&dyn Objects, Clusters<'_>),
         users_before: &BTreeMap<String, usize>,
         nows: &[Contribution],
         edits: &mut BTreeMap<String, Edit<model::Cluster>>,
@@ -597,7 +597,6 @@ impl Last {
             .collect();
         for name in gone {
             self.cluster_users.remove(&name);
-            self.clusters.remove(&name);
             self.remove_source(&name);
             edits.insert(name.clone(), Edit::Remove(name));
         }
@@ -606,7 +605,7 @@ impl Last {
             if used(users_before, name) {
                 let same = self.endpoint_sources.get(name)
                     == Some(&to_model::endpoints_key(namespace, cluster))
-                    && self.clusters.get(name).is_some_and(|c| {
+                    && clusters(name).is_some_and(|c| {
                         let probe =
                             to_model::model_cluster(name.clone(), namespace, cluster, vec![]);
                         c.service == probe.service && c.settings == probe.settings
@@ -633,7 +632,6 @@ impl Last {
             let list = endpoints.get(&key).cloned().unwrap_or_default();
             let model = to_model::model_cluster(name.clone(), &namespace, &cluster, list);
             self.set_source(name.clone(), key);
-            self.clusters.insert(name.clone(), model.clone());
             edits.insert(name, Edit::Put(model));
         }
         Some(())
@@ -645,6 +643,7 @@ impl Last {
         &mut self,
         touched: &Touched,
         objects: &dyn Objects,
+        clusters: Clusters<'_>,
     ) -> Vec<model::Cluster> {
         // Usually one or two: a plain list.
         let mut services: Vec<Service> = Vec::new();
@@ -685,16 +684,18 @@ impl Last {
             .collect();
         let mut changed = Vec::new();
         for name in names {
-            let (Some(key), Some(cluster)) = (
-                self.endpoint_sources.get(&name),
-                self.clusters.get_mut(&name),
-            ) else {
+            let (Some(key), Some(cluster)) = (self.endpoint_sources.get(&name), clusters(&name))
+            else {
                 continue;
             };
             let now = endpoints.get(key).cloned().unwrap_or_default();
             if cluster.endpoints != now {
-                cluster.endpoints = now;
-                changed.push(cluster.clone());
+                changed.push(model::Cluster {
+                    name: cluster.name.clone(),
+                    service: cluster.service.clone(),
+                    settings: cluster.settings.clone(),
+                    endpoints: now,
+                });
             }
         }
         changed

@@ -281,6 +281,12 @@ impl Translator {
         self.apply(changes)
     }
 
+    /// The cluster of that name as last given (valid or not), endpoints included: a
+    /// caller that edits clusters reads them here instead of keeping copies of its own.
+    pub fn cluster(&self, name: &str) -> Option<&model::Cluster> {
+        self.clusters.get(name)
+    }
+
     /// Applies changes and returns the new translation.
     pub fn apply(&mut self, changes: Changes) -> Translation {
         if changes.is_empty() {

@@ -104,7 +104,9 @@ fn operator_step(
     touched: &Touched,
     objects: &ObjectMaps,
 ) {
-    match cache.step(settings, touched, objects) {
+    let clusters = |name: &str| translator.cluster(name);
+    let step = cache.step(settings, touched, (objects, &clusters));
+    match step {
         Some((Step::Changes(changes), _)) => translator.apply(changes),
         _ => unreachable!("a slice or a route change at this size is incremental"),
     };

@@ -15,8 +15,9 @@
 //!
 //! The translator (`core/src/translate/translator`) keeps the inputs these changes edit,
 //! the clusters with their endpoints among them: a step reads a cluster there
-//! ([`Clusters`]) to give it new endpoints, and keeps none of its own; each xDS session (`core/src/xds/session`) keeps what its Envoy acknowledged of the
-//! snapshots the translator makes.
+//! ([`Clusters`]) to give it new endpoints, and keeps none of its own. Each xDS session
+//! (`core/src/xds/session`) keeps what its Envoy acknowledged of the snapshots the
+//! translator makes.
 //!
 //! A full build takes ProxyConfigs and slices in key order, so that an incremental step
 //! (which keeps what it holds by key) ends exactly where a full build of the same objects

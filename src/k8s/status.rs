@@ -15,10 +15,10 @@
 //! resourceVersion): a status decided on an object that has changed since is refused
 //! (409) and dropped, and the change that made it stale brings the front-end back with a
 //! newer one. The writer's own earlier writes do not count as such a change: a store may
-//! not have seen them yet, and the resourceVersion they left is used instead. What such a
-//! status took from the status it read, its conditions' lastTransitionTimes, is then
-//! taken from the last write instead: decided on the status before it, a condition the
-//! write had set kept the older time, or a new one where the write's was due.
+//! not have seen them yet, and the resourceVersion they left is used instead. Such a
+//! status kept the lastTransitionTimes of the status it read, older than that write: its
+//! conditions take the write's instead (a condition whose status the write already had
+//! keeps the write's time; one that changed since is new).
 //!
 //! Several writes are in flight at once, one per object at most: under load one write
 //! takes a few hundred milliseconds, and one at a time held the writer far below its QPS.
@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use prometheus_client::metrics::gauge::Gauge;
@@ -110,6 +111,7 @@ pub struct StatusUpdate {
     /// The status the object showed when it was read.
     pub shown: Option<Value>,
     /// The object's resourceVersion when it was read: the write is conditional on it.
+    /// None (an object not read) writes unconditionally, with the times as given.
     pub read: Option<String>,
 }
 
@@ -161,21 +163,29 @@ impl Wanted {
     }
 
     /// The same status with the lastTransitionTimes it has after `last`, the rule of
-    /// [`condition_of`]: a condition `last` had with the same status keeps its time; any
-    /// other is new now.
+    /// [`condition_of`] with `last` as the status before: a condition `last` had at the
+    /// same place with the same status keeps its time. Any other changed after `last` was
+    /// written: it keeps its own time if that is not older (the front-end's moment of the
+    /// change), else it is new now.
     fn transitions_after(self, last: &LastWrite) -> Self {
         let Ok(mut status) = serde_json::from_str::<Value>(&self.status) else {
             return self;
         };
-        let now =
-            serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or_default();
+        let now = Timestamp::now();
         each_condition(&mut status, "", &mut |at, condition| {
-            if !condition.contains_key("lastTransitionTime") {
+            let Some(own) = condition.get("lastTransitionTime") else {
                 return;
-            }
+            };
             let digest = condition_digest(at, condition);
-            let kept = (last.transitions.iter()).find(|t| t.condition == digest);
-            let time = kept.map_or_else(|| now.clone(), |t| Value::from(&*t.time));
+            let time = match (last.transitions.iter()).find(|t| t.condition == digest) {
+                Some(kept) => Value::from(&*kept.time),
+                None if (own.as_str().and_then(|t| t.parse::<Timestamp>().ok()))
+                    .is_some_and(|t| t.as_second() >= last.at.as_second()) =>
+                {
+                    return;
+                }
+                None => serde_json::to_value(Time(now)).unwrap_or_default(),
+            };
             condition.insert("lastTransitionTime".into(), time);
         });
         Self::new(self.kind, &status, self.read)
@@ -189,7 +199,8 @@ fn condition_digest(at: &str, condition: &serde_json::Map<String, Value>) -> u64
 }
 
 /// Calls `f` with every condition of a status, wherever it is (the status's own, a
-/// listener's, a parent's), and its place.
+/// listener's, a parent's), and its place: a listener, a route's parent or a policy's
+/// ancestor by its name or reference, not its index (a parent gone moves the others up).
 fn each_condition(
     value: &mut Value,
     at: &str,
@@ -212,10 +223,25 @@ fn each_condition(
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                each_condition(item, &format!("{at}/{i}"), f);
+                each_condition(item, &format!("{at}/{}", identity(item, i)), f);
             }
         }
         _ => {}
+    }
+}
+
+/// What tells the `i`th item of a list from the others: a route's parent or a policy's
+/// ancestor by its reference and controller (two controllers may report on one Gateway),
+/// a listener by its name, anything else by its index.
+fn identity(item: &Value, i: usize) -> String {
+    let text = |field: &str| item.get(field).map(Value::to_string);
+    match (
+        text("parentRef").or_else(|| text("ancestorRef")),
+        text("name"),
+    ) {
+        (Some(reference), _) => reference + &text("controllerName").unwrap_or_default(),
+        (None, Some(name)) => name,
+        (None, None) => i.to_string(),
     }
 }
 
@@ -226,6 +252,8 @@ fn each_condition(
 struct LastWrite {
     summary: Summary,
     transitions: Box<[Transition]>,
+    /// When the write was answered.
+    at: Timestamp,
 }
 
 /// A condition of a status written: where it is, its type and its status, digested, and
@@ -455,6 +483,7 @@ impl Pending {
         let last = LastWrite {
             summary: wanted.summary,
             transitions: wanted.transitions(),
+            at: Timestamp::now(),
         };
         self.written.insert(key, last);
     }

@@ -138,6 +138,7 @@ fn a_status_the_route_shows_is_not_written_again() {
     let last = LastWrite {
         summary: routes().summary_of(&staging),
         transitions: Box::default(),
+        at: Timestamp::now(),
     };
     pending.written.insert(key("web"), last);
     pending.put(update("web", ready.clone(), Some(&ready)));
@@ -292,7 +293,7 @@ fn a_status_written_is_remembered_by_its_summary_alone() {
 
 #[test]
 fn a_status_decided_on_a_read_before_our_last_write_keeps_that_writes_transition_times() {
-    let at = |second: i64| Time(k8s_openapi::jiff::Timestamp::from_second(second).expect("time"));
+    let at = |second: i64| Time(Timestamp::from_second(second).expect("time"));
     let accepted = |previous: &[Condition], status: bool, now: i64| TrafficRouteStatus {
         conditions: vec![condition(
             previous,
@@ -318,14 +319,15 @@ fn a_status_decided_on_a_read_before_our_last_write_keeps_that_writes_transition
         pending.pop().is_none(),
         "the same status as the one written"
     );
-    // The store still shows 1; the object became Accepted False at 3000 since.
-    let rejected = accepted(&[], false, 3_000);
-    let mut second = update("web", rejected.clone(), None);
+    // The store shows 2 now; the route became Accepted False since (at 3000).
+    let mut second = update("web", accepted(&[], false, 3_000), None);
     second.read = Some("2".into());
     pending.put(second);
     let (_, second) = pending.pop().expect("a status");
     pending.wrote(web.clone(), second, Some(("2".into(), "3".into())));
-    // A pass on the read of 2 (True since 1000) decides True: it is new after the False.
+    // A pass on the read of 2 (True since 1000) decides True: a change after the False,
+    // whose own time (1000, kept from its read) is older than the write: new now.
+    let before = Timestamp::now();
     let mut again = update(
         "web",
         accepted(&accepted(&[], true, 1_000).conditions, true, 4_000),
@@ -335,7 +337,15 @@ fn a_status_decided_on_a_read_before_our_last_write_keeps_that_writes_transition
     pending.put(again);
     let (_, again) = pending.pop().expect("a status");
     assert_eq!(again.read.as_deref(), Some("3"));
-    assert_ne!(time(&again), json!(at(1_000)), "{}", again.status);
+    let new: Time = serde_json::from_value(time(&again)).expect("a time");
+    assert!(new.0.as_second() >= before.as_second(), "{}", again.status);
+    // A change the pass made after the write keeps the pass's time.
+    let later = Timestamp::now().as_second() + 60;
+    let mut decided = update("web", accepted(&[], true, later), None);
+    decided.read = Some("2".into());
+    pending.put(decided);
+    let (_, decided) = pending.pop().expect("a status");
+    assert_eq!(time(&decided), json!(at(later)));
     // Decided on the object as our writes left it: the times are the front-end's.
     pending.wrote(web.clone(), again.clone(), Some(("3".into(), "4".into())));
     let mut current = update("web", accepted(&[], false, 5_000), None);
@@ -343,4 +353,60 @@ fn a_status_decided_on_a_read_before_our_last_write_keeps_that_writes_transition
     pending.put(current);
     let (_, current) = pending.pop().expect("a status");
     assert_eq!(time(&current), json!(at(5_000)));
+}
+
+#[test]
+fn a_route_parents_conditions_keep_their_own_times_when_another_parent_goes() {
+    let kind = Arc::new(StatusKind::namespaced::<TrafficRoute>(
+        Write::Merge,
+        &["Accepted"],
+    ));
+    let parent = |gateway: &str, controller: &str, time: &str| {
+        json!({
+            "parentRef": { "name": gateway },
+            "controllerName": controller,
+            "conditions": [{
+                "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                "lastTransitionTime": time,
+            }],
+        })
+    };
+    let route = |parents: Vec<Value>, read: &str| StatusUpdate {
+        kind: kind.clone(),
+        namespace: "shop".into(),
+        name: "web".into(),
+        status: json!({ "parents": parents }),
+        shown: None,
+        read: Some(read.into()),
+    };
+    let (a, b) = ("1970-01-01T00:16:40Z", "1970-01-01T00:33:20Z");
+    let mut pending = Pending::default();
+    // Written: two parents, and another controller's on Gateway b.
+    pending.put(route(
+        vec![
+            parent("b", "other.example/gateway", a),
+            parent("a", "switchyard", a),
+            parent("b", "switchyard", b),
+        ],
+        "1",
+    ));
+    let (web, first) = pending.pop().expect("a status");
+    pending.wrote(web, first, Some(("1".into(), "2".into())));
+    // Gateway a gone, decided on read 1 (no status there: every time new).
+    let now = "2999-01-01T00:00:00Z";
+    pending.put(route(
+        vec![
+            parent("b", "other.example/gateway", a),
+            parent("b", "switchyard", now),
+        ],
+        "1",
+    ));
+    let (_, wanted) = pending.pop().expect("a status");
+    let times: Vec<Value> = (parsed(&wanted)["parents"]
+        .as_array()
+        .expect("parents")
+        .iter())
+    .map(|p| p["conditions"][0]["lastTransitionTime"].clone())
+    .collect();
+    assert_eq!(times, [json!(a), json!(b)]);
 }

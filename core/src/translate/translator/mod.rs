@@ -283,6 +283,7 @@ impl Translator {
 
     /// The cluster of that name as last given (valid or not), endpoints included: a
     /// caller that edits clusters reads them here instead of keeping copies of its own.
+    /// A name [`Translator::update`] was given twice with different contents is absent.
     pub fn cluster(&self, name: &str) -> Option<&model::Cluster> {
         self.clusters.get(name)
     }
